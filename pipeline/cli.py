@@ -1,0 +1,52 @@
+"""`python -m pipeline <command> [args]`: one entry point for every stage.
+
+Each command lives in its own module as `main(argv) -> int` and parses its own
+arguments; this module only dispatches and turns a ReleaseError into one line and an
+exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+from .errors import ReleaseError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: ("module:function", one-line description)
+}
+
+
+def _usage() -> str:
+    width = max((len(n) for n in COMMANDS), default=8)
+    lines = ["usage: python -m pipeline <command> [args]", "", "commands:"]
+    lines += [f"  {n:<{width}}  {d}" for n, (_, d) in sorted(COMMANDS.items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=os.environ.get("PIPELINE_LOG", "WARNING").upper(),
+        format="%(name)s: %(message)s",
+    )
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"pipeline: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    target, _ = COMMANDS[name]
+    module_name, func_name = target.split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        return int(func(rest) or 0)
+    except ReleaseError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

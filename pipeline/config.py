@@ -1,0 +1,230 @@
+"""Load and validate release.toml into typed, immutable records."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "release.toml"
+_REV = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+
+BUDGET_FIELDS = (
+    "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
+    "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
+    "memory_gib", "cpu_floor_vcpus", "workspace_gib",
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    repository: str
+    revision: str
+    path: str
+    sha256: str
+    size: int
+    license: str
+    license_file: str
+    profiles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Budgets:
+    split: str
+    values: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ExternalTask:
+    task_id: str
+    image: str
+    compressed_bytes: int
+    after_block: int
+
+    @property
+    def image_name(self) -> str:
+        return self.image.split("@", 1)[0]
+
+    @property
+    def digest(self) -> str:
+        return self.image.split("@", 1)[1]
+
+
+@dataclass(frozen=True)
+class External:
+    dataset: str
+    revision: str
+    license: str
+    tasks: tuple[ExternalTask, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    registry: str
+    repository: str
+    tag: str
+    base: str
+    tasks: str
+    signing: str
+    external_tasks_required: bool
+
+    @property
+    def local(self) -> bool:
+        return self.registry == "local"
+
+    @property
+    def vendored_source(self) -> str | None:
+        """Name of the [[sources]] entry whose file the image serves, if any."""
+        return self.tasks.split(":", 1)[1] if self.tasks.startswith("vendor:") else None
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    path: Path
+    name: str
+    app_dir: str
+    python: str
+    port: int
+    source_url: str
+    profiles: dict[str, Profile]
+    sources: tuple[Source, ...]
+    external: External
+    budgets: dict[str, Budgets]
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def profile(self, name: str) -> Profile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise ConfigError(
+                f"unknown profile {name!r} in {self.path}",
+                expected=" or ".join(sorted(self.profiles)),
+                actual=name,
+            ) from None
+
+    def sources_for(self, profile: Profile) -> tuple[Source, ...]:
+        return tuple(s for s in self.sources if profile.name in s.profiles)
+
+    def source(self, name: str) -> Source:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise ConfigError(f"no [[sources]] entry named {name!r} in {self.path}")
+
+
+def _req(table: dict[str, Any], key: str, typ: type, where: str) -> Any:
+    if key not in table:
+        raise ConfigError(f"{where}: missing key {key!r}")
+    value = table[key]
+    if typ is int and isinstance(value, bool) or not isinstance(value, typ):
+        raise ConfigError(f"{where}.{key} has the wrong type", expected=typ.__name__,
+                          actual=type(value).__name__)
+    return value
+
+
+def _source(t: dict[str, Any], i: int) -> Source:
+    where = f"sources[{i}]"
+    rev = _req(t, "revision", str, where)
+    if not _REV.match(rev):
+        raise ConfigError(f"{where}.revision must be a full commit id, not a ref or short id",
+                          expected="40 lowercase hex digits", actual=rev)
+    sha = _req(t, "sha256", str, where)
+    if not _SHA256.match(sha):
+        raise ConfigError(f"{where}.sha256 is not a sha256", expected="64 lowercase hex", actual=sha)
+    return Source(
+        name=_req(t, "name", str, where),
+        repository=_req(t, "repository", str, where),
+        revision=rev,
+        path=_req(t, "path", str, where).strip("/"),
+        sha256=sha,
+        size=_req(t, "size", int, where),
+        license=_req(t, "license", str, where),
+        license_file=_req(t, "license_file", str, where).strip("/"),
+        profiles=tuple(t.get("profiles", [])),
+    )
+
+
+def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
+    """Parse and validate release.toml; ConfigError names the first bad key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"release config {path} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"release config {path} is not valid TOML: {exc}") from None
+    rel = _req(raw, "release", dict, "release.toml")
+    profiles = {}
+    for name, t in _req(raw, "profiles", dict, "release.toml").items():
+        where = f"profiles.{name}"
+        base = _req(t, "base", str, where)
+        if base != "local" and not _IMAGE_BY_DIGEST.match(base):
+            raise ConfigError(f"{where}.base must be 'local' or an image pinned by digest",
+                              expected="name@sha256:<64 hex>", actual=base)
+        profiles[name] = Profile(
+            name=name,
+            description=t.get("description", ""),
+            registry=_req(t, "registry", str, where),
+            repository=_req(t, "repository", str, where),
+            tag=_req(t, "tag", str, where),
+            base=base,
+            tasks=_req(t, "tasks", str, where),
+            signing=_req(t, "signing", str, where),
+            external_tasks_required=_req(t, "external_tasks_required", bool, where),
+        )
+    sources = tuple(_source(t, i) for i, t in enumerate(raw.get("sources", [])))
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ConfigError("duplicate [[sources]] names", actual=names)
+    for p in profiles.values():
+        if p.signing not in ("key", "sigstore"):
+            raise ConfigError(f"profiles.{p.name}.signing", expected="key or sigstore", actual=p.signing)
+        vs = p.vendored_source
+        if vs is not None and vs not in names:
+            raise ConfigError(f"profiles.{p.name}.tasks names an unknown source", expected=names, actual=vs)
+        if p.tasks != "first-party" and vs is None:
+            raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
+                              actual=p.tasks)
+    ext = _req(raw, "external", dict, "release.toml")
+    ext_tasks = []
+    for i, t in enumerate(ext.get("tasks", [])):
+        where = f"external.tasks[{i}]"
+        image = _req(t, "image", str, where)
+        if not _IMAGE_BY_DIGEST.match(image):
+            raise ConfigError(f"{where}.image must be pinned by digest", actual=image)
+        ext_tasks.append(ExternalTask(
+            task_id=_req(t, "task_id", str, where), image=image,
+            compressed_bytes=_req(t, "compressed_bytes", int, where),
+            after_block=_req(t, "after_block", int, where),
+        ))
+    ext_rev = _req(ext, "revision", str, "external")
+    if not _REV.match(ext_rev):
+        raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
+    budgets = {}
+    for kind, t in _req(raw, "budgets", dict, "release.toml").items():
+        values = {k: _req(t, k, int, f"budgets.{kind}") for k in BUDGET_FIELDS}
+        budgets[kind] = Budgets(split=_req(t, "split", str, f"budgets.{kind}"), values=values)
+    return ReleaseConfig(
+        path=path,
+        name=_req(rel, "name", str, "release"),
+        app_dir=_req(rel, "app_dir", str, "release"),
+        python=_req(rel, "python", str, "release"),
+        port=_req(rel, "port", int, "release"),
+        source_url=_req(rel, "source_url", str, "release"),
+        profiles=profiles,
+        sources=sources,
+        external=External(dataset=_req(ext, "dataset", str, "external"), revision=ext_rev,
+                          license=_req(ext, "license", str, "external"), tasks=tuple(ext_tasks)),
+        budgets=budgets,
+        raw=raw,
+    )

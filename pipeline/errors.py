@@ -1,0 +1,70 @@
+"""The one error family of the pipeline.
+
+Every failure says what failed, the expected and the actual value where there are
+two to compare, and what to do about it. The CLI turns a ReleaseError into one line
+and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+
+class ReleaseError(Exception):
+    """Base of every error the pipeline raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        expected: object | None = None,
+        actual: object | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+        self.hint = hint
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = [self.what]
+        if self.expected is not None or self.actual is not None:
+            parts.append(f"expected {self.expected}, got {self.actual}")
+        if self.hint:
+            parts.append(self.hint)
+        return "; ".join(parts)
+
+    def diagnostics(self) -> str:
+        """A longer explanation for humans (defaults to the one-line message)."""
+        return self.one_line()
+
+
+class ConfigError(ReleaseError):
+    """release.toml or a command-line argument is invalid."""
+
+    exit_code = 2
+
+
+class ToolError(ReleaseError):
+    """An external tool (git, podman, mmdebstrap, nginx, ...) failed or is missing."""
+
+
+class DigestMismatch(ReleaseError):
+    """Bytes do not hash to the digest that pins them."""
+
+
+class RegistryError(ReleaseError):
+    """The OCI registry refused, failed, or could not be reached."""
+
+
+class SourceError(ReleaseError):
+    """A pinned upstream input could not be fetched or does not match its pin."""
+
+
+class VerificationError(ReleaseError):
+    """A signature, attestation or record does not verify."""
+
+
+class CheckFailure(ReleaseError):
+    """The functional check suite found failing checks."""
