@@ -17,6 +17,7 @@ from .errors import ReleaseError
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
+    "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
 }
 
 
