@@ -13,6 +13,7 @@ from .errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "release.toml"
 _REV = re.compile(r"^[0-9a-f]{40}$")
+_SHORT_REV = re.compile(r"^[0-9a-fA-F]{4,39}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 
@@ -34,6 +35,9 @@ class Source:
     license: str
     license_file: str
     profiles: tuple[str, ...]
+    # "" = not pinned yet: the commit id already fixes the licence's bytes, and the
+    # first fetch reports its sha256 so it can be pinned here too.
+    license_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,11 @@ class ExternalTask:
     image: str
     compressed_bytes: int
     after_block: int
+    split: str = "train"
+    # None / "" = not pinned yet (no network where the pins were written): the first
+    # fetch locates the record by task id and reports its row and sha256 to pin.
+    row: int | None = None
+    record_sha256: str = ""
 
     @property
     def image_name(self) -> str:
@@ -64,6 +73,10 @@ class External:
     revision: str
     license: str
     tasks: tuple[ExternalTask, ...]
+    subset: str = "default"
+    id_field: str = "task_id"
+    hub_url: str = "https://huggingface.co"
+    rows_url: str = "https://datasets-server.huggingface.co"
 
 
 @dataclass(frozen=True)
@@ -136,11 +149,19 @@ def _source(t: dict[str, Any], i: int) -> Source:
     where = f"sources[{i}]"
     rev = _req(t, "revision", str, where)
     if not _REV.match(rev):
-        raise ConfigError(f"{where}.revision must be a full commit id, not a ref or short id",
+        kind = "a short revision" if _SHORT_REV.match(rev) else "a moving ref (branch or tag name)"
+        raise ConfigError(f"{where}.revision is {kind}, not a full commit id",
                           expected="40 lowercase hex digits", actual=rev)
     sha = _req(t, "sha256", str, where)
     if not _SHA256.match(sha):
         raise ConfigError(f"{where}.sha256 is not a sha256", expected="64 lowercase hex", actual=sha)
+    lic_sha = t.get("license_sha256", "")
+    if lic_sha and not _SHA256.match(lic_sha):
+        raise ConfigError(f"{where}.license_sha256 is not a sha256",
+                          expected="64 lowercase hex or \"\" (unpinned)", actual=lic_sha)
+    if Path(t.get("path", "")).name == Path(t.get("license_file", "")).name:
+        raise ConfigError(f"{where}: the file and its licence would land on the same vendor path",
+                          expected="different file names", actual=t.get("path"))
     return Source(
         name=_req(t, "name", str, where),
         repository=_req(t, "repository", str, where),
@@ -151,6 +172,28 @@ def _source(t: dict[str, Any], i: int) -> Source:
         license=_req(t, "license", str, where),
         license_file=_req(t, "license_file", str, where).strip("/"),
         profiles=tuple(t.get("profiles", [])),
+        license_sha256=lic_sha,
+    )
+
+
+def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
+    where = f"external.tasks[{i}]"
+    image = _req(t, "image", str, where)
+    if not _IMAGE_BY_DIGEST.match(image):
+        raise ConfigError(f"{where}.image must be pinned by digest", actual=image)
+    row = t.get("row")
+    if row is not None and (isinstance(row, bool) or not isinstance(row, int) or row < 0):
+        raise ConfigError(f"{where}.row", expected="a row index >= 0 (or omitted: unpinned)",
+                          actual=row)
+    record_sha = t.get("record_sha256", "")
+    if record_sha and not _SHA256.match(record_sha):
+        raise ConfigError(f"{where}.record_sha256 is not a sha256",
+                          expected="64 lowercase hex or \"\" (unpinned)", actual=record_sha)
+    return ExternalTask(
+        task_id=_req(t, "task_id", str, where), image=image,
+        compressed_bytes=_req(t, "compressed_bytes", int, where),
+        after_block=_req(t, "after_block", int, where),
+        split=t.get("split", "train"), row=row, record_sha256=record_sha,
     )
 
 
@@ -196,17 +239,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
                               actual=p.tasks)
     ext = _req(raw, "external", dict, "release.toml")
-    ext_tasks = []
-    for i, t in enumerate(ext.get("tasks", [])):
-        where = f"external.tasks[{i}]"
-        image = _req(t, "image", str, where)
-        if not _IMAGE_BY_DIGEST.match(image):
-            raise ConfigError(f"{where}.image must be pinned by digest", actual=image)
-        ext_tasks.append(ExternalTask(
-            task_id=_req(t, "task_id", str, where), image=image,
-            compressed_bytes=_req(t, "compressed_bytes", int, where),
-            after_block=_req(t, "after_block", int, where),
-        ))
+    ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]
     ext_rev = _req(ext, "revision", str, "external")
     if not _REV.match(ext_rev):
         raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
@@ -224,7 +257,12 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         profiles=profiles,
         sources=sources,
         external=External(dataset=_req(ext, "dataset", str, "external"), revision=ext_rev,
-                          license=_req(ext, "license", str, "external"), tasks=tuple(ext_tasks)),
+                          license=_req(ext, "license", str, "external"), tasks=tuple(ext_tasks),
+                          subset=ext.get("subset", "default"),
+                          id_field=ext.get("id_field", "task_id"),
+                          hub_url=ext.get("hub_url", "https://huggingface.co").rstrip("/"),
+                          rows_url=ext.get("rows_url",
+                                           "https://datasets-server.huggingface.co").rstrip("/")),
         budgets=budgets,
         raw=raw,
     )
