@@ -1,0 +1,1 @@
+"""The OpenEnv data-workflow environment: the shell server and its procedural task families."""
