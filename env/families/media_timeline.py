@@ -28,11 +28,11 @@ Walk the clips in file order.
   the asset is not licensed), `source_bounds` (unless 0 <= in < out <= the asset's frames),
   `fractional_frame` (the rendered duration is not a whole number). Rejected clips and their
   gaps are skipped entirely.
-- The cursor starts at 0. A retained clip first adds its `gap_before` to the cursor's position:
-  start = cursor + gap_before - overlap, where overlap is 0 when gap_before is positive or the
-  clip is the first retained clip, and otherwise min(the clip's requested overlap,
-  max_overlap, previous retained clip's duration - 1, this clip's duration - 1).
-  end = start + duration (exclusive), and end becomes the cursor.
+- The cursor starts at 0. A retained clip starts at cursor + gap_before - overlap, where
+  overlap is 0 when gap_before is positive or the clip is the first retained clip, and
+  otherwise min(the clip's requested overlap, max_overlap, the previous retained clip's
+  duration - 1, this clip's duration - 1). Its end is start + duration (exclusive), and the
+  end becomes the cursor.
 - total_frames is the end of the last retained clip; over_budget_frames is
   max(0, total_frames - delivery_budget).
 """,
