@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
+    "vendor": ("pipeline.sources:main", "fetch, verify and vendor pinned upstream files and external task records"),
 }
 
 

@@ -1,0 +1,174 @@
+"""provenance.json: what went into a release, as one typed record with one loader and one writer.
+
+It names every pinned input (git sources with their licences, external task
+records, the base by digest, the wheel lock by hash), the project's own revision,
+the builder, the profile and SOURCE_DATE_EPOCH. It holds no wall-clock time, so the
+same inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__, git
+from ._io import pretty_json, read_json, sha256_file, write_atomic
+from .config import Profile
+from .errors import ConfigError, ReleaseError, SourceError
+from .external import ExternalRecord
+from .oci.layer import zlib_version
+from .sources import VendoredFile
+
+SCHEMA = "openenv-arena-release/provenance/v1"
+WHEEL_LOCK = "locks/runtime.txt"
+# The release writes these records itself, so their changes do not make the checkout dirty.
+RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
+
+
+@dataclass(frozen=True)
+class ProjectRevision:
+    """The project checkout the release was made from."""
+
+    commit: str
+    tree: str
+    dirty: bool
+    dirty_paths: tuple[str, ...]
+    allow_dirty: bool
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class WheelLock:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Builder:
+    pipeline_version: str
+    python_version: str
+    zlib_version: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    schema: str
+    profile: str
+    source_date_epoch: int
+    project: ProjectRevision
+    base: Base
+    wheel_lock: WheelLock
+    builder: Builder
+    sources: tuple[VendoredFile, ...]
+    external: tuple[ExternalRecord, ...]
+
+
+def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
+    """Commit, tree and dirty state of the project checkout.
+
+    A dirty checkout (changes or untracked files outside the release's own output
+    records) is refused unless `allow_dirty`, which is then recorded.
+    """
+    try:
+        commit, tree = git.head_commit(repo_dir), git.head_tree(repo_dir)
+    except ReleaseError as exc:
+        raise SourceError(f"{repo_dir} is not a git checkout with a commit",
+                          expected="a committed git checkout", actual=exc.one_line()) from None
+    changed = tuple(sorted(p for p in git.changed_paths(repo_dir)
+                           if not any(p == o or p.startswith(o) for o in RELEASE_OUTPUTS)))
+    if changed and not allow_dirty:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise SourceError(
+            "the project checkout is dirty, so its commit does not describe the release",
+            expected="a clean checkout", actual=f"{len(changed)} changed path(s): {shown}",
+            hint="commit or stash the changes, or allow it explicitly (--allow-dirty; recorded)",
+        )
+    return ProjectRevision(commit=commit, tree=tree, dirty=bool(changed), dirty_paths=changed,
+                           allow_dirty=allow_dirty)
+
+
+def source_date_epoch(repo_dir: Path) -> int:
+    """SOURCE_DATE_EPOCH from the environment if set, else the HEAD commit's time."""
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value is not None and value != "":
+        if not value.isdigit():
+            raise ConfigError("SOURCE_DATE_EPOCH is not a number of seconds",
+                              expected="a non-negative integer", actual=value)
+        return int(value)
+    return git.head_commit_time(repo_dir)
+
+
+def wheel_lock(repo_dir: Path) -> WheelLock:
+    """The hash of the image's wheel lock."""
+    path = repo_dir / WHEEL_LOCK
+    if not path.is_file():
+        raise SourceError("the wheel lock is missing", expected=str(path), actual="absent",
+                          hint="run `nox -s lock` to write it")
+    return WheelLock(path=WHEEL_LOCK, sha256=sha256_file(path))
+
+
+def builder() -> Builder:
+    """The versions that can change the bytes the pipeline writes."""
+    return Builder(pipeline_version=__version__, python_version=platform.python_version(),
+                   zlib_version=zlib_version())
+
+
+def assemble(repo_dir: Path, profile: Profile, *, base: Base, sources: tuple[VendoredFile, ...],
+             external: tuple[ExternalRecord, ...], allow_dirty: bool = False) -> Provenance:
+    """Collect the provenance of a release made from `repo_dir` with `profile`."""
+    return Provenance(
+        schema=SCHEMA, profile=profile.name, source_date_epoch=source_date_epoch(repo_dir),
+        project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
+        wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
+        external=tuple(external),
+    )
+
+
+def to_json(record: Provenance) -> bytes:
+    """The exact bytes of provenance.json (sorted keys, stable indentation)."""
+    return pretty_json(asdict(record))
+
+
+def write(path: Path, record: Provenance) -> None:
+    """Write provenance.json atomically."""
+    write_atomic(path, to_json(record))
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} is not an object", actual=type(data).__name__)
+    names = list(cls.__dataclass_fields__)
+    if sorted(data) != sorted(names):
+        raise ConfigError(f"{where} has unexpected fields", expected=sorted(names),
+                          actual=sorted(data))
+    return cls(**data)
+
+
+def load(path: Path) -> Provenance:
+    """Read provenance.json back into its typed record; ConfigError if it is malformed."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path} is not a provenance record", expected=SCHEMA,
+                          actual=data.get("schema") if isinstance(data, dict) else type(data).__name__)
+    project = dict(data.get("project") or {})
+    project["dirty_paths"] = tuple(project.get("dirty_paths", ()))
+    fields = dict(data)
+    fields.update(
+        project=_build(ProjectRevision, project, "project"),
+        base=_build(Base, data.get("base"), "base"),
+        wheel_lock=_build(WheelLock, data.get("wheel_lock"), "wheel_lock"),
+        builder=_build(Builder, data.get("builder"), "builder"),
+        sources=tuple(_build(VendoredFile, s, f"sources[{i}]")
+                      for i, s in enumerate(data.get("sources") or [])),
+        external=tuple(_build(ExternalRecord, e, f"external[{i}]")
+                       for i, e in enumerate(data.get("external") or [])),
+    )
+    return _build(Provenance, fields, str(path))
