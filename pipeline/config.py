@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +105,67 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class EngineArgs:
+    """Extra flags for one container CLI: before the subcommand, and for `run`."""
+
+    global_args: tuple[str, ...] = ()
+    run_args: tuple[str, ...] = ()
+
+
+RUNTIME_ENGINES = ("auto", "podman", "docker")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """[runtime]: which container CLI to drive and this machine's quirks for it."""
+
+    engine: str = "auto"
+    health_timeout_s: int = 60
+    engines: dict[str, EngineArgs] = field(default_factory=dict)
+
+    def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
+        """The flags for `engine`; RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS replace them."""
+        environ = os.environ if environ is None else environ
+        base = self.engines.get(engine, EngineArgs())
+        glob = environ.get("RELEASE_RUNTIME_GLOBAL_ARGS")
+        run = environ.get("RELEASE_RUNTIME_RUN_ARGS")
+        return EngineArgs(
+            global_args=tuple(shlex.split(glob)) if glob is not None else base.global_args,
+            run_args=tuple(shlex.split(run)) if run is not None else base.run_args,
+        )
+
+    def engine_choice(self, environ: Mapping[str, str] | None = None) -> str:
+        """`auto`, `podman` or `docker`; RELEASE_RUNTIME_ENGINE overrides the file."""
+        environ = os.environ if environ is None else environ
+        choice = environ.get("RELEASE_RUNTIME_ENGINE", self.engine)
+        if choice not in RUNTIME_ENGINES:
+            raise ConfigError("unknown container engine", expected=" or ".join(RUNTIME_ENGINES),
+                              actual=choice)
+        return choice
+
+
+def _runtime(t: dict[str, Any]) -> RuntimeConfig:
+    engines = {}
+    for name in ("podman", "docker"):
+        sub = t.get(name, {})
+        if not isinstance(sub, dict):
+            raise ConfigError(f"runtime.{name} must be a table", actual=type(sub).__name__)
+        for key in ("global_args", "run_args"):
+            value = sub.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"runtime.{name}.{key} must be a list of strings",
+                                  actual=repr(value))
+        engines[name] = EngineArgs(tuple(sub.get("global_args", [])), tuple(sub.get("run_args", [])))
+    engine = t.get("engine", "auto")
+    if engine not in RUNTIME_ENGINES:
+        raise ConfigError("runtime.engine", expected=" or ".join(RUNTIME_ENGINES), actual=engine)
+    timeout = t.get("health_timeout_s", 60)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+        raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
+    return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)
+
+
+@dataclass(frozen=True)
 class ReleaseConfig:
     path: Path
     name: str
@@ -114,6 +178,7 @@ class ReleaseConfig:
     external: External
     budgets: dict[str, Budgets]
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def profile(self, name: str) -> Profile:
         try:
@@ -265,4 +330,5 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                                            "https://datasets-server.huggingface.co").rstrip("/")),
         budgets=budgets,
         raw=raw,
+        runtime=_runtime(raw.get("runtime", {})),
     )
