@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
+    "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
+    "attest": ("pipeline.attest:main", "sign provenance, SBOM and check-result statements into attestations/"),
+    "audit": ("pipeline.audit:main", "verify a release's records offline (signatures, subjects, SBOM, pins)"),
     "vendor": ("pipeline.sources:main", "fetch, verify and vendor pinned upstream files and external task records"),
 }
 

@@ -40,8 +40,6 @@ DEFAULT_LOCK = REPO_ROOT / "locks" / "runtime.txt"
 # Namespace of the SBOM serial numbers: uuid5(this, "sha256:<manifest digest>").
 SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoonas/openenv-arena-release/sbom")
 
-_INDEX_TYPES = {"application/vnd.oci.image.index.v1+json",
-                "application/vnd.docker.distribution.manifest.list.v2+json"}
 _DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD)$")
 _STATUS_FILES = ("var/lib/dpkg/status",)
 _OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
@@ -62,46 +60,18 @@ class ImageRef:
     layers: tuple[tuple[str, Path], ...]  # (layer digest, blob path), bottom first
 
 
-def _blob(layout: Path, digest: str) -> Path:
-    return layout / "blobs" / "sha256" / oci_digest.hex_of(digest)
-
-
-def _read_blob(layout: Path, digest: str, *, what: str) -> bytes:
-    path = _blob(layout, digest)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"{what} blob {digest} is missing from {layout}",
-                           hint="rebuild the image (`nox -s build`)") from None
-    oci_digest.verify(data, digest, what=f"{what} in {layout}")
-    return data
-
-
 def open_image(layout: Path, ref: str | None = None) -> ImageRef:
-    """Find the image manifest in an OCI layout (by ref name when several) and its config."""
-    layout = Path(layout)
-    try:
-        index = json.loads((layout / "index.json").read_bytes())
-    except FileNotFoundError:
-        raise ReleaseError(f"{layout} is not an OCI image layout (no index.json)",
-                           hint="build the image first (`nox -s build`)") from None
-    descs = index.get("manifests", [])
-    while True:
-        if ref is not None:
-            named = [d for d in descs if d.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref]
-            descs = named or descs
-        if len(descs) != 1:
-            raise ReleaseError(f"cannot choose one image in {layout}", expected="exactly one manifest",
-                               actual=len(descs), hint="pass --ref with the image's ref name")
-        desc = descs[0]
-        data = _read_blob(layout, desc["digest"], what="manifest")
-        doc = json.loads(data)
-        if desc.get("mediaType") in _INDEX_TYPES or doc.get("mediaType") in _INDEX_TYPES:
-            descs = doc.get("manifests", [])
-            continue
-        config = json.loads(_read_blob(layout, doc["config"]["digest"], what="image config"))
-        layers = tuple((d["digest"], _blob(layout, d["digest"])) for d in doc["layers"])
-        return ImageRef(digest=desc["digest"], manifest=doc, config=config, layers=layers)
+    """The image in an OCI layout (by ref name when it holds several): manifest and config verified."""
+    from .oci.layout import Layout
+
+    lay = Layout.open(Path(layout))
+    img = lay.image(ref)
+    return ImageRef(
+        digest=img.descriptor.digest,
+        manifest=json.loads(img.manifest_bytes),
+        config=json.loads(img.config_bytes),
+        layers=tuple((d.digest, lay.blob_path(d.digest)) for d in img.manifest.layers),
+    )
 
 
 def wanted(path: str, app_dir: str) -> bool:

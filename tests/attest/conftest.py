@@ -113,3 +113,126 @@ def make_image(root: Path, *, app_files: dict[str, bytes] | None = None) -> Smal
 @pytest.fixture
 def small_image(tmp_path) -> SmallImage:
     return make_image(tmp_path)
+
+
+# ------------------------------------------------------------------ a release's records
+
+BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
+LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
+LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+             "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
+CHECKS = {"results": [{"id": "image/health", "passed": True},
+                      {"id": "sort-d1-s101/correct", "passed": True}]}
+
+
+def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str) -> str:
+    budgets = "\n".join(f"{k} = 1" for k in (
+        "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
+        "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
+        "memory_gib", "cpu_floor_vcpus", "workspace_gib"))
+    return f'''
+[release]
+name = "openenv-data-workflows"
+app_dir = "/opt/arena"
+python = "/opt/arena-python/bin/python3"
+port = 8000
+source_url = "https://github.com/akseljoonas/openenv-arena-release"
+
+[profiles.test]
+registry = "registry.example.invalid"
+repository = "arena/openenv-data-workflows"
+tag = "test"
+base = "{BASE}"
+tasks = "vendor:metaharness-tasks"
+signing = "key"
+external_tasks_required = false
+
+[[sources]]
+name = "metaharness-tasks"
+repository = "https://example.invalid/ruvnet/metaharness"
+revision = "4657e5b82e124917b01d79ee5e9de41badb48fda"
+path = "integrations/openenv-arena/arena_env/tasks.py"
+sha256 = "{tasks_sha256}"
+size = {tasks_size}
+license = "MIT"
+license_file = "LICENSE"
+license_sha256 = "{license_sha256}"
+profiles = ["test"]
+
+[external]
+dataset = "XiaomiMiMo/MiMo-V2.6-RL-oss"
+revision = "639865fd3374018d6cb29b9fb82dd531406fcf5f"
+license = "Apache-2.0"
+
+[budgets.procedural]
+split = "train"
+{budgets}
+'''
+
+
+@dataclass(frozen=True)
+class Records:
+    root: Path
+    image: SmallImage
+    signer: object  # pipeline.signing.KeySigner
+
+
+def make_records(root: Path, signer=None) -> Records:
+    """A complete, correctly signed set of release records under `root`."""
+    import hashlib
+    from datetime import datetime, timezone
+
+    from securesystemslib.signer import CryptoSigner
+
+    from pipeline import attest, provenance, sbom, signing
+    from pipeline import config as config_mod
+    from pipeline.sources import VendoredFile
+
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE)))
+    cfg = config_mod.load(root / "release.toml")
+    for rel, data in (("vendor/metaharness-tasks/tasks.py", TASKS_PY), ("vendor/metaharness-tasks/LICENSE", LICENSE),
+                      ("locks/runtime.txt", LOCK_TEXT.encode())):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    src = cfg.sources[0]
+    prov = provenance.Provenance(
+        schema=provenance.SCHEMA, profile="test", source_date_epoch=EPOCH,
+        project=provenance.ProjectRevision(commit="1" * 40, tree="2" * 40, dirty=False, dirty_paths=(),
+                                           allow_dirty=False),
+        base=provenance.Base(name=BASE.split("@")[0], digest=BASE.split("@")[1]),
+        wheel_lock=provenance.WheelLock(path="locks/runtime.txt", sha256=sha(LOCK_TEXT.encode())),
+        builder=provenance.builder(),
+        sources=(VendoredFile(source=src.name, repository=src.repository, revision=src.revision, path=src.path,
+                              sha256=src.sha256, size=src.size, license=src.license,
+                              license_file=src.license_file, license_sha256=sha(LICENSE),
+                              vendor_path="metaharness-tasks/tasks.py",
+                              license_path="metaharness-tasks/LICENSE"),),
+        external=(),
+    )
+    provenance.write(root / "provenance.json", prov)
+    image = make_image(root / "dist", app_files={
+        "opt/arena/env/__init__.py": b"",
+        "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
+        "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
+    })
+    name = f"{cfg.profile('test').registry}/{cfg.profile('test').repository}"
+    (root / "submission.json").write_text(json.dumps({"image": f"{name}@{image.digest}", "tasks": []}))
+    sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources,
+                               first_party_license="MIT", lock_text=LOCK_TEXT)
+    checks_bytes = json.dumps(CHECKS).encode()
+    signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
+    t = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    attest.write_attestations(
+        cfg=cfg, subject=attest.Subject(name=name, digest=image.digest), provenance=prov, lock_text=LOCK_TEXT,
+        sbom_bytes=sbom_bytes, checks=CHECKS, checks_sha256=sha(checks_bytes), signer=signer,
+        out_dir=root / "attestations", started=t, finished=t, invocation_id="test-run",
+    )
+    return Records(root=root, image=image, signer=signer)
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch) -> Records:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+    return make_records(tmp_path / "records")
