@@ -1,0 +1,75 @@
+"""The local registry's lifecycle and its access policy (anonymous read, authenticated write)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+
+from pipeline import localregistry
+
+
+def test_policy_anonymous_read_authenticated_write(local_registry):
+    url = local_registry.url
+    assert requests.get(f"{url}/v2/nothing/here/tags/list").status_code == 404  # read reaches the registry
+    assert requests.post(f"{url}/v2/x/y/blobs/uploads/").status_code == 401
+    assert requests.delete(f"{url}/v2/x/y/manifests/latest").status_code == 401
+    # The API root challenges, so docker/podman clients learn to send credentials.
+    root = requests.get(f"{url}/v2/")
+    assert root.status_code == 401 and root.headers["WWW-Authenticate"].startswith("Basic")
+    assert requests.get(f"{url}/v2/", auth=(local_registry.user, local_registry.password)).ok
+    assert requests.get(f"{url}/v2/", auth=(local_registry.user, "wrong")).status_code == 401
+
+
+def test_secrets_are_private(local_registry):
+    for name in ("password", "htpasswd", "http-secret"):
+        mode = stat.S_IMODE((local_registry.root / name).stat().st_mode)
+        assert mode == 0o600, name
+    assert "{SSHA}" in (local_registry.root / "htpasswd").read_text()
+
+
+def test_start_reuses_stop_is_idempotent_and_leaves_nothing(tmp_path):
+    root = tmp_path / "reg"
+    first = localregistry.start(root)
+    assert localregistry.start(root) == first
+    assert localregistry.status(root) == first
+    assert localregistry.endpoint(root).address == first.address
+    assert localregistry.stop(root) is True
+    assert localregistry.stop(root) is False
+    assert localregistry.status(root) is None
+    for pid in (first.registry_pid, first.nginx_pid):
+        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+    try:
+        requests.get(f"{first.url}/v2/", timeout=2)
+        raise AssertionError("registry still answers after stop")
+    except requests.ConnectionError:
+        pass
+    # A new start keeps the address, so references recorded earlier stay valid.
+    again = localregistry.start(root)
+    try:
+        assert again.address == first.address
+    finally:
+        localregistry.stop(root)
+
+
+def test_cli_start_status_stop(tmp_path):
+    env = {**os.environ, "RELEASE_REGISTRY_DIR": str(tmp_path / "reg")}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipeline", "registry", *args], env=env, cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=60)
+
+    try:
+        assert cli("status").returncode == 3
+        started = cli("start")
+        assert started.returncode == 0, started.stderr
+        assert "registry running at 127.0.0.1:" in started.stdout
+        assert cli("status").returncode == 0
+    finally:
+        stopped = cli("stop")
+    assert stopped.returncode == 0 and "registry stopped" in stopped.stdout
+    assert cli("status").returncode == 3
