@@ -1,0 +1,77 @@
+"""The release key: generated once (0600), loaded from RELEASE_SIGNING_KEY, published, verified."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from pipeline import signing
+from pipeline.errors import ConfigError, VerificationError
+
+STATEMENT = b'{"_type":"https://in-toto.io/Statement/v1","predicate":{},"predicateType":"x","subject":[]}'
+
+
+def test_default_key_is_generated_once_with_mode_0600(tmp_path, monkeypatch):
+    monkeypatch.delenv(signing.KEY_ENV, raising=False)
+    monkeypatch.setattr(signing, "DEFAULT_KEY", tmp_path / ".release" / "keys" / "release.key.pem")
+    first = signing.load_or_create_key()
+    assert stat.S_IMODE(signing.DEFAULT_KEY.stat().st_mode) == 0o600
+    second = signing.load_or_create_key()
+    assert first.public_key.keyid == second.public_key.keyid
+    assert first.public_key.keytype == "ed25519"
+
+
+def test_key_from_environment(tmp_path, monkeypatch):
+    key = signing.CryptoSigner.generate_ed25519()
+    path = tmp_path / "k.pem"
+    path.write_bytes(key.private_bytes)
+    monkeypatch.setenv(signing.KEY_ENV, str(path))
+    assert signing.load_or_create_key().public_key.keyid == key.public_key.keyid
+
+
+def test_named_key_that_does_not_exist_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(signing.KEY_ENV, str(tmp_path / "absent.pem"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        signing.load_or_create_key()
+    assert not (tmp_path / "absent.pem").exists()
+
+
+def test_round_trip_through_the_published_key(tmp_path):
+    signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    envelope = signer.sign(STATEMENT)
+    signer.publish(tmp_path)
+    key = signing.load_published_key(tmp_path)
+    assert signing.dsse_verify(envelope, key, what="env") == STATEMENT
+    doc = json.loads(envelope)
+    assert doc["payloadType"] == "application/vnd.in-toto+json"
+    assert doc["signatures"][0]["keyid"] == (tmp_path / "keyid").read_text().strip()
+
+
+def test_wrong_payload_type_is_refused(tmp_path):
+    signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    doc = json.loads(signer.sign(STATEMENT))
+    doc["payloadType"] = "text/plain"
+    with pytest.raises(VerificationError, match="payload type"):
+        signing.dsse_verify(json.dumps(doc).encode(), signer.signer.public_key, what="env")
+
+
+def test_signature_over_pae_not_raw_payload(tmp_path):
+    """A signature over the bare payload (no DSSE pre-authentication encoding) is rejected."""
+    from securesystemslib.signer import Signature
+
+    signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    doc = json.loads(signer.sign(STATEMENT))
+    raw_sig = signer.signer.sign(STATEMENT)
+    assert isinstance(raw_sig, Signature)
+    import base64
+    doc["signatures"][0]["sig"] = base64.b64encode(bytes.fromhex(raw_sig.signature)).decode()
+    with pytest.raises(VerificationError, match="does not verify"):
+        signing.dsse_verify(json.dumps(doc).encode(), signer.signer.public_key, what="env")
+
+
+def test_signer_for_profile_choice():
+    assert isinstance(signing.signer_for("sigstore"), signing.SigstoreSigner)
+    with pytest.raises(ConfigError):
+        signing.signer_for("gpg")
