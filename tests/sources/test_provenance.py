@@ -1,0 +1,148 @@
+"""provenance.json: project revision from a real checkout, dirty-tree refusal, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import zlib
+
+import pytest
+
+from pipeline import config, external, provenance, sources
+from pipeline._io import sha256_bytes
+from pipeline.errors import ConfigError, SourceError
+
+from .conftest import commit_files, run_git
+
+BASE = provenance.Base(name="ghcr.io/example/base", digest="sha256:" + "ab" * 32)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A committed project checkout with a wheel lock and ignored local state."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    run_git("init", "-q", "-b", "main", cwd=repo)
+    commit_files(repo, {".gitignore": b".release/\nvendor/\n", "locks/runtime.txt": b"pkg==1 --hash=sha256:00\n",
+                        "env/app.py": b"print('hi')\n"}, "project")
+    return repo
+
+
+def _records(upstream, tmp_path):
+    # Hugging Face replaced by a closed loopback port: the records are "not fetched".
+    cfg = config.load()
+    closed = "http://127.0.0.1:9"
+    cfg = dataclasses.replace(cfg, external=dataclasses.replace(cfg.external, hub_url=closed,
+                                                                rows_url=closed))
+    vendored = (sources.vendor_source(upstream.source(upstream.file_url), tmp_path / "vendor",
+                                      cache_root=tmp_path / "cache"),)
+    ext = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+    return cfg, vendored, ext
+
+
+def test_project_revision_of_a_clean_checkout(project):
+    rev = provenance.project_revision(project)
+    assert rev.commit == run_git("rev-parse", "HEAD", cwd=project)
+    assert rev.tree == run_git("rev-parse", "HEAD^{tree}", cwd=project)
+    assert (rev.dirty, rev.dirty_paths, rev.allow_dirty) == (False, (), False)
+
+
+@pytest.mark.parametrize("change", ["modify", "untracked", "staged"])
+def test_dirty_checkout_is_refused_unless_allowed(project, change):
+    if change == "modify":
+        (project / "env/app.py").write_bytes(b"print('changed')\n")
+    elif change == "untracked":
+        (project / "env/new.py").write_bytes(b"x = 1\n")
+    else:
+        (project / "env/app.py").write_bytes(b"print('staged')\n")
+        run_git("add", "env/app.py", cwd=project)
+    with pytest.raises(SourceError, match="checkout is dirty") as info:
+        provenance.project_revision(project)
+    assert "env/" in info.value.one_line()
+    rev = provenance.project_revision(project, allow_dirty=True)
+    assert rev.dirty and rev.allow_dirty and rev.dirty_paths[0].startswith("env/")
+
+
+def test_ignored_state_and_release_outputs_do_not_make_it_dirty(project):
+    (project / ".release").mkdir()
+    (project / ".release/key").write_bytes(b"k")
+    (project / "provenance.json").write_bytes(b"{}")
+    (project / "attestations").mkdir()
+    (project / "attestations/x.json").write_bytes(b"{}")
+    assert not provenance.project_revision(project).dirty
+
+
+def test_not_a_checkout_is_refused(tmp_path):
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(SourceError, match="not a git checkout"):
+        provenance.project_revision(tmp_path / "plain")
+
+
+def test_source_date_epoch_is_head_time_unless_overridden(project, monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert provenance.source_date_epoch(project) == 1_700_000_000
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1234")
+    assert provenance.source_date_epoch(project) == 1234
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
+        provenance.source_date_epoch(project)
+
+
+def test_missing_wheel_lock_is_refused(project):
+    (project / "locks/runtime.txt").unlink()
+    with pytest.raises(SourceError, match="wheel lock is missing"):
+        provenance.wheel_lock(project)
+
+
+def test_provenance_is_complete_deterministic_and_round_trips(project, upstream, tmp_path, monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    cfg, vendored, ext = _records(upstream, tmp_path)
+    profile = cfg.profile("arena")
+    first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
+    provenance.write(tmp_path / "a.json", first)
+    second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
+    provenance.write(tmp_path / "b.json", second)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert provenance.load(tmp_path / "a.json") == first
+
+    data = json.loads((tmp_path / "a.json").read_bytes())
+    assert data["profile"] == "arena" and data["source_date_epoch"] == 1_700_000_000
+    assert data["base"] == {"name": BASE.name, "digest": BASE.digest}
+    assert data["wheel_lock"] == {"path": "locks/runtime.txt",
+                                  "sha256": sha256_bytes(b"pkg==1 --hash=sha256:00\n")}
+    assert data["builder"] == {"pipeline_version": "0.1.0", "python_version": platform.python_version(),
+                               "zlib_version": zlib.ZLIB_RUNTIME_VERSION}
+    src = data["sources"][0]
+    assert src["revision"] == upstream.revision and src["license_sha256"] == vendored[0].license_sha256
+    assert {e["task_id"] for e in data["external"]} == {t.task_id for t in cfg.external.tasks}
+    assert data["external"][0]["status"] == "not fetched"
+    assert data["project"]["commit"] == run_git("rev-parse", "HEAD", cwd=project)
+
+
+def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
+    cfg, vendored, ext = _records(upstream, tmp_path)
+    (project / "env/app.py").write_bytes(b"print('changed')\n")
+    with pytest.raises(SourceError, match="dirty"):
+        provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored, external=ext)
+    record = provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored,
+                                 external=ext, allow_dirty=True)
+    provenance.write(tmp_path / "p.json", record)
+    data = json.loads((tmp_path / "p.json").read_bytes())
+    assert data["project"]["dirty"] is True and data["project"]["allow_dirty"] is True
+    assert data["project"]["dirty_paths"] == ["env/app.py"]
+
+
+def test_load_refuses_a_foreign_or_edited_record(project, upstream, tmp_path):
+    cfg, vendored, ext = _records(upstream, tmp_path)
+    record = provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored, external=ext)
+    path = tmp_path / "p.json"
+    provenance.write(path, record)
+    data = json.loads(path.read_bytes())
+    data["base"]["extra"] = "x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="base has unexpected fields"):
+        provenance.load(path)
+    path.write_text(json.dumps({"schema": "something/else"}))
+    with pytest.raises(ConfigError, match="not a provenance record"):
+        provenance.load(path)
