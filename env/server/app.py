@@ -1,0 +1,83 @@
+"""The ASGI app uvicorn serves: ``uvicorn env.server.app:app`` (the image's command).
+
+The task module comes from ``ARENA_TASKS_FILE`` (a vendored file) or, when unset, the
+first-party ``env.families``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+from fastapi import FastAPI
+from openenv.core.env_server.http_server import create_app
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect
+
+from env.loader import load_task_module
+from env.server.environment import Curriculum, ServerConfig, ShellEnvironment
+from env.server.models import ShellAction, ShellObservation
+from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
+
+TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
+
+# openenv-core's stateless HTTP routes build a fresh environment per request. Here every
+# environment shares the one workspace and the UID 2000 process table, so a POST /reset
+# would wipe the live WebSocket session's workspace and kill its processes, bypassing
+# the one-session limit. The episode is served over /ws only.
+STATELESS_ROUTES = frozenset({"/reset", "/step", "/state"})
+
+
+def create_server_app(tasks_file: str | None = None, config: ServerConfig = ServerConfig()) -> FastAPI:
+    """Build the OpenEnv app for the task module at ``tasks_file`` (None: first-party families)."""
+    curriculum = Curriculum(load_task_module(tasks_file))
+    if os.geteuid() == 0:
+        check_sandbox_tools()
+        ensure_sandbox_identity(config.uid, config.gid)
+    app = create_app(
+        partial(ShellEnvironment, curriculum, config),
+        ShellAction,
+        ShellObservation,
+        env_name="openenv-arena",
+        max_concurrent_envs=1,
+    )
+    app.router.routes[:] = [route for route in app.router.routes if not _is_stateless(route)]
+    app.add_middleware(_QuietClientClose)
+    return app
+
+
+class _QuietClientClose:
+    """Drop the WebSocketDisconnect raised when openenv-core closes an already closed socket.
+
+    openenv-core 0.3.0 ends every session with ``websocket.close()`` and expects a
+    RuntimeError if the client has gone; Starlette 1.x raises WebSocketDisconnect instead,
+    which uvicorn would log as an application error after every normal client close.
+    The session has been destroyed by then, so there is nothing left to report.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            pass
+
+
+def _is_stateless(route: BaseRoute) -> bool:
+    return getattr(route, "path", None) in STATELESS_ROUTES
+
+
+def __getattr__(name: str) -> FastAPI:
+    # `app` is built on first access (uvicorn's "env.server.app:app"), so importing
+    # create_server_app does not also load the task module named by the environment.
+    if name == "app":
+        built = create_server_app(os.environ.get(TASKS_FILE_VARIABLE) or None)
+        globals()["app"] = built
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,160 @@
+"""Reset isolation: end every sandbox process and rebuild /workspace from the case's inputs.
+
+Nothing an earlier episode did survives a reset: its processes are killed, the whole
+workspace is discarded, and files it left in the shared temporary directories are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_ROOT = Path("/workspace")
+INSTRUCTIONS_NAME = "INSTRUCTIONS.md"
+# World-writable places where a sandbox process could leave state for the next episode.
+SHARED_TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+# A fork bomb may spawn new processes while we kill; rescan until a scan finds none.
+_KILL_ROUNDS = 200
+
+
+class WorkspaceError(RuntimeError):
+    """The workspace could not be reset (an infrastructure fault, never a reward)."""
+
+
+def repo_dir(root: Path) -> Path:
+    """The agent's working directory (``cwd`` of every command)."""
+    return root / "repo"
+
+
+def home_dir(root: Path) -> Path:
+    """The sandbox user's ``HOME``."""
+    return root / "home"
+
+
+def sandbox_pids(uid: int) -> list[int]:
+    """PIDs of live processes whose real, effective or saved UID is ``uid`` (zombies excluded)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                text = status.read()
+        except OSError:
+            continue  # exited while we scanned
+        uids = _field(text, b"Uid:")
+        if str(uid).encode() in uids[:3] and _field(text, b"State:")[:1] != [b"Z"]:
+            pids.append(int(name))
+    return pids
+
+
+def _field(status: bytes, key: bytes) -> list[bytes]:
+    start = status.find(key)
+    if start < 0:
+        return []
+    end = status.find(b"\n", start)
+    return status[start + len(key): end if end >= 0 else None].split()
+
+
+def kill_sandbox_processes(uid: int) -> int:
+    """SIGKILL every process of ``uid`` until none is left; return how many were signalled."""
+    signalled = 0
+    for _ in range(_KILL_ROUNDS):
+        pids = sandbox_pids(uid)
+        if not pids:
+            _reap_orphans()
+            return signalled
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                signalled += 1
+            except ProcessLookupError:
+                pass
+        _reap_orphans()
+        time.sleep(0.001)
+    raise WorkspaceError(
+        f"processes of UID {uid} still alive after {_KILL_ROUNDS} kill rounds: {sandbox_pids(uid)[:20]}"
+    )
+
+
+def _reap_orphans() -> None:
+    # When the server is PID 1 (a container without an init), killed background
+    # processes are re-parented to it and stay zombies, still counting against the
+    # sandbox's process limit, until it waits for them.
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def remove_sandbox_temp_files(uid: int, dirs: tuple[Path, ...] = SHARED_TEMP_DIRS) -> None:
+    """Remove the top-level entries owned by ``uid`` from the shared temporary directories."""
+    for directory in dirs:
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+
+
+def rebuild_workspace(
+    root: Path, files: Mapping[str, str], instructions: str, uid: int, gid: int
+) -> Path:
+    """Discard ``root`` and recreate it with the input files and INSTRUCTIONS.md; return the repo dir.
+
+    ``root`` itself stays root-owned so the agent cannot replace ``repo`` with a link;
+    ``repo`` and ``home`` and every file written are owned by ``uid``/``gid``.
+    """
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        raise WorkspaceError(f"workspace root {root} is not a directory")
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(mode=0o755, parents=True)
+    os.chmod(root, 0o755)
+    repo = repo_dir(root)
+    for directory, mode in ((repo, 0o755), (home_dir(root), 0o700)):
+        directory.mkdir(mode=mode)
+        os.chown(directory, uid, gid)
+        os.chmod(directory, mode)
+    contents = dict(files)
+    if INSTRUCTIONS_NAME in contents or len(contents) != 3:
+        raise WorkspaceError(
+            f"a case must have exactly three input files besides {INSTRUCTIONS_NAME}, got {sorted(contents)}"
+        )
+    contents[INSTRUCTIONS_NAME] = instructions
+    for name, text in contents.items():
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise WorkspaceError(f"input file name {name!r} is not a plain file name")
+        _write_owned(repo / name, text, uid, gid)
+    return repo
+
+
+def _write_owned(path: Path, text: str, uid: int, gid: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o644)
+        data = text.encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
