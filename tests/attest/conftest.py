@@ -177,7 +177,7 @@ class Records:
     signer: object  # pipeline.signing.KeySigner
 
 
-def make_records(root: Path, signer=None) -> Records:
+def make_records(root: Path, signer=None, *, image_name: str | None = None) -> Records:
     """A complete, correctly signed set of release records under `root`."""
     import hashlib
     from datetime import datetime, timezone
@@ -217,7 +217,7 @@ def make_records(root: Path, signer=None) -> Records:
         "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
         "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
     })
-    name = f"{cfg.profile('test').registry}/{cfg.profile('test').repository}"
+    name = image_name or f"{cfg.profile('test').registry}/{cfg.profile('test').repository}"
     (root / "submission.json").write_text(json.dumps({"image": f"{name}@{image.digest}", "tasks": []}))
     sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources,
                                first_party_license="MIT", lock_text=LOCK_TEXT)
