@@ -156,7 +156,8 @@ class RegistryClient:
     def _authenticate(self, resp: requests.Response, scope: str) -> bool:
         """Answer a 401 challenge; False when there is nothing more to try."""
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
-        if scheme == "bearer" and "realm" in params and scope not in self._tokens:
+        # A cached token may have expired: fetch a fresh one (the caller bounds the rounds).
+        if scheme == "bearer" and "realm" in params:
             query = {"service": params.get("service", "")}
             query["scope"] = params.get("scope") or scope
             auth = (self.credentials.user, self.credentials.password) if self.credentials else None
@@ -299,6 +300,7 @@ class RegistryClient:
         return dig
 
     def list_tags(self, repository: str) -> list[str]:
+        """Tags of `repository` (empty when the repository does not exist)."""
         resp = self._request("GET", f"/v2/{repository}/tags/list", scope=self._scope(repository),
                              ok=(200, 404))
         return [] if resp.status_code == 404 else list(resp.json().get("tags") or [])
@@ -306,6 +308,7 @@ class RegistryClient:
     # ------------------------------------------------------------ blobs
 
     def has_blob(self, repository: str, digest: str) -> bool:
+        """HEAD the blob: True when the registry already holds it."""
         resp = self._request("HEAD", f"/v2/{repository}/blobs/{digest}",
                              scope=self._scope(repository), ok=(200, 404))
         return resp.status_code == 200

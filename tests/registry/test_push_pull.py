@@ -111,3 +111,12 @@ def test_attach_uses_cosign_like_tags(local_registry, repo_name, tmp_path, build
     assert tag in anon.list_tags(repo_name)
     assert fetch_attachment(anon, repo_name, img.manifest_digest, "att") == payload
     assert fetch_attachment(anon, repo_name, img.manifest_digest, "sbom") is None
+
+
+def test_cross_repository_mount(local_registry, repo_name, tmp_path, build_image, writer):
+    img = build_image(tmp_path / "src")
+    push_layout(writer(local_registry), repo_name, tmp_path / "src")
+    client = writer(local_registry)
+    layer = img.manifest.layers[0].digest
+    assert client.mount_blob(repo_name + "-copy", layer, repo_name) is True
+    assert RegistryClient(local_registry.address).has_blob(repo_name + "-copy", layer)
