@@ -224,10 +224,7 @@ def _source(t: dict[str, Any], i: int) -> Source:
     if lic_sha and not _SHA256.match(lic_sha):
         raise ConfigError(f"{where}.license_sha256 is not a sha256",
                           expected="64 lowercase hex or \"\" (unpinned)", actual=lic_sha)
-    if Path(t.get("path", "")).name == Path(t.get("license_file", "")).name:
-        raise ConfigError(f"{where}: the file and its licence would land on the same vendor path",
-                          expected="different file names", actual=t.get("path"))
-    return Source(
+    source = Source(
         name=_req(t, "name", str, where),
         repository=_req(t, "repository", str, where),
         revision=rev,
@@ -239,6 +236,10 @@ def _source(t: dict[str, Any], i: int) -> Source:
         profiles=tuple(t.get("profiles", [])),
         license_sha256=lic_sha,
     )
+    if Path(source.path).name == Path(source.license_file).name:
+        raise ConfigError(f"{where}: the file and its licence would land on the same vendor path",
+                          expected="different file names", actual=source.path)
+    return source
 
 
 def _external_task(t: dict[str, Any], i: int) -> ExternalTask:

@@ -237,8 +237,11 @@ def vendor(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: 
 
 def main(argv: list[str]) -> int:
     """`python -m pipeline vendor`: vendor the profile's sources and external task records."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline vendor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline vendor", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="External task records in the mirror (see pipeline/external.py):\n"
+               "    DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json")
     parser.add_argument("--profile", default="local")
     parser.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     parser.add_argument("--mirror", type=Path, default=None,

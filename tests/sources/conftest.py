@@ -116,8 +116,12 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def _git_http_backend(project_root: Path):
-    """A WSGI app running `git http-backend` as a CGI program for each request."""
+def _git_http_backend(project_root: Path, *, protocol_v2: bool = True):
+    """A WSGI app running `git http-backend` as a CGI program for each request.
+
+    With `protocol_v2=False` the client's protocol request is dropped, so the server
+    speaks protocol v0, which refuses wants of unadvertised commits by default.
+    """
     def app(environ, start_response):
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
@@ -127,7 +131,8 @@ def _git_http_backend(project_root: Path):
             "QUERY_STRING": environ.get("QUERY_STRING", ""),
             "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""), "CONTENT_LENGTH": str(len(body)),
             "HTTP_CONTENT_ENCODING": environ.get("HTTP_CONTENT_ENCODING", ""),
-            "GIT_PROTOCOL": environ.get("HTTP_GIT_PROTOCOL", ""), "REMOTE_ADDR": "127.0.0.1",
+            "GIT_PROTOCOL": environ.get("HTTP_GIT_PROTOCOL", "") if protocol_v2 else "",
+            "REMOTE_ADDR": "127.0.0.1",
         }
         proc = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
                               check=False)
@@ -154,8 +159,19 @@ def _serve(server) -> str:
 @pytest.fixture
 def smart_http(upstream):
     """Base URL of `git http-backend` serving the upstream's served root on loopback."""
-    server = make_server("127.0.0.1", 0, _git_http_backend(upstream.served_root),
-                         server_class=_ThreadingWSGIServer, handler_class=_QuietWSGIHandler)
+    yield from _smart_http(upstream, protocol_v2=True)
+
+
+@pytest.fixture
+def smart_http_v0(upstream):
+    """Like smart_http, but the server only speaks git protocol v0."""
+    yield from _smart_http(upstream, protocol_v2=False)
+
+
+def _smart_http(upstream, *, protocol_v2: bool):
+    app = _git_http_backend(upstream.served_root, protocol_v2=protocol_v2)
+    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer,
+                         handler_class=_QuietWSGIHandler)
     try:
         yield _serve(server)
     finally:

@@ -56,6 +56,21 @@ def test_vendor_over_dumb_http_falls_back_to_a_full_fetch(upstream, dumb_http, t
     _assert_vendored(tmp_path, record)
 
 
+@pytest.mark.parametrize("allow_sha1_in_want, method", [(False, "full"), (True, "by-id")])
+def test_protocol_v0_server_by_id_or_full_fetch(upstream, smart_http_v0, tmp_path,
+                                                allow_sha1_in_want, method):
+    # The pinned commit is no longer a branch tip, so a v0 server does not advertise it.
+    commit_files(upstream.work, {"README.md": b"later\n"}, "later commit")
+    upstream.publish()
+    if allow_sha1_in_want:
+        run_git("config", "uploadpack.allowReachableSHA1InWant", "true", cwd=upstream.bare)
+    url = f"{smart_http_v0}/team/tasks.git"
+    fetched = git.fetch_revision(tmp_path / "cache.git", url, upstream.revision)
+    assert fetched.method == method
+    record = _vendor(upstream.source(url), tmp_path)
+    _assert_vendored(tmp_path, record)
+
+
 def test_new_upstream_commit_does_not_change_the_pinned_bytes(upstream, smart_http, tmp_path):
     commit_files(upstream.work, {TASK_PATH: TASK_BYTES.replace(b"a", b"A", 1)}, "change a byte")
     upstream.publish()
