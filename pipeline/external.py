@@ -219,6 +219,25 @@ def fetch_record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, o
                           f"for {task.task_id} in release.toml")
 
 
+def check_stored(record: ExternalRecord, out_dir: Path) -> None:
+    """Recompute a stored record's sha256 from the vendor directory alone (for the audit).
+
+    Records that were never fetched have nothing stored and nothing to check.
+    """
+    if record.status == NOT_FETCHED:
+        return
+    path = out_dir / record.record_path
+    if not path.is_file():
+        raise SourceError(f"stored external record {record.task_id} is missing",
+                          expected=str(path), actual="absent",
+                          hint="run `python -m pipeline vendor` to fetch it")
+    digest = sha256_bytes(path.read_bytes())
+    if digest != record.sha256:
+        raise DigestMismatch(f"stored external record {path} was modified",
+                             expected=f"sha256 {record.sha256}", actual=f"sha256 {digest}",
+                             hint=f"delete {path} and run `python -m pipeline vendor` again")
+
+
 def fetch_records(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: Path, *,
                   mirror: Path | None = None) -> tuple[ExternalRecord, ...]:
     """Every external record of the release, in release.toml order.

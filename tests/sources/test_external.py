@@ -240,3 +240,19 @@ def test_stored_record_holds_exactly_the_canonical_bytes(tmp_path):
                                      mirror=_write_mirror(tmp_path / "mirror"))
     stored = (tmp_path / "vendor" / records[0].record_path).read_bytes()
     assert stored == canonical_json(_rows()[3])
+
+
+def test_check_stored_recomputes_from_the_vendor_directory(tmp_path):
+    cfg = _cfg(pins=_pins())
+    records = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor",
+                                     mirror=_write_mirror(tmp_path / "mirror"))
+    for record in records:
+        external.check_stored(record, tmp_path / "vendor")
+    stored = tmp_path / "vendor" / records[0].record_path
+    stored.chmod(0o644)
+    stored.write_bytes(stored.read_bytes() + b" ")
+    with pytest.raises(DigestMismatch, match="was modified"):
+        external.check_stored(records[0], tmp_path / "vendor")
+    stored.unlink()
+    with pytest.raises(SourceError, match="is missing"):
+        external.check_stored(records[0], tmp_path / "vendor")
