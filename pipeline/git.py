@@ -10,7 +10,10 @@ Protocol-v2 servers (and v0 servers with `uploadpack.allow*SHA1InWant`) hand ove
 a commit by id; dumb HTTP servers and strict v0 servers do not, so the fallback is a
 full fetch of every branch and tag followed by a check that the commit is there.
 A commit that is present in neither way was rewritten away upstream (force push,
-then garbage collection) or deleted: that is "revision not found".
+then garbage collection) or deleted: that is "revision not found". A server that
+still holds a force-pushed-away commit may keep serving it by id; its bytes are
+then still exactly the pinned ones (commit id, then file sha256), so that is not
+an integrity failure.
 """
 
 from __future__ import annotations
