@@ -1,0 +1,111 @@
+"""Check results: the typed record of a suite run and its one writer and loader."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._io import pretty_json, write_atomic
+from ..errors import VerificationError
+
+FORMAT = "openenv-arena-checks/v1"
+
+
+def _plain(value: Any) -> Any:
+    """Observed/expected values as JSON (anything else becomes its repr)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check: stable id, verdict, time taken; observed vs expected on failure."""
+
+    id: str
+    passed: bool
+    seconds: float
+    observed: Any = None
+    expected: Any = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "passed": self.passed, "seconds": round(self.seconds, 3)}
+        if not self.passed:
+            out.update(observed=_plain(self.observed), expected=_plain(self.expected))
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CheckResult":
+        return cls(id=d["id"], passed=bool(d["passed"]), seconds=float(d["seconds"]),
+                   observed=d.get("observed"), expected=d.get("expected"), detail=d.get("detail", ""))
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """Every check of one image (or server), in a stable order."""
+
+    image: str
+    targets: tuple[str, ...]
+    checks: tuple[CheckResult, ...]
+    seconds: float
+    schema: dict[str, Any] = field(default_factory=dict)
+    external: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and not self.failures
+
+    def counts(self) -> dict[str, int]:
+        failed = len(self.failures)
+        return {"total": len(self.checks), "passed": len(self.checks) - failed, "failed": failed}
+
+    def for_prefix(self, prefix: str) -> tuple[CheckResult, ...]:
+        """Checks whose id starts with `prefix` (e.g. a case id plus "/")."""
+        return tuple(c for c in self.checks if c.id.startswith(prefix))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "image": self.image,
+            "targets": list(self.targets),
+            "seconds": round(self.seconds, 3),
+            "summary": self.counts(),
+            "schema": self.schema,
+            "external": list(self.external),
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "SuiteResult":
+        if d.get("format") != FORMAT:
+            raise VerificationError("not a check-results record", expected=FORMAT, actual=d.get("format"))
+        return cls(image=d["image"], targets=tuple(d["targets"]),
+                   checks=tuple(CheckResult.from_json(c) for c in d["checks"]),
+                   seconds=float(d["seconds"]), schema=d.get("schema") or {},
+                   external=tuple(d.get("external") or ()))
+
+
+def write(path: Path | str, result: SuiteResult) -> None:
+    """Write dist/checks.json atomically."""
+    write_atomic(Path(path), pretty_json(result.to_json()))
+
+
+def load(path: Path | str) -> SuiteResult:
+    """Read a check-results record written by `write`."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise VerificationError(f"check results {path} not found",
+                                hint="run `python -m pipeline verify <image>` first") from None
+    return SuiteResult.from_json(data)
