@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import attest, config as config_mod, provenance as provenance_mod, sbom as sbom_mod, signing, sources
+from . import attest, config as config_mod, intoto_links, provenance as provenance_mod, sbom as sbom_mod, signing, sources
 from ._io import canonical_json, read_json, sha256_bytes
 from .errors import ReleaseError, VerificationError
 
@@ -169,6 +169,9 @@ def audit(root: Path, *, registry: bool = False) -> list[Check]:
         r.run("check results passed", rec, lambda: _equal(
             f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
             "PASSED", pred.get("result")))
+    if trust is not None and trust.kind == "key" and (att_dir / intoto_links.LAYOUT_FILE).exists():
+        r.run("in-toto layout and stage links", f"attestations/{intoto_links.LAYOUT_FILE}",
+              lambda: intoto_links.verify(root, signing.load_published_key(att_dir)))
     if registry and image is not None:
         _audit_registry(r, root, att_dir, image, trust)
     return r.rows
