@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import attest, audit, config, provenance, sbom, signing  # noqa: E402
+from pipeline.checks.results import CheckResult, SuiteResult  # noqa: E402
 from pipeline.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST  # noqa: E402
 from pipeline.oci.layer import FileEntry, parents_of, write_layer  # noqa: E402
 from pipeline.oci.layout import Layout  # noqa: E402
@@ -104,9 +105,9 @@ def main() -> int:
         records = tmp_path / "records"
         (records / "locks").mkdir(parents=True)
         (records / "locks" / "runtime.txt").write_text(lock_text)
-        (records / "release.toml").write_bytes(cfg.path.read_bytes())
+        # The local profile, with its base pinned by digest in release.toml (no locks/base.json needed).
         base = f"bench.invalid/base@sha256:{'5' * 64}"
-        (records / "locks" / "base.json").write_text(json.dumps({"image": base}))
+        (records / "release.toml").write_text(cfg.path.read_text().replace('base = "local"', f'base = "{base}"', 1))
         prov = provenance.Provenance(
             schema=provenance.SCHEMA, profile="local", source_date_epoch=EPOCH,
             project=provenance.ProjectRevision("1" * 40, "2" * 40, False, (), False),
@@ -117,7 +118,8 @@ def main() -> int:
         (records / "submission.json").write_text(json.dumps({"image": f"bench/image@{image.digest}"}))
         signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
         now = datetime.now(timezone.utc)
-        checks = {"results": [{"id": f"case-{i}/correct", "passed": True} for i in range(600)]}
+        checks = SuiteResult(image=f"bench/image@{image.digest}", targets=("bench",), seconds=0.0,
+                             checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)))
         ssecs, _ = timed(lambda: attest.write_attestations(
             cfg=cfg, subject=attest.Subject("bench/image", image.digest), provenance=prov, lock_text=lock_text,
             sbom_bytes=data, checks=checks, checks_sha256="0" * 64, signer=signer,

@@ -25,10 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ._io import canonical_json, read_json, sha256_bytes, write_atomic
+from ._io import canonical_json, sha256_bytes, write_atomic
 from .config import REPO_ROOT, ReleaseConfig
 from .errors import ConfigError, VerificationError
 from .oci import digest as oci_digest
+from .checks.results import SuiteResult
 from .provenance import Provenance
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -165,33 +166,17 @@ def _rfc3339(t: datetime) -> str:
 # ------------------------------------------------------------------ check results
 
 
-def _result_rows(checks: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    rows = checks.get("results", checks.get("checks"))
-    if not isinstance(rows, list):
-        raise ConfigError("check results have no list of results", expected="`results`: [{id, passed}]",
-                          actual=sorted(checks))
-    return rows
-
-
-def _passed(row: Mapping[str, Any]) -> bool:
-    if "passed" in row:
-        return bool(row["passed"])
-    return str(row.get("status", row.get("result", ""))).lower() in ("pass", "passed", "ok")
-
-
-def checks_predicate(checks: Mapping[str, Any], *, checks_sha256: str) -> dict[str, Any]:
-    """The in-toto test-result predicate of dist/checks.json."""
-    rows = _result_rows(checks)
-    ids = [str(r.get("id", r.get("name"))) for r in rows]
-    passed = sorted(i for i, r in zip(ids, rows) if _passed(r))
-    failed = sorted(i for i, r in zip(ids, rows) if not _passed(r))
+def checks_predicate(result: SuiteResult, *, checks_sha256: str) -> dict[str, Any]:
+    """The in-toto test-result predicate of a check-suite run (dist/checks.json)."""
+    failed = sorted(c.id for c in result.failures)
     return {
-        "result": "PASSED" if rows and not failed else "FAILED",
-        "passedTests": passed,
+        "result": "PASSED" if result.ok else "FAILED",
+        "passedTests": sorted(c.id for c in result.checks if c.passed),
         "failedTests": failed,
         "warnedTests": [],
         "configuration": [{"name": "checks.json", "digest": {"sha256": checks_sha256},
-                           "annotations": {"suite": "verification.md", "count": len(rows)}}],
+                           "annotations": {"suite": "verification.md", "image": result.image,
+                                           **result.counts()}}],
     }
 
 
@@ -231,7 +216,7 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile]) -> 
 
 
 def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Provenance, lock_text: str,
-                       sbom_bytes: bytes, checks: Mapping[str, Any] | None, checks_sha256: str | None,
+                       sbom_bytes: bytes, checks: SuiteResult | None, checks_sha256: str | None,
                        signer, out_dir: Path = DEFAULT_DIR, started: datetime, finished: datetime,
                        invocation_id: str | None = None) -> list[AttestationFile]:
     """Sign the three statements (checks only when results exist) into `out_dir`.
@@ -310,6 +295,7 @@ def main(argv: list[str]) -> int:
     from . import config as config_mod
     from . import provenance as provenance_mod
     from . import signing
+    from .checks import results as results_mod
     from .progress import say
 
     ap = argparse.ArgumentParser(prog="python -m pipeline attest",
@@ -328,7 +314,7 @@ def main(argv: list[str]) -> int:
     prov = provenance_mod.load(args.provenance)
     kind = args.signing or cfg.profile(prov.profile).signing
     signer = signing.signer_for(kind, key_path=args.key)
-    checks = read_json(args.checks) if args.checks.is_file() else None
+    checks = results_mod.load(args.checks) if args.checks.is_file() else None
     files = write_attestations(
         cfg=cfg, subject=Subject.from_image_ref(args.image), provenance=prov,
         lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),

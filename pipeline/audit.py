@@ -169,6 +169,10 @@ def audit(root: Path, *, registry: bool = False) -> list[Check]:
         r.run("check results passed", rec, lambda: _equal(
             f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
             "PASSED", pred.get("result")))
+        if image is not None:
+            ran_on = str((pred.get("configuration") or [{}])[0].get("annotations", {}).get("image", ""))
+            r.run("checks ran on the submission image", rec, lambda: _equal(
+                "digest of the image the check suite ran on", image.digest, ran_on.rpartition("@")[2]))
     if trust is not None and trust.kind == "key" and (att_dir / intoto_links.LAYOUT_FILE).exists():
         r.run("in-toto layout and stage links", f"attestations/{intoto_links.LAYOUT_FILE}",
               lambda: intoto_links.verify(root, signing.load_published_key(att_dir)))
@@ -207,9 +211,12 @@ def _base_pin(root: Path, cfg, profile) -> str:
     """The base the release config pins: release.toml, or locks/base.json for a local base."""
     if profile.base != "local":
         return profile.base
-    lock = read_json(root / BASE_LOCK)
-    ref = lock.get("image") or lock.get("reference") or f"{lock.get('name', '')}@{lock.get('digest', '')}"
-    return ref
+    from .base import load_record
+
+    record = load_record(root / BASE_LOCK)
+    if record is None:
+        raise VerificationError(f"{BASE_LOCK} is missing", hint="a local-base release records its base there")
+    return record.reference
 
 
 def _audit_provenance(r: _Rows, root: Path, cfg, prov, stmt: dict[str, Any] | None, rec: str) -> None:

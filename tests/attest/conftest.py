@@ -121,8 +121,7 @@ BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
-CHECKS = {"results": [{"id": "image/health", "passed": True},
-                      {"id": "sort-d1-s101/correct", "passed": True}]}
+CHECKS = (("image/health", True), ("sort-d1-s101/correct", True))
 
 
 def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str) -> str:
@@ -221,12 +220,16 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     (root / "submission.json").write_text(json.dumps({"image": f"{name}@{image.digest}", "tasks": []}))
     sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources,
                                first_party_license="MIT", lock_text=LOCK_TEXT)
-    checks_bytes = json.dumps(CHECKS).encode()
+    from pipeline.checks.results import CheckResult, SuiteResult
+
+    checks = SuiteResult(image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
+                         checks=tuple(CheckResult(id=i, passed=ok, seconds=0.1) for i, ok in CHECKS))
+    checks_bytes = json.dumps(checks.to_json()).encode()
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     t = datetime(2024, 1, 1, tzinfo=timezone.utc)
     attest.write_attestations(
         cfg=cfg, subject=attest.Subject(name=name, digest=image.digest), provenance=prov, lock_text=LOCK_TEXT,
-        sbom_bytes=sbom_bytes, checks=CHECKS, checks_sha256=sha(checks_bytes), signer=signer,
+        sbom_bytes=sbom_bytes, checks=checks, checks_sha256=sha(checks_bytes), signer=signer,
         out_dir=root / "attestations", started=t, finished=t, invocation_id="test-run",
     )
     return Records(root=root, image=image, signer=signer)

@@ -87,7 +87,8 @@ def test_submission_names_another_image(records):
     sub.write_text(json.dumps(doc))
     fails = _failures(records.root)
     assert {c.name for c in fails} == {"provenance subject = submission image", "sbom subject = submission image",
-                                       "checks subject = submission image", "SBOM describes the image"}
+                                       "checks subject = submission image", "SBOM describes the image",
+                                       "checks ran on the submission image"}
 
 
 def test_sbom_replaced(records, tmp_path, monkeypatch):
@@ -158,11 +159,22 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     import conftest
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
-    monkeypatch.setattr(conftest, "CHECKS", {"results": [{"id": "image/uid", "passed": False}]})
+    monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
     records = conftest.make_records(tmp_path / "r")
     fails = _failures(records.root)
     assert [c.name for c in fails] == ["check results passed"]
     assert "image/uid" in fails[0].detail
+
+
+def test_checks_about_another_image(records):
+    from pipeline import attest
+
+    path, env = _envelope(records, "checks")
+    stmt = json.loads(base64.b64decode(env["payload"]))
+    stmt["predicate"]["configuration"][0]["annotations"]["image"] = "x/y@sha256:" + "d" * 64
+    path.write_bytes(records.signer.sign(attest.canonical_json(stmt)))
+    fails = _failures(records.root)
+    assert [c.name for c in fails] == ["checks ran on the submission image"]
 
 
 def test_statement_shapes(records):
