@@ -301,7 +301,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline attest",
                                  description="sign provenance, SBOM and check results about the built image")
     ap.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    ap.add_argument("--image", required=True, help="name@sha256:<hex> of the built image")
+    ap.add_argument("--image", help="name@sha256:<hex> of the built image (default: from dist/build.json)")
+    ap.add_argument("--build-record", type=Path, default=REPO_ROOT / "dist" / "build.json")
     ap.add_argument("--provenance", type=Path, default=REPO_ROOT / "provenance.json")
     ap.add_argument("--sbom", type=Path, default=DEFAULT_DIR / SBOM_FILE)
     ap.add_argument("--checks", type=Path, default=REPO_ROOT / "dist" / "checks.json")
@@ -311,6 +312,11 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     started = datetime.now(timezone.utc)
     cfg = config_mod.load(args.config)
+    if args.image is None:
+        from .build import load_record
+
+        record = load_record(args.build_record)
+        args.image = f"{record.repository}@{record.manifest_digest}"
     prov = provenance_mod.load(args.provenance)
     kind = args.signing or cfg.profile(prov.profile).signing
     signer = signing.signer_for(kind, key_path=args.key)

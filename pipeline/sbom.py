@@ -493,26 +493,42 @@ def image_name(cfg: ReleaseConfig, profile: str) -> str:
     return p.repository if p.local else f"{p.registry}/{p.repository}"
 
 
+DEFAULT_BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
+
+
 def main(argv: list[str]) -> int:
     from . import config as config_mod
     from .progress import say
 
     ap = argparse.ArgumentParser(prog="python -m pipeline sbom", description="CycloneDX SBOM of the built image")
-    ap.add_argument("--layout", type=Path, default=DEFAULT_LAYOUT, help="OCI image layout of the built image")
+    ap.add_argument("--build-record", type=Path, default=DEFAULT_BUILD_RECORD,
+                    help="build record naming the image, its layout and ref (default: dist/build.json)")
+    ap.add_argument("--layout", type=Path, help="OCI image layout (overrides the build record)")
     ap.add_argument("--ref", help="ref name of the image in the layout, when it holds several")
+    ap.add_argument("--name", help="image name (registry/repository)")
     ap.add_argument("--profile", default="local")
     ap.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    ap.add_argument("--name", help="image name (default: the profile's registry/repository)")
     ap.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="wheel lock giving wheel hashes")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
+    layout, ref, name, expected = args.layout, args.ref, args.name, None
+    if layout is None:
+        from .build import load_record
+
+        record = load_record(args.build_record)
+        layout, ref, expected = Path(record.layout), ref or record.tag, record.manifest_digest
+        name = name or record.repository
     data = generate(
-        args.layout, name=args.name or image_name(cfg, profile.name), app_dir=cfg.app_dir, ref=args.ref,
+        layout, name=name or image_name(cfg, profile.name), app_dir=cfg.app_dir, ref=ref,
         sources=cfg.sources_for(profile), first_party_license=project_license(),
         lock_text=args.lock.read_text() if args.lock.is_file() else "",
     )
+    described = json.loads(data)["metadata"]["component"]["version"]
+    if expected is not None and described != expected:
+        raise DigestMismatch("the image in the layout is not the one the build record names",
+                             expected=expected, actual=described, hint="rebuild (`nox -s build`)")
     write_atomic(args.out, data)
-    say(f"sbom: {args.out} ({len(json.loads(data).get('components', []))} components)")
+    say(f"sbom: {args.out} ({len(json.loads(data).get('components', []))} components) for {name}@{described}")
     return 0
