@@ -39,7 +39,7 @@ FIRST_NAMES = ("ada", "bruno", "chen", "dara", "elif", "femi", "greta", "hiro", 
 LAST_NAMES = ("khan", "lopez", "moreau", "novak", "okafor", "park", "quinn", "rossi", "silva", "tanaka")
 TEAMS = ("design", "finance", "legal", "payments", "platform", "research", "support")
 SOURCE_PRIORITY = {"hr": 3, "crm": 2, "import": 1}
-PHONE_FORMATS = ("({a}) {b}-{c}", "{a}-{b}-{c}", "{a}.{b}.{c}", "{a} {b} {c}")
+PHONE_FORMATS = ("({a}) {b}-{c}", "{a}-{b}-{c}", "{a}.{b}.{c}", "{a}/{b}-{c}")
 
 
 def _phone(rng: random.Random) -> str:

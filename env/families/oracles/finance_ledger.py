@@ -40,5 +40,9 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
             target = by_id[event["target"]]
             sign = 1 if target["cents"] > 0 else -1
             closing[target["account"]] -= sign * event["cents"]
-    pick = lambda what: sorted(i for i, f in fate.items() if f == what)  # noqa: E731
-    return {"closing_cents": closing, "applied_ids": pick("applied"), "rejected_ids": pick("rejected"), "held_ids": pick("held")}
+    return {
+        "closing_cents": closing,
+        "applied_ids": sorted(i for i, f in fate.items() if f == "applied"),
+        "rejected_ids": sorted(i for i, f in fate.items() if f == "rejected"),
+        "held_ids": sorted(i for i, f in fate.items() if f == "held"),
+    }

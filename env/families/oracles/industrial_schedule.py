@@ -28,5 +28,6 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         key = (tardiness, max(completion.values()), list(order), completion)
         if best is None or key[:3] < best[:3]:
             best = key
-    assert best is not None, "the precedences admit no order"
+    if best is None:
+        raise ValueError("the precedences admit no order (they contain a cycle)")
     return {"order": best[2], "completion": best[3], "weighted_tardiness": best[0], "makespan": best[1]}

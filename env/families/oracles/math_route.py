@@ -20,7 +20,8 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         outcome = _walk(route, edges, request, policy)
         if outcome is not None and (best is None or outcome < best):
             best = outcome
-    assert best is not None, "no feasible route"
+    if best is None:
+        raise ValueError("no feasible route from start to goal")
     return {"route": best[2], "minutes": best[0], "exposure": best[1]}
 
 

@@ -22,7 +22,8 @@ def _solve_linear(rows: list[list[Fraction]]) -> list[Fraction]:
 
 
 def _integer(value: Fraction) -> int:
-    assert value.denominator == 1, f"expected an integer, got {value}"
+    if value.denominator != 1:
+        raise ValueError(f"expected an integer-valued result, got {value}")
     return value.numerator
 
 

@@ -26,7 +26,8 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         if affected <= covered:
             key = (sum(suites[s]["cost"] for s in chosen), len(chosen), chosen)
             best = key if best is None or key < best else best
-    assert best is not None, "no suite combination covers the affected modules"
+    if best is None:
+        raise ValueError("no combination of suites covers the affected modules")
 
     order: list[str] = []
     remaining = sorted(affected)
