@@ -73,9 +73,13 @@ def _equal(what: str, expected: Any, actual: Any, *, hint: str | None = None) ->
         raise VerificationError(what, expected=expected, actual=actual, hint=hint)
 
 
+def _by_name(deps: list[dict]) -> dict[Any, dict]:
+    return {d.get("name"): d for d in deps}
+
+
 def _first_difference(expected: list[dict], actual: list[dict]) -> str | None:
-    by_name = lambda deps: {d.get("name"): d for d in deps}  # noqa: E731
-    e, a = by_name(expected), by_name(actual)
+    """The first resource descriptor (by name) that differs, with both sides."""
+    e, a = _by_name(expected), _by_name(actual)
     for name in sorted(set(e) | set(a), key=str):
         if e.get(name) != a.get(name):
             return f"{name}: expected {json.dumps(e.get(name), sort_keys=True)}, got {json.dumps(a.get(name), sort_keys=True)}"

@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
