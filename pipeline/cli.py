@@ -16,6 +16,7 @@ from .errors import ReleaseError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
+    "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
     "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),

@@ -23,6 +23,8 @@ TOOLS: dict[str, str] = {
     "docker-registry": "docker-registry",
     "nginx": "nginx-light",
     "mmdebstrap": "mmdebstrap",
+    # only the reproducibility tests use it: the same build an hour later
+    "faketime": "faketime",
 }
 # packages without a tool of their own that podman needs for rootful networking
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")
