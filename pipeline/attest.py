@@ -30,6 +30,7 @@ from .config import REPO_ROOT, ReleaseConfig
 from .errors import ConfigError, VerificationError
 from .oci import digest as oci_digest
 from .checks.results import SuiteResult
+from . import provenance as provenance_record
 from .provenance import Provenance
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -42,6 +43,7 @@ SLSA_LEVEL_REASON = ("provenance is generated and signed by the release pipeline
                      "not by an isolated, hosted build platform (SLSA v1.0 Build L2 and up)")
 DEFAULT_DIR = REPO_ROOT / "attestations"
 SBOM_FILE = "sbom.cdx.json"
+PROVENANCE_RECORD = "provenance.json"
 README_FILE = "README.md"
 
 
@@ -155,6 +157,10 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, lock_text: str
                 "startedOn": _rfc3339(started),
                 "finishedOn": _rfc3339(finished),
             },
+            # provenance.json's exact bytes are one function of the record: binding their
+            # hash here makes any edit of it (not only of the pinned inputs) detectable.
+            "byproducts": [{"name": PROVENANCE_RECORD, "mediaType": "application/json",
+                            "digest": {"sha256": sha256_bytes(provenance_record.to_json(prov))}}],
         },
     }
 

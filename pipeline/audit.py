@@ -162,6 +162,9 @@ def audit(root: Path, *, registry: bool = False) -> list[Check]:
                 "subject digest differs from the image in submission.json", image.digest, _subject_digest(stmt)))
 
     _audit_sbom(r, root, att_dir, image, statements.get("sbom"))
+    if trust is not None and set(statements) == set(attest.PREDICATES):
+        r.run("README = regenerated from the statements", f"attestations/{attest.README_FILE}",
+              lambda: _readme_matches(att_dir, trust, statements))
     if cfg is not None and prov is not None:
         prov_rec = _rel(root, attest.attestation_path(att_dir, "provenance", trust.suffix if trust else ""))
         _audit_provenance(r, root, cfg, prov, statements.get("provenance"), prov_rec)
@@ -205,6 +208,17 @@ def _audit_sbom(r: _Rows, root: Path, att_dir: Path, image, stmt: dict[str, Any]
             (doc.get("metadata", {}).get("component", {}).get("version"), doc.get("serialNumber"))))
 
 
+def _readme_matches(att_dir: Path, trust: Trust, statements: dict[str, dict[str, Any]]) -> None:
+    subj = statements["provenance"]["subject"][0]
+    files = [attest.AttestationFile(kind, attest.attestation_path(att_dir, kind, trust.suffix), stmt["predicateType"],
+                                    sha256_bytes(canonical_json(stmt)))
+             for kind, stmt in statements.items()]
+    expected = attest.readme(attest.Subject(subj["name"], "sha256:" + subj["digest"]["sha256"]), trust.kind, files)
+    actual = (att_dir / attest.README_FILE).read_bytes()
+    _equal(f"sha256 of attestations/{attest.README_FILE}", sha256_bytes(expected), sha256_bytes(actual),
+           hint="the README was edited; regenerate it with the attest stage")
+
+
 def _validated(path: Path) -> bytes:
     data = path.read_bytes()
     sbom_mod.validate(data)
@@ -242,6 +256,11 @@ def _audit_provenance(r: _Rows, root: Path, cfg, prov, stmt: dict[str, Any] | No
             "externalParameters profile/revision", (prov.profile, prov.project.commit),
             (bd.get("externalParameters", {}).get("profile"),
              bd.get("externalParameters", {}).get("source", {}).get("revision"))))
+        byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+        r.run("provenance.json = attested bytes", "provenance.json", lambda: _equal(
+            "sha256 of provenance.json vs the provenance attestation's byproduct",
+            byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256"),
+            sha256_bytes((root / "provenance.json").read_bytes()), hint="provenance.json was edited after signing"))
         r.run("SLSA build level stated", rec, lambda: _equal(
             "internalParameters.slsaBuildLevel", attest.SLSA_BUILD_LEVEL,
             bd.get("internalParameters", {}).get("slsaBuildLevel")))

@@ -1,6 +1,6 @@
 """The release stages as in-toto links, checked against a layout signed by the release key.
 
-Each stage that writes a record (`vendor`, `sbom`, `attest`) is recorded as an
+Each stage that writes a record (`vendor`, `sbom`, `attest`, `submission`) is recorded as an
 in-toto Link: the sha256 of its materials and products, relative to the records
 root, signed with the release key into `attestations/links/<step>.<keyid8>.link`.
 `attestations/layout.json` (signed by the same key) names the steps, who may sign
@@ -56,6 +56,11 @@ STEPS: tuple[StepSpec, ...] = (
              ("MATCH attestations/sbom.cdx.json WITH PRODUCTS FROM sbom",
               "MATCH vendor/* WITH PRODUCTS FROM vendor", "ALLOW provenance.json", "DISALLOW *"),
              ("CREATE attestations/*.dsse.json", "DISALLOW *")),
+    StepSpec("submission",
+             ("attestations/provenance.dsse.json", "attestations/sbom.dsse.json", "attestations/checks.dsse.json"),
+             ("submission.json",),
+             ("MATCH attestations/*.dsse.json WITH PRODUCTS FROM attest", "DISALLOW *"),
+             ("CREATE submission.json", "DISALLOW *")),
 )
 
 

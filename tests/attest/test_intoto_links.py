@@ -13,7 +13,7 @@ from pipeline.errors import VerificationError
 
 def _record_all(root, signer):
     (root / "dist" / "oci").mkdir(parents=True, exist_ok=True)
-    for step in ("vendor", "sbom", "attest"):
+    for step in ("vendor", "sbom", "attest", "submission"):
         intoto_links.record(step, root, signer)
     intoto_links.write_layout(root, signer)
 
@@ -45,6 +45,13 @@ def test_record_edited_after_its_stage(chained):
     doc["payloadType"] = doc["payloadType"] + " "
     path.write_text(json.dumps(doc))
     with pytest.raises(VerificationError, match="attestations/checks.dsse.json differs"):
+        intoto_links.verify(chained.root, chained.signer.signer.public_key)
+
+
+def test_submission_edited_after_its_stage(chained):
+    path = chained.root / "submission.json"
+    path.write_text(path.read_text().replace('"tasks": []', '"tasks": [1]'))
+    with pytest.raises(VerificationError, match="submission.json differs"):
         intoto_links.verify(chained.root, chained.signer.signer.public_key)
 
 
