@@ -16,6 +16,8 @@ from .errors import ReleaseError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
+    "lock": ("pipeline.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
+    "base": ("pipeline.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
