@@ -117,16 +117,21 @@ def remove_sandbox_temp_files(uid: int, dirs: tuple[Path, ...] = SHARED_TEMP_DIR
 def rebuild_workspace(
     root: Path, files: Mapping[str, str], instructions: str, uid: int, gid: int
 ) -> Path:
-    """Discard ``root`` and recreate it with the input files and INSTRUCTIONS.md; return the repo dir.
+    """Empty ``root`` and refill it with the input files and INSTRUCTIONS.md; return the repo dir.
 
     ``root`` itself stays root-owned so the agent cannot replace ``repo`` with a link;
     ``repo`` and ``home`` and every file written are owned by ``uid``/``gid``.
     """
     if root.is_symlink() or (root.exists() and not root.is_dir()):
         raise WorkspaceError(f"workspace root {root} is not a directory")
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(mode=0o755, parents=True)
+    # The root may be a mount point (a volume for the workspace), so it is emptied, not removed.
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for entry in list(os.scandir(root)):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    os.chown(root, 0, 0)
     os.chmod(root, 0o755)
     repo = repo_dir(root)
     for directory, mode in ((repo, 0o755), (home_dir(root), 0o700)):

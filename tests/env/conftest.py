@@ -1,0 +1,186 @@
+"""Live environment servers for the server tests.
+
+`start_server` runs the real app under uvicorn in a child process on a free loopback
+port (as root: the shell drops to UID 2000) and `LiveServer.session()` drives it with
+openenv-core's own WebSocket client (GenericEnvClient and its sync wrapper).
+The `server` fixture is one such process with a 3 s shell timeout, shared by a module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+from openenv.core.sync_client import SyncEnvClient
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_SHELL_TIMEOUT_S = 3.0
+
+# Runs in the server process: build the app with the factory (so the shell timeout
+# can be shortened), record the imported modules at shutdown, serve.
+LAUNCHER = """
+import json, sys
+import uvicorn
+from env.server.app import create_server_app
+from env.server.environment import ServerConfig
+port, timeout_s, tasks_file, modules_out = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+app = create_server_app(tasks_file or None, ServerConfig(shell_timeout_s=timeout_s))
+def record_modules():
+    with open(modules_out, "w") as out:
+        json.dump(sorted(sys.modules), out)
+app.router.on_shutdown.append(record_modules)
+uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+
+
+@dataclass
+class LiveServer:
+    """A running server process and how to talk to it."""
+
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    modules_path: Path
+
+    def client(self, message_timeout_s: float = 60.0) -> SyncEnvClient:
+        """A connected sync client (its session is the server's one session)."""
+        return GenericEnvClient(base_url=self.url, message_timeout_s=message_timeout_s).sync().connect()
+
+    @contextmanager
+    def session(self, message_timeout_s: float = 60.0) -> Iterator[SyncEnvClient]:
+        """A client whose session has been accepted, waiting briefly for the previous one to end."""
+        deadline = time.monotonic() + 10
+        while True:
+            client = self.client(message_timeout_s)
+            try:
+                client.state()
+                break
+            except RuntimeError as exc:
+                client.close()
+                if "CAPACITY_REACHED" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def get(self, path: str) -> tuple[int, dict]:
+        """GET ``path``: (HTTP status, JSON body)."""
+        return http_get(self.url + path)
+
+    def healthy(self) -> bool:
+        return self.get("/health") == (200, {"status": "healthy"})
+
+    @staticmethod
+    def write_command(name: str, text: str) -> str:
+        """A shell command that writes ``text`` (plus a newline) to ``name`` verbatim."""
+        return f"cat > {name} <<'ARENA_EOF'\n{text}\nARENA_EOF"
+
+    def stop(self) -> list[str]:
+        """Stop the server; return the modules it had imported."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.modules_path.exists():
+            return json.loads(self.modules_path.read_text())
+        return []
+
+
+def start_server(
+    workdir: Path,
+    *,
+    tasks_file: str | None = None,
+    shell_timeout_s: float = TEST_SHELL_TIMEOUT_S,
+    python: list[str] | None = None,
+    pythonpath: str | None = None,
+) -> LiveServer:
+    """Start the app in a child process and wait until /health answers."""
+    port = free_port()
+    log_path = workdir / f"server-{port}.log"
+    modules_path = workdir / f"modules-{port}.json"
+    env = {k: v for k, v in os.environ.items() if k != "ARENA_TASKS_FILE"}
+    env["PYTHONPATH"] = pythonpath if pythonpath is not None else str(REPO_ROOT)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
+             tasks_file or "", str(modules_path)],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        try:
+            if server.healthy():
+                return server
+        except OSError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"server did not become healthy in 30 s:\n{log_path.read_text()}")
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the environment server needs root to drop commands to UID 2000")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    """One live server (3 s shell timeout) for a test module."""
+    require_root()
+    live = start_server(tmp_path_factory.mktemp("server"))
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+
+@pytest.fixture(scope="session")
+def oracle_json():
+    """Function: case ID -> the case's reference answer as JSON text (first-party oracle)."""
+    from env.catalog import make_case, parse_case_id
+    from env.loader import load_task_module
+
+    tasks = load_task_module()
+
+    def answer(case_id: str) -> str:
+        return json.dumps(tasks.oracle_answer(make_case(tasks, parse_case_id(case_id))))
+
+    return answer
