@@ -16,7 +16,7 @@ from . import config as _config
 from . import localregistry, provenance
 from ._io import read_json, write_json_atomic
 from .errors import ConfigError
-from .layerdiff import Member, members_of_blob
+from .layerdiff import AppLayer, members_of_blob
 from .oci.image import (BaseImage, ConfigChanges, Index, NewLayer, UnsupportedPlatform, derive,
                         parse, parse_config, rfc3339)
 from .oci.layer import write_layer, zlib_version
@@ -29,17 +29,6 @@ from .publish import push_layout
 from .sources import check_vendored
 
 RECORD_VERSION = 1
-
-
-@dataclass(frozen=True)
-class AppLayer:
-    """An application layer as built: digests, size and its members (for diffs)."""
-
-    name: str
-    digest: str
-    diff_id: str
-    size: int
-    members: tuple[Member, ...]
 
 
 @dataclass(frozen=True)
@@ -71,11 +60,7 @@ class BuildRecord:
         data = asdict(self)
         data["version"] = RECORD_VERSION
         data["base_layers"] = [{"digest": d, "size": s} for d, s in self.base_layers]
-        data["app_layers"] = [
-            {**{k: v for k, v in asdict(l).items() if k != "members"},
-             "members": [m.to_json() for m in l.members]}
-            for l in self.app_layers
-        ]
+        data["app_layers"] = [l.to_json() for l in self.app_layers]
         return data
 
     @classmethod
@@ -88,10 +73,7 @@ class BuildRecord:
             manifest_digest=data["manifest_digest"], media_type=data["media_type"],
             config_digest=data["config_digest"], base=data["base"],
             base_layers=tuple((l["digest"], l["size"]) for l in data["base_layers"]),
-            app_layers=tuple(AppLayer(
-                name=l["name"], digest=l["digest"], diff_id=l["diff_id"], size=l["size"],
-                members=tuple(Member.from_json(m) for m in l["members"]))
-                for l in data["app_layers"]),
+            app_layers=tuple(AppLayer.from_json(l) for l in data["app_layers"]),
             source_revision=data["source_revision"], source_date_epoch=data["source_date_epoch"],
             zlib=data["zlib"], layout=data["layout"],
         )

@@ -84,3 +84,23 @@ def explain(recorded: list[Member], rebuilt: list[Member]) -> list[str]:
         lines.append("same members with the same metadata, but in a different order: "
                      f"recorded {[m.path for m in recorded][:5]}..., rebuilt {[m.path for m in rebuilt][:5]}...")
     return lines
+
+
+@dataclass(frozen=True)
+class AppLayer:
+    """An application layer as built: digests, size and its members (for diffs)."""
+
+    name: str
+    digest: str
+    diff_id: str
+    size: int
+    members: tuple[Member, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "diff_id": self.diff_id,
+                "size": self.size, "members": [m.to_json() for m in self.members]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "AppLayer":
+        return cls(name=data["name"], digest=data["digest"], diff_id=data["diff_id"],
+                   size=data["size"], members=tuple(Member.from_json(m) for m in data["members"]))

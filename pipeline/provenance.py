@@ -19,6 +19,7 @@ from ._io import pretty_json, read_json, sha256_file, write_atomic
 from .config import Profile
 from .errors import ConfigError, ReleaseError, SourceError
 from .external import ExternalRecord
+from .layerdiff import AppLayer
 from .oci.layer import zlib_version
 from .sources import VendoredFile
 
@@ -59,6 +60,26 @@ class Builder:
 
 
 @dataclass(frozen=True)
+class Image:
+    """The image the release built: digests and compressed sizes, and its application
+    layers member by member (what `reproduce` compares a rebuild with)."""
+
+    name: str
+    digest: str
+    media_type: str
+    config_digest: str
+    compressed_size: int
+    layer_count: int
+    app_layers: tuple[AppLayer, ...]
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Image":
+        fields = dict(_build(cls, data, "image").__dict__)
+        fields["app_layers"] = tuple(AppLayer.from_json(l) for l in data["app_layers"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
 class Provenance:
     schema: str
     profile: str
@@ -69,6 +90,7 @@ class Provenance:
     builder: Builder
     sources: tuple[VendoredFile, ...]
     external: tuple[ExternalRecord, ...]
+    image: Image | None = None
 
 
 def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
@@ -122,13 +144,14 @@ def builder() -> Builder:
 
 
 def assemble(repo_dir: Path, profile: Profile, *, base: Base, sources: tuple[VendoredFile, ...],
-             external: tuple[ExternalRecord, ...], allow_dirty: bool = False) -> Provenance:
+             external: tuple[ExternalRecord, ...], allow_dirty: bool = False,
+             image: Image | None = None) -> Provenance:
     """Collect the provenance of a release made from `repo_dir` with `profile`."""
     return Provenance(
         schema=SCHEMA, profile=profile.name, source_date_epoch=source_date_epoch(repo_dir),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external),
+        external=tuple(external), image=image,
     )
 
 
@@ -170,5 +193,6 @@ def load(path: Path) -> Provenance:
                       for i, s in enumerate(data.get("sources") or [])),
         external=tuple(_build(ExternalRecord, e, f"external[{i}]")
                        for i, e in enumerate(data.get("external") or [])),
+        image=Image.from_json(data["image"]) if data.get("image") is not None else None,
     )
     return _build(Provenance, fields, str(path))
