@@ -1,0 +1,74 @@
+"""Fixtures and helpers for the runtime lock and the base image (tests/base, tests/runtime).
+
+`base_image` builds the local base once (the mmdebstrap rootfs is cached in
+`.release/base/rootfs` across runs, the layout in `.release/test-base`), pushes it to
+the session's real local registry and yields its BaseRecord. `lock_venv` is a fresh
+venv of Debian's python3.11 with exactly locks/runtime.txt installed by pip with
+--require-hashes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import base, lock
+from pipeline.config import REPO_ROOT
+from pipeline.oci.registry import Credentials, RegistryClient
+
+HERE = Path(__file__).resolve().parent
+TEST_STATE = REPO_ROOT / ".release" / "test-base"
+PYTHON311 = Path("/usr/bin/python3.11")
+
+
+def wheel_dir(tmp: Path) -> Path:
+    """A --find-links directory holding exactly the locked (hash-checked) wheels."""
+    out = tmp / "wheels"
+    out.mkdir()
+    for wheel in lock.fetch(lock.load_lock()):
+        (out / wheel.name).symlink_to(wheel)
+    return out
+
+
+def make_venv(path: Path) -> Path:
+    if not PYTHON311.exists():
+        pytest.skip("needs Debian's /usr/bin/python3.11 (the image's interpreter)")
+    subprocess.run([PYTHON311, "-m", "venv", "--without-pip", path], check=True)
+    return path / "bin" / "python"
+
+
+def pip_install(venv_python: Path, lock_file: Path, find_links: Path):
+    """`pip install --no-deps --require-hashes -r lock_file` into venv_python's venv."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--quiet",
+         "--no-deps", "--require-hashes", "--no-index", "--find-links", str(find_links),
+         "-r", str(lock_file)],
+        capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def lock_venv(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("lockvenv")
+    python = make_venv(tmp / "venv")
+    result = pip_install(python, lock.LOCK, wheel_dir(tmp))
+    assert result.returncode == 0, result.stderr
+    return python
+
+
+def registry_client(state) -> RegistryClient:
+    return RegistryClient(state.address, credentials=Credentials(state.user, state.password))
+
+
+@pytest.fixture(scope="session")
+def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
+    record_path = tmp_path_factory.mktemp("base-record") / "base.json"
+    cached = TEST_STATE / "base.json"
+    if cached.exists():
+        record_path.write_bytes(cached.read_bytes())
+    record, _ = base.ensure(registry_client(local_registry), record_path=record_path,
+                            state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
+    cached.write_bytes(record_path.read_bytes())
+    return record

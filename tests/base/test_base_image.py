@@ -1,0 +1,139 @@
+"""The local base image: built by mmdebstrap + installer, pushed, pinned, runnable."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipeline import base, localregistry
+from pipeline.oci.layout import Layout
+from pipeline.runtime import ContainerRuntime
+
+from basefixtures import TEST_STATE, registry_client
+
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.container]
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return ContainerRuntime()
+
+
+@pytest.fixture(scope="module")
+def pulled(rt, base_image):
+    return rt.pull(base_image.reference)
+
+
+def _sh(rt: ContainerRuntime, image: str, script: str) -> str:
+    out = rt._cli("run", "--rm", "--pull", "never", *rt.args.run_args, image, "sh", "-c", script,
+                  check=False)
+    assert out.returncode == 0, out.stderr.decode()
+    return out.stdout.decode()
+
+
+def _members(layout: Path, digest: str) -> list[tarfile.TarInfo]:
+    blob = Layout.open(layout).blob_path(digest)
+    with gzip.open(blob) as gz, tarfile.open(fileobj=gz) as tar:
+        return tar.getmembers()
+
+
+def test_record_pins_the_pushed_image(base_image, local_registry):
+    client = registry_client(local_registry)
+    assert client.head_manifest(base.REPOSITORY, base_image.digest) == base_image.digest
+    assert client.head_manifest(base.REPOSITORY, base.TAG) == base_image.digest
+    fetched = client.get_manifest(base.REPOSITORY, base_image.digest)
+    manifest = json.loads(fetched.raw)
+    assert [l["digest"] for l in manifest["layers"]] == [l.digest for l in base_image.layers]
+    assert [l["size"] for l in manifest["layers"]] == [l.size for l in base_image.layers]
+    assert base_image.media_type == fetched.media_type
+    assert base_image.python == "/opt/arena-python/bin/python3"
+    assert base_image.debian_suite == "bookworm" and base_image.source_date_epoch > 0
+
+
+def test_base_is_small(base_image):
+    assert [l.role for l in base_image.layers] == ["os", "python-runtime"]
+    assert base_image.compressed_size <= 80_000_000
+
+
+def test_runtime_python_imports_server_and_compiled_stdlib(rt, pulled):
+    out = _sh(rt, pulled, "/opt/arena-python/bin/python3 -c 'import resource, openenv.core.env_server,"
+                          " uvicorn, sys; print(sys.prefix)'")
+    assert out.strip() == "/opt/arena-python"
+
+
+def test_debian_python3_and_user_tools_exist(rt, pulled):
+    out = _sh(rt, pulled, "python3 -c 'import resource' && useradd -u 2000 -U -m -d /workspace arena"
+                          " && id -u arena && id -g arena && su -s /bin/sh arena -c 'id -u'")
+    assert out.split() == ["2000", "2000", "2000"]
+
+
+def test_no_pip_and_no_timestamp_bytecode_in_the_image(base_image):
+    names = [m.name for layer in base_image.layers
+             for m in _members(TEST_STATE / "oci", layer.digest)]
+    assert not [n for n in names if n.endswith(".pyc")]
+    assert not [n for n in names if "/site-packages/pip/" in n]
+    assert not [n for n in names if n.startswith("dev/") or n.startswith("usr/share/man/")]
+
+
+def test_layers_keep_real_owners_and_clamp_mtimes(base_image):
+    os_layer = {m.name: m for m in _members(TEST_STATE / "oci", base_image.layers[0].digest)}
+    assert os_layer["etc/shadow"].mode == 0o640 and os_layer["etc/shadow"].gid != 0
+    assert max(m.mtime for m in os_layer.values()) <= base_image.source_date_epoch
+    runtime = _members(TEST_STATE / "oci", base_image.layers[1].digest)
+    assert {(m.uid, m.gid) for m in runtime} == {(0, 0)}
+    link = next(m for m in runtime if m.name == "opt/arena-python/bin/python3")
+    assert link.issym() and link.linkname == "/usr/bin/python3.11"
+
+
+def test_rerun_with_the_digest_in_the_registry_does_nothing(base_image, local_registry, tmp_path):
+    record_path = tmp_path / "base.json"
+    base.write_record(base_image, record_path)
+    record, what = base.ensure(registry_client(local_registry), record_path=record_path,
+                               state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
+    assert (what, record) == ("up to date", base_image)
+
+
+def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, tmp_path):
+    record_path = tmp_path / "base.json"
+    base.write_record(base_image, record_path)
+    fresh = localregistry.start(tmp_path / "registry")
+    try:
+        client = registry_client(fresh)
+        record, what = base.ensure(client, record_path=record_path, state_dir=TEST_STATE,
+                                   rootfs_cache=base.STATE_DIR / "rootfs")
+        assert what == "re-pushed"
+        assert record.digest == base_image.digest
+        assert record.name == f"{fresh.address}/{base.REPOSITORY}"
+        assert client.head_manifest(base.REPOSITORY, base_image.digest) == base_image.digest
+        assert base.load_record(record_path) == record
+    finally:
+        localregistry.stop(tmp_path / "registry")
+
+
+def test_changed_runtime_lock_is_not_up_to_date(base_image):
+    changed = replace(base_image, runtime_lock_sha256="0" * 64)
+    assert base_image.built_from(base.BaseSpec(), base_image.runtime_lock_sha256, base_image.python)
+    assert not changed.built_from(base.BaseSpec(), base_image.runtime_lock_sha256,
+                                  base_image.python)
+
+
+def test_malformed_record_is_refused(tmp_path):
+    path = tmp_path / "base.json"
+    path.write_text('{"name": "x"}')
+    with pytest.raises(base.ConfigError, match="not a base record"):
+        base.load_record(path)
+
+
+def test_two_builds_give_identical_layers(base_image, tmp_path):
+    """A second, uncached mmdebstrap run gives the same layer digests (same mirror content)."""
+    lock = base.runtime_lock.load_lock()
+    again = base.build(base.BaseSpec(), lock, python=base_image.python, state_dir=tmp_path,
+                       rootfs_cache=tmp_path / "rootfs", use_cache=False)
+    assert [(l.role, l.digest, l.diff_id) for l in again.layers] == \
+        [(l.role, l.digest, l.diff_id) for l in base_image.layers]
+    assert again.manifest_digest == base_image.digest

@@ -1,0 +1,106 @@
+"""The container runtime adapter against real podman/docker and the real base image."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pipeline import config, runtime
+from pipeline.errors import ToolError
+
+pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
+
+PROBE_DIR = Path(__file__).resolve().parent.parent / "base"
+SERVE = ["/opt/arena-python/bin/python3", "-m", "uvicorn", "probe_app:app",
+         "--host", "0.0.0.0", "--port", "8000"]
+MOUNT = ["--volume", f"{PROBE_DIR}:/probe:ro", "--workdir", "/probe"]
+
+
+@pytest.fixture(scope="module")
+def rt():
+    adapter = runtime.ContainerRuntime()
+    yield adapter
+    adapter.cleanup()
+
+
+@pytest.fixture(scope="module")
+def image(rt, base_image):
+    return rt.pull(base_image.reference)
+
+
+def test_settings_come_from_release_toml_and_env():
+    cfg = config.load().runtime
+    podman = cfg.args_for("podman", environ={})
+    assert "--runtime" in podman.global_args
+    assert "nofile=1024:1024" in podman.run_args
+    overridden = cfg.args_for("podman", environ={"RELEASE_RUNTIME_RUN_ARGS": "--ulimit nofile=64:64"})
+    assert overridden.run_args == ("--ulimit", "nofile=64:64")
+    assert cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "podman"}) == "podman"
+    with pytest.raises(config.ConfigError):
+        cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "lxc"})
+
+
+def test_docker_without_a_daemon_is_not_chosen():
+    engine = runtime.detect("auto")
+    if engine == "docker":
+        pytest.skip("a docker daemon answers on this machine")
+    assert engine == "podman"
+
+
+def test_missing_engine_binary_is_a_tool_error(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolError, match="podman"):
+        runtime.detect("podman")
+
+
+def test_pull_requires_a_digest(rt):
+    with pytest.raises(runtime.ContainerError, match="by digest"):
+        rt.pull("127.0.0.1:5000/arena/base:bookworm")
+
+
+def test_start_health_logs_stop(rt, image):
+    c = rt.start(image, extra_args=MOUNT, command=SERVE)
+    try:
+        assert c.host == "127.0.0.1"
+        with urllib.request.urlopen(c.url + "/health", timeout=5) as resp:
+            assert json.load(resp)["status"] == "healthy"
+        assert c.id in rt.ours()
+        assert "Uvicorn running" in rt.logs(c)
+        limits = rt._cli("inspect", "--format", "{{json .HostConfig.Ulimits}}", c.id)
+        assert "1024" in limits.stdout.decode()
+    finally:
+        rt.remove(c)
+    assert not rt.exists(c.id)
+    rt.remove(c)  # idempotent
+
+
+def test_unhealthy_container_fails_with_its_logs_and_is_removed(rt, image):
+    before = set(rt.ours())
+    with pytest.raises(runtime.ContainerError, match="boom-from-the-container"):
+        rt.start(image, command=["sh", "-c", "echo boom-from-the-container; exit 3"])
+    assert set(rt.ours()) == before
+
+
+def test_health_timeout_names_the_url(rt, image):
+    c = rt.run(image, command=["sleep", "60"])
+    try:
+        with pytest.raises(runtime.ContainerError, match=r"/health"):
+            rt.wait_healthy(c, timeout=2)
+    finally:
+        rt.remove(c)
+
+
+def test_cleanup_removes_only_our_containers(rt, image):
+    ours = rt.run(image, command=["sleep", "60"])
+    foreign = rt._cli("run", "--detach", "--pull", "never", *rt.args.run_args, image,
+                      "sleep", "60").stdout.decode().strip()
+    try:
+        assert rt.cleanup() >= 1
+        assert not rt.exists(ours.id)
+        assert rt.exists(foreign)
+        assert rt.ours() == []
+    finally:
+        rt.remove(foreign)
