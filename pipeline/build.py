@@ -202,13 +202,13 @@ def vendored_task_file(cfg: _config.ReleaseConfig, profile: _config.Profile,
                             license_file=vendor_dir / record.license_path)
 
 
-def target(cfg: _config.ReleaseConfig, profile: _config.Profile) -> tuple[RegistryClient, str]:
-    """The push client (with credentials from the environment / local registry) and registry."""
+def push_client(profile: _config.Profile) -> RegistryClient:
+    """A client for the profile's registry with push credentials (local registry's own,
+    else from the environment)."""
     if profile.local:
         ep = localregistry.endpoint()
-        return RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password)), ep.address
-    return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry)), \
-        profile.registry
+        return RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
+    return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry))
 
 
 def base_reference(profile: _config.Profile) -> str:
@@ -241,10 +241,10 @@ def main(argv: list[str]) -> int:
     repo = args.repo.resolve()
     revision = provenance.project_revision(repo, allow_dirty=args.allow_dirty)
     sde = provenance.source_date_epoch(repo)
-    client, registry = target(cfg, profile)
+    client = push_client(profile)
     record = build(
         cfg, repo=repo, base_ref=args.base or base_reference(profile),
-        repository=f"{registry}/{profile.repository}", tag=profile.tag,
+        repository=profile.image_name, tag=profile.tag,
         source_revision=revision.commit, source_date_epoch=sde,
         vendored=vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
     )

@@ -99,6 +99,12 @@ class Profile:
         return self.registry == "local"
 
     @property
+    def image_name(self) -> str:
+        """The image's name in the records: `registry/repository`; for the local profile
+        just the repository, since the loopback registry's address is not stable."""
+        return self.repository if self.local else f"{self.registry}/{self.repository}"
+
+    @property
     def vendored_source(self) -> str | None:
         """Name of the [[sources]] entry whose file the image serves, if any."""
         return self.tasks.split(":", 1)[1] if self.tasks.startswith("vendor:") else None

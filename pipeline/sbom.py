@@ -489,8 +489,7 @@ def project_license() -> str | None:
 
 def image_name(cfg: ReleaseConfig, profile: str) -> str:
     """Registry-qualified repository of a profile's image (the local registry has no host name)."""
-    p = cfg.profile(profile)
-    return p.repository if p.local else f"{p.registry}/{p.repository}"
+    return cfg.profile(profile).image_name
 
 
 DEFAULT_BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
