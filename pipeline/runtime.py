@@ -106,8 +106,13 @@ class ContainerRuntime:
         cid = out.stdout.decode().strip().splitlines()[-1]
         mapped = self._cli("port", cid, f"{port}/tcp").stdout.decode().split()
         if not mapped:
+            # An exited container has no port mapping left: say why it exited.
+            logs = self.logs(cid, tail=30).strip() or "(no output)"
+            state = "running" if self._running(cid) else "exited"
             self.remove(cid)
-            raise ContainerError(f"container {cid[:12]} has no published port {port}")
+            raise ContainerError(f"container {cid[:12]} ({image}) has no published port {port}",
+                                 expected="a running container", actual=state,
+                                 hint=f"container logs:\n{logs}")
         host, _, host_port = mapped[0].rpartition(":")
         return Container(id=cid, image=image, host=host or "127.0.0.1", port=int(host_port))
 
