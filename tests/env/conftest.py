@@ -184,3 +184,19 @@ def oracle_json():
         return json.dumps(tasks.oracle_answer(make_case(tasks, parse_case_id(case_id))))
 
     return answer
+
+
+@pytest.fixture
+def start_live_server(tmp_path) -> Iterator:
+    """Function: start_server(**options) for servers that a test configures itself; stopped after it."""
+    require_root()
+    started: list[LiveServer] = []
+
+    def start(**options) -> LiveServer:
+        live = start_server(tmp_path, **options)
+        started.append(live)
+        return live
+
+    yield start
+    for live in started:
+        live.stop()
