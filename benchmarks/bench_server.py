@@ -1,0 +1,98 @@
+"""Reset latency and a trivial shell action's round trip over the OpenEnv WebSocket.
+
+Starts the real server (as root) on a free loopback port, drives it with openenv-core's
+client, prints p50/p95 in milliseconds. Targets on the 2-core reference machine:
+reset p50 < 50 ms, `true` action p50 < 30 ms.
+
+    sudo python benchmarks/bench_server.py [--rounds N] [--case ID]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from openenv.core.generic_client import GenericEnvClient
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TARGETS_MS = {"reset": 50.0, "action `true`": 30.0}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_healthy(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("server did not become healthy in 30 s")
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--case", default="software_change-d2-s307")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_server: run as root (the server drops commands to UID 2000)", file=sys.stderr)
+        return 2
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_healthy(url, process)
+        resets: list[float] = []
+        actions: list[float] = []
+        with GenericEnvClient(base_url=url).sync() as env:
+            env.reset(task_id=args.case)  # warm-up: generates the case once
+            for _ in range(args.rounds):
+                started = time.perf_counter()
+                env.reset(task_id=args.case)
+                resets.append(time.perf_counter() - started)
+                # Three actions per episode stay clear of the 16th-action auto-grading.
+                for _ in range(3):
+                    started = time.perf_counter()
+                    env.step({"operation": "shell", "command": "true"})
+                    actions.append(time.perf_counter() - started)
+        for name, samples in (("reset", resets), ("action `true`", actions)):
+            p50, p95 = _percentiles(samples)
+            verdict = "ok" if p50 < TARGETS_MS[name] else "MISSED"
+            print(f"{name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
+                  f"(target p50 < {TARGETS_MS[name]:g} ms: {verdict})")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
