@@ -1,0 +1,58 @@
+"""The task-module loader and `python -m env serve`'s refusal to run without root."""
+
+from __future__ import annotations
+
+import pytest
+
+import env.__main__ as cli
+from env.loader import VENDORED_MODULE_NAME, TaskModuleError, load_task_module
+
+GOOD = """
+TASK_IDS = ["a", "b"]
+DOMAINS = {"a": "x", "b": "y"}
+def make_task(task_id, seed, difficulty=2): return {}
+def grade(task, answer): return 0.0
+def oracle_answer(task): return {}
+"""
+
+
+def test_default_is_the_first_party_families():
+    module = load_task_module()
+    assert module.__name__ == "env.families"
+    assert module.TASK_IDS[0] == "software_change"
+
+
+def test_loads_a_file_by_path(tmp_path):
+    path = tmp_path / "tasks.py"
+    path.write_text(GOOD)
+    module = load_task_module(path)
+    assert module.__name__ == VENDORED_MODULE_NAME and module.TASK_IDS == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        (GOOD.replace("def grade(task, answer): return 0.0", ""), "missing grade"),
+        (GOOD.replace('TASK_IDS = ["a", "b"]', "TASK_IDS = []"), "TASK_IDS"),
+        (GOOD.replace('DOMAINS = {"a": "x", "b": "y"}', 'DOMAINS = {"a": "x"}'), "DOMAINS"),
+        (GOOD + "\nraise RuntimeError('broken at import')\n", "broken at import"),
+    ],
+    ids=["missing-callable", "empty-task-ids", "domains-mismatch", "import-error"],
+)
+def test_refuses_modules_without_the_api(tmp_path, source, fragment):
+    path = tmp_path / "tasks.py"
+    path.write_text(source)
+    with pytest.raises(TaskModuleError, match=fragment):
+        load_task_module(path)
+
+
+def test_refuses_a_missing_file(tmp_path):
+    with pytest.raises(TaskModuleError, match="ARENA_TASKS_FILE"):
+        load_task_module(tmp_path / "nope.py")
+
+
+def test_serve_refuses_to_start_without_root(monkeypatch, capsys):
+    # The real check reads the effective UID; pretend to be the sandbox user.
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 2000)
+    assert cli.main(["serve", "--port", "1"]) == 2
+    assert "must run as root" in capsys.readouterr().err
