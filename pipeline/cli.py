@@ -18,7 +18,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
     "lock": ("pipeline.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
     "base": ("pipeline.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
+    "verify": ("pipeline.checks.commands:verify_main", "pull an image anonymously, start it and run every check of verification.md"),
+    "checks": ("pipeline.checks.commands:checks_main", "run the check suite against already running servers (--url)"),
+    "submission": ("pipeline.checks.commands:submission_main", "write submission.json from passing check results"),
     "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),
+    "release": ("pipeline.release:main", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
+    "reproduce": ("pipeline.reproduce:main", "rebuild and compare with the recorded digests, explaining differences"),
     "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
     "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),

@@ -57,6 +57,8 @@ class SuiteResult:
     seconds: float
     schema: dict[str, Any] = field(default_factory=dict)
     external: tuple[dict[str, Any], ...] = ()
+    # (digest, compressed size) of the verified image's layers, when it was pulled.
+    layers: tuple[tuple[str, int], ...] = ()
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:
@@ -83,6 +85,7 @@ class SuiteResult:
             "summary": self.counts(),
             "schema": self.schema,
             "external": list(self.external),
+            "layers": [{"digest": d, "size": n} for d, n in self.layers],
             "checks": [c.to_json() for c in self.checks],
         }
 
@@ -93,7 +96,8 @@ class SuiteResult:
         return cls(image=d["image"], targets=tuple(d["targets"]),
                    checks=tuple(CheckResult.from_json(c) for c in d["checks"]),
                    seconds=float(d["seconds"]), schema=d.get("schema") or {},
-                   external=tuple(d.get("external") or ()))
+                   external=tuple(d.get("external") or ()),
+                   layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()))
 
 
 def write(path: Path | str, result: SuiteResult) -> None:

@@ -1,0 +1,108 @@
+"""Test-only launcher: the real environment server with one deliberate fault.
+
+`python launch.py FAULT PORT` patches or subclasses the real server (imported from
+PYTHONPATH, like the image does) and serves it on 127.0.0.1:PORT. Faults live here,
+never in the production server; each one must make specific suite checks fail.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+
+import uvicorn
+from openenv.core.env_server.http_server import create_app
+
+from env.loader import load_task_module
+from env.server import answer as answer_mod
+from env.server import app as app_mod
+from env.server import environment as env_mod
+from env.server import shell as shell_mod
+from env.server import workspace as ws_mod
+from env.server.models import ShellAction, ShellObservation
+
+
+class AcceptsWrong(env_mod.ShellEnvironment):
+    """A grader that gives full marks to any answer with the expected keys."""
+
+    def _grade(self, task, answer):
+        if set(answer) == set(task["expected"]):
+            return 1.0
+        return super()._grade(task, answer)
+
+
+class RunsAfterDone(env_mod.ShellEnvironment):
+    """Executes actions after done, though it replays the cached terminal reply."""
+
+    def step(self, action, timeout_s=None, **kwargs):
+        episode = self._episode
+        if episode is not None and episode.terminal is not None and action.operation == "shell":
+            shell_mod.run_command(action.command, cwd=ws_mod.repo_dir(self._config.workspace_root),
+                                  home=ws_mod.home_dir(self._config.workspace_root))
+        return super().step(action, timeout_s=timeout_s, **kwargs)
+
+
+class TwoSessions(env_mod.ShellEnvironment):
+    """Claims to support concurrent sessions, so a second session is not refused."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+
+def _follow_symlinks() -> None:
+    original = answer_mod.read_answer
+    env_mod.read_answer = lambda path: original(Path(path).resolve())
+
+
+def _no_output_cap() -> None:
+    shell_mod.OUTPUT_TAIL_BYTES = 10 ** 8
+
+
+def _no_uid_drop() -> None:
+    original = shell_mod.sandbox_argv
+    shell_mod.sandbox_argv = lambda command, uid, gid: original(command, 0, 0)
+
+
+def _reset_leaves_files() -> None:
+    def keep_and_overwrite(root, files, instructions, uid, gid):
+        repo = ws_mod.repo_dir(root)
+        if repo.is_dir():
+            for name in [*files, ws_mod.INSTRUCTIONS_NAME]:
+                (repo / name).unlink(missing_ok=True)
+            for name, text in {**files, ws_mod.INSTRUCTIONS_NAME: instructions}.items():
+                ws_mod._write_owned(repo / name, text, uid, gid)
+            return repo
+        return ws_mod.rebuild_workspace(root, files, instructions, uid, gid)
+
+    env_mod.rebuild_workspace = keep_and_overwrite
+    env_mod.kill_sandbox_processes = lambda uid: 0
+    env_mod.remove_sandbox_temp_files = lambda uid: None
+
+
+PATCHES = {
+    "follows-symlinks": _follow_symlinks,
+    "no-output-cap": _no_output_cap,
+    "no-uid-drop": _no_uid_drop,
+    "reset-leaves-files": _reset_leaves_files,
+}
+CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone,
+           "two-sessions": TwoSessions}
+FAULTS = sorted({*PATCHES, *CLASSES})
+
+
+def build(fault: str):
+    if fault not in FAULTS:
+        raise SystemExit(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    PATCHES.get(fault, lambda: None)()
+    environment = CLASSES.get(fault, env_mod.ShellEnvironment)
+    curriculum = env_mod.Curriculum(load_task_module(None))
+    shell_mod.ensure_sandbox_identity(shell_mod.SANDBOX_UID, shell_mod.SANDBOX_GID)
+    app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ShellAction,
+                     ShellObservation, env_name="openenv-arena",
+                     max_concurrent_envs=2 if fault == "two-sessions" else 1)
+    app.router.routes[:] = [r for r in app.router.routes if not app_mod._is_stateless(r)]
+    return app
+
+
+if __name__ == "__main__":
+    uvicorn.run(build(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -1,0 +1,95 @@
+"""Live servers for the check-suite tests, each isolated like a container.
+
+A server runs as root in its own PID and mount namespace (`unshare`), with a private
+tmpfs at /workspace, from a root-only copy of `env/` — the image's layout on the
+host: UID 2000 cannot read the code, and the server is PID 1 of its namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pipeline.checks.target import Target
+
+REPO = Path(__file__).resolve().parents[2]
+BROKEN = Path(__file__).resolve().parent / "broken" / "launch.py"
+# Mount a private /workspace, then become the server (PID 1 of the new namespace).
+_ISOLATE = ("mount --make-rprivate / && mkdir -p /workspace && "
+            "mount -t tmpfs -o mode=0755 tmpfs /workspace && exec \"$@\"")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("live servers need root and unshare (util-linux)")
+
+
+@pytest.fixture(scope="session")
+def app_dir(tmp_path_factory) -> Path:
+    """A root-only copy of the environment package, as /opt/arena is in the image."""
+    root = tmp_path_factory.mktemp("arena-app")
+    shutil.copytree(REPO / "env", root / "env", ignore=shutil.ignore_patterns("__pycache__"))
+    os.chmod(root, 0o700)
+    return root
+
+
+@contextmanager
+def serving(app: Path, argv: list[str], log: Path):
+    """Run `argv` (a server on 127.0.0.1) isolated; yield its Target; stop it."""
+    _needs_root()
+    port = _free_port()
+    cmd = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", _ISOLATE, "sh",
+           *[a.replace("{port}", str(port)) for a in argv]]
+    env = {**os.environ, "PYTHONPATH": str(app), "NO_PROXY": "127.0.0.1,localhost"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=app, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with opener.open(url + "/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.2)
+        yield Target(url=url, app_dir=str(app), server_pid=1)
+    finally:
+        # unshare ignores SIGTERM while it waits; killing it sends its child (the
+        # namespace's init, the server) SIGKILL (--kill-child), which ends the namespace.
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def live_server(app_dir, tmp_path_factory):
+    """The real server, `python -m env serve`, on a free loopback port."""
+    log = tmp_path_factory.mktemp("logs") / "live.log"
+    with serving(app_dir, [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1",
+                           "--port", "{port}"], log) as target:
+        yield target
+
+
+@pytest.fixture
+def broken_server(app_dir, tmp_path):
+    """broken_server(fault) -> context manager serving the real server with that fault."""
+    def start(fault: str):
+        return serving(app_dir, [sys.executable, str(BROKEN), fault, "{port}"], tmp_path / f"{fault}.log")
+    return start
