@@ -70,6 +70,9 @@ _CLEANUP_HOOK = (
 )
 
 
+_BUILDER_MODULES = ("base.py", "lock.py", "oci/layer.py", "oci/image.py")
+
+
 @dataclass(frozen=True)
 class BaseSpec:
     """Every input of the OS rootfs; equal specs give equal rootfs caches."""
@@ -116,6 +119,7 @@ class BaseRecord:
     source_date_epoch: int
     mmdebstrap_version: str
     zlib_version: str
+    builder_sha256: str
 
     @property
     def reference(self) -> str:
@@ -134,10 +138,18 @@ class BaseRecord:
         return sum(layer.size for layer in self.layers)
 
     def built_from(self, spec: BaseSpec, lock_sha256: str, python: str) -> bool:
-        """Whether this record was built from exactly these inputs."""
+        """Whether this record was built from exactly these inputs, by this code."""
         return (self.debian_suite, self.debian_mirror, self.source_date_epoch, self.packages,
-                self.runtime_lock_sha256, self.python) == (
-            spec.suite, spec.mirror, spec.source_date_epoch, spec.packages, lock_sha256, python)
+                self.runtime_lock_sha256, self.python, self.builder_sha256) == (
+            spec.suite, spec.mirror, spec.source_date_epoch, spec.packages, lock_sha256, python,
+            builder_sha256())
+
+
+def builder_sha256() -> str:
+    """sha256 over the modules that turn the inputs into the image (a change rebuilds)."""
+    here = Path(__file__).resolve().parent
+    parts = [(here / rel).read_bytes() for rel in _BUILDER_MODULES]
+    return sha256_bytes(b"".join(sha256_bytes(p).encode() for p in parts))
 
 
 def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
@@ -156,6 +168,7 @@ def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
             debian_mirror=raw["debian_mirror"], packages=tuple(raw["packages"]),
             source_date_epoch=raw["source_date_epoch"],
             mmdebstrap_version=raw["mmdebstrap_version"], zlib_version=raw["zlib_version"],
+            builder_sha256=raw["builder_sha256"],
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"{path} is not a base record: {exc}",
@@ -217,10 +230,16 @@ def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
     return target
 
 
+# Device nodes come from the container runtime, not the image. apt is not in the
+# image; mmdebstrap recreates its state directories after the hooks, with an owner
+# that depends on how apt ran (`_apt` or root), so they are left out.
+_NOT_IN_LAYER = ("dev", "var/lib/apt", "var/cache/apt")
+
+
 def _in_rootfs(rel: str) -> bool:
-    """Whether a rootfs path belongs in the OS layer."""
-    # Device nodes come from the container runtime, not the image.
-    return not rel.startswith("dev/")
+    """Whether a rootfs path belongs in the OS layer (`dev` itself stays, empty)."""
+    return not any(rel.startswith(d + "/") for d in _NOT_IN_LAYER) and \
+        rel not in _NOT_IN_LAYER[1:]
 
 
 def debian_python_version(root: Path) -> str:
@@ -363,7 +382,7 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         runtime_lock_sha256=lock.sha256, python=python, python_version=built.python_version,
         debian_suite=spec.suite, debian_mirror=spec.mirror, packages=spec.packages,
         source_date_epoch=spec.source_date_epoch, mmdebstrap_version=mmdebstrap_version(),
-        zlib_version=oci_layer.zlib_version(),
+        zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(),
     )
     write_record(record, record_path)
     return record, "built"

@@ -117,7 +117,10 @@ def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, t
 
 def test_changed_runtime_lock_is_not_up_to_date(base_image):
     changed = replace(base_image, runtime_lock_sha256="0" * 64)
+    rebuilt_by_other_code = replace(base_image, builder_sha256="0" * 64)
     assert base_image.built_from(base.BaseSpec(), base_image.runtime_lock_sha256, base_image.python)
+    assert not rebuilt_by_other_code.built_from(base.BaseSpec(), base_image.runtime_lock_sha256,
+                                                base_image.python)
     assert not changed.built_from(base.BaseSpec(), base_image.runtime_lock_sha256,
                                   base_image.python)
 

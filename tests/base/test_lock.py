@@ -145,3 +145,42 @@ def test_generate_hashes_the_downloaded_wheels_and_measures_the_install(tmp_path
     assert size.files > 5 and size.bytes > 10_000
     assert f"{size.bytes} bytes" in out.read_text()
     assert lock.load_lock(out).sha256 == lock.sha256_bytes(out.read_bytes())
+
+
+REAL_CLIENT = """
+import json, sys
+from openenv.core import GenericEnvClient
+with GenericEnvClient(base_url=sys.argv[1]).sync() as env:
+    env.reset()
+    result = env.step({"operation": "shell", "command": "id -u"})
+print(json.dumps(result.observation))
+"""
+
+
+@pytest.mark.root
+def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
+    """env.server.app (the image's Cmd) serves a shell step with only the locked wheels."""
+    repo = HERE.parent.parent
+    port = _free_port()
+    proc = subprocess.Popen([lock_venv, "-m", "uvicorn", "env.server.app:app", "--host",
+                             "127.0.0.1", "--port", str(port)], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        script = tmp_path / "client.py"
+        script.write_text(REAL_CLIENT)
+        out = subprocess.run([lock_venv, script, url], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "2000" in json.loads(out.stdout)["output"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
