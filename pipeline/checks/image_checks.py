@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -49,13 +50,16 @@ def _healthy(target: Target) -> bool:
 
 
 def _readable_probe(paths: list[str]) -> str:
-    quoted = " ".join(json.dumps(p) for p in paths)
-    return (f"for f in {quoted}; do if cat -- \"$f\" >/dev/null 2>&1; then echo \"READABLE $f\"; fi; done; "
-            "echo probe-done")
+    # "Permission denied" is required, not just any failure: a wrong path (ENOENT)
+    # would otherwise pass without proving anything.
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return ("python3 -c 'import sys\nfor p in sys.argv[1:]:\n try:\n  open(p, \"rb\").read(1)\n"
+            "  print(\"READABLE\", p)\n except PermissionError:\n  print(\"DENIED\", p)\n"
+            " except OSError as e:\n  print(\"ERROR\", e.strerror, p)' " + quoted + "; echo probe-done")
 
 
 def _writable_probe(dirs: list[str], marker: str) -> str:
-    quoted = " ".join(json.dumps(d) for d in dirs)
+    quoted = " ".join(shlex.quote(d) for d in dirs)
     return (f"for d in {quoted}; do if touch \"$d/.arena-write-{marker}\" 2>/dev/null; then "
             f"echo \"WRITABLE $d\"; rm -f \"$d/.arena-write-{marker}\"; fi; done; echo probe-done")
 
@@ -74,9 +78,11 @@ def protected_checks(session: Session, target: Target, case: Case, seed: int, re
             reads["protected-vendored"] = [target.path(target.vendored_file)]
         for name, paths in reads.items():
             out = session.shell(_readable_probe(paths))
-            leaked = [line for line in out.output.splitlines() if line.startswith("READABLE ")]
-            rec.add(name, "probe-done" in out.output and not leaked, observed=leaked or out.output[-200:],
-                    expected=f"{paths} unreadable by UID 2000")
+            verdicts = [line for line in out.output.splitlines() if line.split(" ", 1)[0] in
+                        ("READABLE", "DENIED", "ERROR")]
+            denied = len(verdicts) == len(paths) and all(v.startswith("DENIED ") for v in verdicts)
+            rec.add(name, denied, observed=verdicts or out.output[-200:],
+                    expected=[f"DENIED {p}" for p in paths])
         dirs = [target.app_dir, "/", "/etc", "/usr", "/opt"]
         out = session.shell(_writable_probe(dirs, cmd.token()))
         opened = [line for line in out.output.splitlines() if line.startswith("WRITABLE ")]

@@ -84,7 +84,12 @@ class _Worker(threading.Thread):
             except ServerError as exc:
                 results, served = [CheckResult(f"{self._prefix(job)}/session", False,
                                                time.monotonic() - started,
-                                               observed=f"{exc}", expected="a working session")], {}
+                                               observed=f"server error: {exc}", expected="a working session")], {}
+            except Exception as exc:  # noqa: BLE001 - a suite bug must fail its job, not vanish with the thread
+                results, served = [CheckResult(f"{self._prefix(job)}/suite-error", False,
+                                               time.monotonic() - started,
+                                               observed=f"{type(exc).__name__}: {exc}",
+                                               expected="the job runs to its end")], {}
             if any("server error" in str(r.observed) for r in results if not r.passed):
                 # The session may be broken; start the next job on a fresh one.
                 self._drop()

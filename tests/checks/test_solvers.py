@@ -89,3 +89,11 @@ def test_grading_rule_helpers():
         changed = wrong(value)
         assert not strict_equal(changed, value)
         assert "true" not in json.dumps(changed) and "null" not in json.dumps(changed)
+
+
+def test_suite_curriculum_matches_the_environment_catalog():
+    from env.catalog import CASE_IDS
+
+    from pipeline.checks.cases import all_cases
+    assert [c.id for c in all_cases()] == list(CASE_IDS)
+    assert list(solvers.FAMILIES) == list(families.TASK_IDS)

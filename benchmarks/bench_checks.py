@@ -1,0 +1,103 @@
+"""Wall time of the whole check suite against one image, and its parts.
+
+With `--image name@digest` (default: the image of dist/build.json, pushed by `nox -s
+build`) it runs exactly what `python -m pipeline verify` runs — anonymous pull, N
+containers, the suite — and prints the time of each stage; with `--url` it runs the
+suite against servers already running. Goal on the 2-core reference machine: the
+whole suite against one image in under 5 minutes (the 60 s timeout check overlaps
+the rest when there are two or more containers).
+
+    python benchmarks/bench_checks.py [--image REF | --url URL ...] [--parallel N ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from pipeline import config, localregistry  # noqa: E402
+from pipeline.checks.commands import target_for  # noqa: E402
+from pipeline.checks.results import SuiteResult  # noqa: E402
+from pipeline.checks.suite import run_suite  # noqa: E402
+from pipeline.checks.target import Target  # noqa: E402
+from pipeline.oci.image import parse_config  # noqa: E402
+from pipeline.oci.layout import Layout  # noqa: E402
+from pipeline.pull import pull  # noqa: E402
+from pipeline.runtime import ContainerRuntime  # noqa: E402
+
+GOAL_S = 300.0
+
+
+def _image_from_build() -> str:
+    record = REPO_ROOT / "dist" / "build.json"
+    if not record.exists():
+        raise SystemExit("no --image given and no dist/build.json: run `nox -s build` first")
+    data = json.loads(record.read_text())
+    state = localregistry.status()
+    if state is None:
+        raise SystemExit("the local registry is not running: `python -m pipeline registry start`")
+    return f"{state.address}/{data['repository']}@{data['manifest_digest']}"
+
+
+def _report(label: str, result: SuiteResult, extra: dict[str, float]) -> None:
+    groups: dict[str, float] = defaultdict(float)
+    for check in result.checks:
+        group = check.id.split("/", 1)[0]
+        groups["image" if group == "image" else "cases"] += check.seconds
+    counts = result.counts()
+    print(f"{label}: {counts['total']} checks, {counts['failed']} failed, suite wall {result.seconds:.1f} s "
+          f"(goal < {GOAL_S:.0f} s: {'met' if result.seconds + sum(extra.values()) < GOAL_S else 'MISSED'})")
+    for name, seconds in extra.items():
+        print(f"  {name:<28} {seconds:7.1f} s")
+    print(f"  {'checks, summed: image':<28} {groups['image']:7.1f} s (timeout check alone ~60 s)")
+    print(f"  {'checks, summed: 32 cases':<28} {groups['cases']:7.1f} s")
+
+
+def bench_image(image: str, parallels: list[int]) -> None:
+    cfg = config.load()
+    runtime = ContainerRuntime(cfg.runtime)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        pulled = pull(image, Path(tmp) / "oci")
+        env = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest)).config.env_map()
+    pull_s = time.monotonic() - started
+    started = time.monotonic()
+    runtime.pull(image)
+    runtime_pull_s = time.monotonic() - started
+    for n in parallels:
+        started = time.monotonic()
+        containers = [runtime.start(image, port=cfg.port) for _ in range(n)]
+        start_s = time.monotonic() - started
+        try:
+            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True)
+        finally:
+            for c in containers:
+                runtime.remove(c)
+        _report(f"{n} container(s)", result, {"anonymous pull (checked)": pull_s,
+                                               "runtime pull": runtime_pull_s, "start containers": start_s})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--image", help="name@sha256:... (default: dist/build.json's image)")
+    p.add_argument("--url", action="append", help="servers already running (instead of --image)")
+    p.add_argument("--parallel", type=int, action="append", help="containers per run (default: 1 and 2)")
+    args = p.parse_args(argv)
+    if args.url:
+        result = run_suite([Target(url=u) for u in args.url], image=args.url[0], quiet=True)
+        _report(f"{len(args.url)} server(s)", result, {})
+        return 0
+    bench_image(args.image or _image_from_build(), args.parallel or [1, 2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The per-family table and the results record, from synthetic results."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.checks import report
+from pipeline.checks import results as results_mod
+from pipeline.checks.cases import Case, all_cases
+from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.errors import VerificationError
+
+
+def _result(failing: str | None = None) -> SuiteResult:
+    checks = [CheckResult("image/uid", failing != "image/uid", 0.1, observed="0", expected="2000")]
+    for case in all_cases():
+        for name in ("reset", "correct", "partial-a", "partial-b", "wrong"):
+            cid = f"{case.id}/{name}"
+            checks.append(CheckResult(cid, cid != failing, 0.01, observed=0.8, expected=0.0))
+    return SuiteResult(image="x@sha256:" + "0" * 64, targets=("u",), checks=tuple(checks), seconds=3.0)
+
+
+def test_table_counts_cases_per_family_and_marks_failures():
+    table = report.family_table(_result("math_route-d2-s101/wrong"))
+    row = next(line for line in table.splitlines() if line.startswith("math_route"))
+    assert "3/4 X" in row and "8/8" in row
+    assert "image checks: 1/1 passed" in table
+    text = report.summary(_result("image/uid"))
+    assert "FAILED: uid" in text and "FAIL image/uid: observed '0' expected '2000'" in text
+
+
+def test_results_round_trip_and_failures_keep_observed_vs_expected(tmp_path):
+    result = _result("software_change-d1-s101/correct")
+    path = tmp_path / "checks.json"
+    results_mod.write(path, result)
+    loaded = results_mod.load(path)
+    assert loaded.counts() == {"total": 161, "passed": 160, "failed": 1}
+    (failure,) = loaded.failures
+    assert (failure.id, failure.observed, failure.expected) == ("software_change-d1-s101/correct", 0.8, 0.0)
+    assert not loaded.ok
+
+
+def test_loader_refuses_other_records(tmp_path):
+    path = tmp_path / "checks.json"
+    path.write_text('{"format": "something-else"}')
+    with pytest.raises(VerificationError):
+        results_mod.load(path)
+
+
+def test_case_ids_in_request_order():
+    cases = all_cases()
+    assert len(cases) == 32 and cases[0].id == "software_change-d1-s101"
+    assert cases[8].id == "software_change-d1-s307" and cases[-1].id == "media_timeline-d2-s307"
+    assert Case.parse("math_route-d2-s307") == Case("math_route", 2, 307)
+    with pytest.raises(ValueError):
+        Case.parse("math_route-d4-s1")
