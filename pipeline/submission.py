@@ -47,7 +47,7 @@ class TaskEntry:
 class ImageEntry:
     image: str
     compressed_bytes: int
-    layers: int
+    layers: int | None  # None: the layer list could not be read (registry unreachable)
     layer_sizes_known: bool
 
 
@@ -122,7 +122,7 @@ def build(cfg: ReleaseConfig, profile: Profile, checks: SuiteResult, *, image: s
             layer_lists.append(result.layers)
         else:
             # Without the layer list the declared size stands in; nothing can be deduplicated.
-            images.append(ImageEntry(ext.image, ext.compressed_bytes, 0, False))
+            images.append(ImageEntry(ext.image, ext.compressed_bytes, None, False))
             unknown_sizes += ext.compressed_bytes
     return Submission(
         name=cfg.name, image=image, schema=checks.schema or release_schema.declared(),

@@ -51,13 +51,44 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
     return Target(url=url, app_dir=cfg.app_dir)
 
 
-def verify_main(argv: list[str]) -> int:
-    """`verify <name@digest>`: pull anonymously, start, run every check, verify externals."""
+def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
+                 start_external: bool = False) -> SuiteResult:
+    """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
+
+    Returns the results (failures included); callers decide what a failure stops.
+    """
     from ..oci.image import parse_config
     from ..oci.layout import Layout
     from ..pull import pull
     from ..runtime import ContainerRuntime
 
+    if parallel < 1:
+        raise ConfigError("--parallel must be at least 1", actual=parallel)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
+        pulled = pull(image, Path(tmp) / "oci")
+        image_config = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest))
+    env = image_config.config.env_map()
+    runtime = ContainerRuntime(cfg.runtime)
+    runtime.pull(image)
+    containers = []
+    try:
+        with ThreadPoolExecutor(parallel) as pool:
+            containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port), range(parallel)))
+        targets = [target_for(cfg, c.url, env) for c in containers]
+        say(f"checks: {len(targets)} container(s) of {image}")
+        result = run_suite(targets, image=image)
+    finally:
+        for c in containers:
+            runtime.remove(c)
+    externals = external.verify_all(cfg.external.tasks, runtime=runtime if start_external else None)
+    return replace(result, external=tuple(e.to_json() for e in externals),
+                   layers=tuple((d.digest, d.size) for d in pulled.layers),
+                   seconds=time.monotonic() - started)
+
+
+def verify_main(argv: list[str]) -> int:
+    """`verify <name@digest>`: pull anonymously, start, run every check, verify externals."""
     p = argparse.ArgumentParser(prog="python -m pipeline verify", description=verify_main.__doc__)
     p.add_argument("image", help="the image to verify, name@sha256:<digest>")
     p.add_argument("--parallel", type=int, default=2, help="containers to run the suite on (default 2)")
@@ -67,33 +98,11 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--start-external", action="store_true",
                    help="also pull and start the external task images to compare their schema")
     args = p.parse_args(argv)
-    if args.parallel < 1:
-        raise ConfigError("--parallel must be at least 1", actual=args.parallel)
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
-        pulled = pull(args.image, Path(tmp) / "oci")
-        image_config = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest))
-    env = image_config.config.env_map()
-    runtime = ContainerRuntime(cfg.runtime)
-    runtime.pull(args.image)
-    containers = []
-    try:
-        with ThreadPoolExecutor(args.parallel) as pool:
-            containers = list(pool.map(lambda _: runtime.start(args.image, port=cfg.port), range(args.parallel)))
-        targets = [target_for(cfg, c.url, env) for c in containers]
-        say(f"checks: {len(targets)} container(s) of {args.image}")
-        result = run_suite(targets, image=args.image)
-    finally:
-        for c in containers:
-            runtime.remove(c)
-    externals = external.verify_all(cfg.external.tasks, runtime=runtime if args.start_external else None)
-    result = replace(result, external=tuple(e.to_json() for e in externals),
-                     layers=tuple((d.digest, d.size) for d in pulled.layers),
-                     seconds=time.monotonic() - started)
+    result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external)
     code = _finish(result, args.out)
-    external.enforce(externals, profile)
+    external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
     return code
 
 

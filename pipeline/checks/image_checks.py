@@ -15,7 +15,7 @@ from ._record import Recorder
 from .answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
 from .case_checks import solve_in_episode
 from .cases import Case
-from .client import Reply, ServerError, Session, http_get
+from .client import ServerError, Session, http_get
 from .results import CheckResult
 from .target import Target
 
