@@ -9,7 +9,7 @@ import pytest
 from pipeline import attest, audit, publish, signing
 from pipeline.oci.registry import Credentials, RegistryClient
 
-from conftest import EPOCH, make_records
+from .conftest import EPOCH, make_records
 
 
 

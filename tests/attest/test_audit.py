@@ -92,7 +92,7 @@ def test_submission_names_another_image(records):
 
 
 def test_sbom_replaced(records, tmp_path, monkeypatch):
-    from conftest import make_image
+    from .conftest import make_image
 
     from pipeline import sbom
 
@@ -172,7 +172,7 @@ def test_published_keyid_edited(records):
 
 
 def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
-    import conftest
+    from . import conftest
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
     monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))

@@ -10,7 +10,7 @@ from pipeline import sbom
 from pipeline.config import Source
 from pipeline.errors import DigestMismatch
 
-from conftest import TASKS_PY, make_image
+from .conftest import TASKS_PY, make_image
 
 SOURCE = Source(name="metaharness-tasks", repository="https://example.invalid/metaharness",
                 revision="4657e5b82e124917b01d79ee5e9de41badb48fda", path="arena_env/tasks.py",

@@ -1,3 +1,3 @@
 """Fixtures of tests/base: see basefixtures.py (shared with tests/runtime)."""
 
-from basefixtures import base_image, lock_venv  # noqa: F401
+from .basefixtures import base_image, lock_venv  # noqa: F401

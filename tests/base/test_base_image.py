@@ -14,7 +14,7 @@ from pipeline import base, localregistry
 from pipeline.oci.layout import Layout
 from pipeline.runtime import ContainerRuntime
 
-from basefixtures import TEST_STATE, registry_client
+from .basefixtures import TEST_STATE, registry_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 

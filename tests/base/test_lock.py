@@ -16,7 +16,7 @@ import pytest
 from pipeline import lock
 from pipeline.errors import ConfigError, DigestMismatch
 
-from basefixtures import HERE, make_venv, pip_install, wheel_dir
+from .basefixtures import HERE, make_venv, pip_install, wheel_dir
 
 
 def _free_port() -> int:

@@ -1,0 +1,257 @@
+"""`nox -s release`: every stage in order, then the records.
+
+lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
+provenance.json, attestations/, submission.json -> attach -> report.
+
+Fail closed: any stage that fails stops the release with one line and a non-zero
+exit. The records are staged under `.release/staging/` and moved into place only
+after every check passed and everything is signed, so a failed release leaves the
+previous records untouched. Whatever the release started (the local registry,
+containers) is stopped on the way out, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
+from . import signing, sources, submission
+from . import config as _config
+from ._io import sha256_file, write_atomic
+from .checks import external as checks_external
+from .checks import report as checks_report
+from .checks import results as checks_results
+from .checks.commands import verify_image
+from .errors import CheckFailure, ReleaseError
+from .payload import VendoredTaskFile
+from .progress import say
+from .publish import push_layout
+
+RECORDS = ("provenance.json", "submission.json", "attestations")
+
+
+@dataclass
+class Timings:
+    """Wall time of each stage, for progress lines and the report."""
+
+    stages: list[tuple[str, float]] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        say(f"==> {name}")
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            took = time.monotonic() - started
+            self.stages.append((name, took))
+            say(f"    {name}: {took:.1f} s")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a release produced."""
+
+    image: str
+    pushed: str
+    records: tuple[Path, ...]
+    report: Path
+    timings: tuple[tuple[str, float], ...]
+
+
+def _install_records(staging: Path, root: Path) -> list[Path]:
+    """Move the staged records into the checkout, each with one rename.
+
+    attestations/ is swapped as a directory (old copy removed after the new one is in
+    place); the two JSON records are renamed over the old ones.
+    """
+    placed = []
+    old = staging.parent / f"{staging.name}.old-attestations"
+    target = root / "attestations"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(staging / "attestations", target)
+    shutil.rmtree(old, ignore_errors=True)
+    placed.append(target)
+    for name in ("provenance.json", "submission.json"):
+        os.replace(staging / name, root / name)
+        placed.append(root / name)
+    return placed
+
+
+def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
+            suite: checks_results.SuiteResult, sub: submission.Submission,
+            timings: Timings, profile: _config.Profile) -> None:
+    lines = [
+        f"# Release report ({profile.name} profile)",
+        "",
+        f"- image: `{image}`",
+        f"- pushed and pulled back anonymously: `{pushed}`",
+        f"- base: `{record.base}`",
+        f"- source revision: `{record.source_revision}` (SOURCE_DATE_EPOCH {record.source_date_epoch})",
+        f"- compressed size: {record.compressed_size:,} bytes in "
+        f"{len(record.base_layers) + len(record.app_layers)} layers "
+        f"(application layers {record.app_size:,} bytes)",
+        f"- release total (shared layers once): {sub.total_compressed_bytes:,} bytes",
+        "",
+        "## Application layers",
+        "",
+        "| layer | digest | diff_id | bytes |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {l.name} | `{l.digest}` | `{l.diff_id}` | {l.size:,} |" for l in record.app_layers]
+    lines += ["", "## Checks", "", "```", checks_report.summary(suite), "```", "",
+              "## Tasks", "", "| task | image | status | passed | failed |", "|---|---|---|---|---|"]
+    lines += [f"| {t.task_id} | `{t.image.split('@')[1][:19]}` | {t.verification.status} | "
+              f"{t.verification.passed} | {t.verification.failed} |" for t in sub.tasks]
+    lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
+    lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
+    write_atomic(path, "\n".join(lines).encode())
+
+
+def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
+            allow_dirty: bool = False, mirror: Path | None = None, parallel: int = 2,
+            signing_kind: str | None = None) -> Outcome:
+    """Run every stage for `profile` from the checkout at `repo`; see the module doc."""
+    repo = Path(repo).resolve()
+    dist, vendor_dir = repo / "dist", repo / "vendor"
+    staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
+    timings = Timings()
+    started_at = datetime.now(timezone.utc)
+    started_registry = False
+    signer = signing.signer_for(signing_kind or profile.signing)
+    image_name = profile.image_name
+    try:
+        with timings.stage("preflight"):
+            revision = provenance.project_revision(repo, allow_dirty=allow_dirty)
+            sde = provenance.source_date_epoch(repo)
+            say(f"    source {revision.commit} (dirty: {revision.dirty}), SOURCE_DATE_EPOCH {sde}")
+        if profile.local:
+            with timings.stage("registry"):
+                started_registry = localregistry.status() is None
+                state = localregistry.start()
+                say(f"    local registry at {state.address}")
+        client = build.push_client(profile)
+        with timings.stage("base"):
+            if profile.base == "local":
+                base_record, what = base.ensure(client)
+                base_ref = base_record.reference
+                say(f"    base {what}: {base_ref}")
+            else:
+                base_ref = profile.base
+        with timings.stage("vendor"):
+            vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
+            externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
+        task_file = None
+        if profile.vendored_source is not None:
+            rec = next(v for v in vendored if v.source == profile.vendored_source)
+            task_file = VendoredTaskFile(rec.source, vendor_dir / rec.vendor_path,
+                                         vendor_dir / rec.license_path)
+        with timings.stage("build"):
+            record = build.build(cfg, repo=repo, base_ref=base_ref, repository=image_name,
+                                 tag=profile.tag, source_revision=revision.commit,
+                                 source_date_epoch=sde, vendored=task_file, out=dist)
+            build.write_record(record, dist / "build.json")
+        image = f"{image_name}@{record.manifest_digest}"
+        with timings.stage("sbom"):
+            lock_text = (repo / provenance.WHEEL_LOCK).read_text()
+            sbom_bytes = sbom.generate(Path(record.layout), name=image_name, app_dir=cfg.app_dir,
+                                       ref=record.tag, sources=cfg.sources_for(profile),
+                                       first_party_license=sbom.project_license(),
+                                       lock_text=lock_text)
+        with timings.stage("push"):
+            pushed = push_layout(client, profile.repository, Path(record.layout),
+                                 ref_name=record.tag, tag=profile.tag)
+        with timings.stage("verify (anonymous pull + check suite)"):
+            suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel)
+            checks_results.write(dist / "checks.json", suite)
+            say(checks_report.summary(suite))
+            if not suite.ok:
+                raise CheckFailure(
+                    f"{suite.counts()['failed']} check(s) failed against {pushed.reference}",
+                    expected="every check passes",
+                    actual=", ".join(c.id for c in suite.failures[:10]),
+                    hint=f"observed vs expected for each is in {dist / 'checks.json'}")
+            checks_external.enforce(
+                [checks_external.ExternalResult.from_json(e) for e in suite.external], profile)
+        with timings.stage("records"):
+            att_dir = staging / "attestations"
+            att_dir.mkdir(parents=True)
+            image_rec = provenance.Image(
+                name=image_name, digest=record.manifest_digest, media_type=record.media_type,
+                config_digest=record.config_digest, compressed_size=record.compressed_size,
+                layer_count=len(record.base_layers) + len(record.app_layers),
+                app_layers=record.app_layers)
+            prov = provenance.assemble(
+                repo, profile, base=provenance.Base(*base_ref.split("@", 1)),
+                sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
+                image=image_rec)
+            provenance.write(staging / "provenance.json", prov)
+            checks_file = dist / "checks.json"
+            attest.write_attestations(
+                cfg=cfg, subject=attest.Subject(image_name, record.manifest_digest),
+                provenance=prov, lock_text=lock_text, sbom_bytes=sbom_bytes, checks=suite,
+                checks_sha256=sha256_file(checks_file), signer=signer, out_dir=att_dir,
+                started=started_at, finished=datetime.now(timezone.utc))
+            sub = submission.build(cfg, profile, suite, image=image,
+                                   source_revision=revision.commit)
+            submission.write_submission(staging / "submission.json", sub)
+            placed = _install_records(staging, repo)
+            if signer.kind == "key":
+                # Links hash the checkout's own files (release.toml, vendor/, dist/), so
+                # they are recorded against the checkout once the records are in place.
+                for step in ("vendor", "sbom", "attest", "submission"):
+                    intoto_links.record(step, repo, signer.signer)
+                intoto_links.write_layout(repo, signer.signer)
+        with timings.stage("attach"):
+            attest.attach(client, profile.repository, record.manifest_digest, repo / "attestations",
+                          suffix=signer.suffix)
+        report = dist / "report.md"
+        _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
+                sub=sub, timings=timings, profile=profile)
+        return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if started_registry:
+            localregistry.stop()
+            say("    stopped the local registry this release started")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline release [--profile P] [--allow-dirty] [--mirror DIR]`."""
+    ap = argparse.ArgumentParser(prog="python -m pipeline release",
+                                 description="The whole release, from sources to signed records.")
+    ap.add_argument("--profile", default="local", help="release.toml profile (default: local)")
+    ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
+    ap.add_argument("--repo", type=Path, default=_config.REPO_ROOT, help="the project checkout")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="release from a checkout with uncommitted changes (recorded)")
+    ap.add_argument("--mirror", type=Path, default=None,
+                    help="local mirror directory for git sources and external records")
+    ap.add_argument("--parallel", type=int, default=2, help="containers for the check suite")
+    ap.add_argument("--signing", choices=("key", "sigstore"), default=None,
+                    help="override the profile's signer")
+    args = ap.parse_args(argv)
+    cfg = _config.load(args.config)
+    profile = cfg.profile(args.profile)
+    try:
+        outcome = release(cfg, profile, repo=args.repo, allow_dirty=args.allow_dirty,
+                          mirror=args.mirror, parallel=args.parallel, signing_kind=args.signing)
+    except ReleaseError:
+        say(f"release stopped; the previous records are untouched ({', '.join(RECORDS)})")
+        raise
+    print(f"released {outcome.image}")
+    for path in outcome.records:
+        print(f"  wrote {path.relative_to(args.repo.resolve())}")
+    print(f"  report {outcome.report}")
+    return 0
