@@ -125,13 +125,9 @@ class BaseRecord:
     def reference(self) -> str:
         return f"{self.name}@{self.digest}"
 
-    @property
-    def registry(self) -> str:
-        return self.name.split("/", 1)[0]
-
-    @property
-    def repository(self) -> str:
-        return self.name.split("/", 1)[1]
+    def pull_reference(self, registry: str) -> str:
+        """`registry/repository@digest`: where this base is read in `registry`."""
+        return f"{registry}/{self.name}@{self.digest}"
 
     @property
     def compressed_size(self) -> int:
@@ -361,7 +357,9 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     """
     python = python or load().python
     lock = runtime_lock.load_lock(lock_path)
-    name = f"{client.registry}/{REPOSITORY}"
+    # The record names the repository only: the local registry's loopback address
+    # differs between machines and runs, the digest does not.
+    name = REPOSITORY
     record = load_record(record_path)
     current = record is not None and record.built_from(spec, lock.sha256, python) and not force
     if current and record.name == name and \

@@ -219,7 +219,7 @@ def base_reference(profile: _config.Profile) -> str:
     if record is None:
         raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
                           hint="run `nox -s base` first")
-    return record.reference
+    return record.pull_reference(localregistry.endpoint().address)
 
 
 def main(argv: list[str]) -> int:

@@ -145,10 +145,12 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("base"):
             if profile.base == "local":
                 base_record, what = base.ensure(client)
-                base_ref = base_record.reference
+                base_ref = base_record.pull_reference(client.registry)
+                base_pin = provenance.Base(base_record.name, base_record.digest)
                 say(f"    base {what}: {base_ref}")
             else:
                 base_ref = profile.base
+                base_pin = provenance.Base(*base_ref.split("@", 1))
         with timings.stage("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
@@ -193,7 +195,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                 layer_count=len(record.base_layers) + len(record.app_layers),
                 app_layers=record.app_layers)
             prov = provenance.assemble(
-                repo, profile, base=provenance.Base(*base_ref.split("@", 1)),
+                repo, profile, base=base_pin,
                 sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
                 image=image_rec)
             provenance.write(staging / "provenance.json", prov)

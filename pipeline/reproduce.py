@@ -74,15 +74,12 @@ def compare_app_layers(repo: Path, cfg: _config.ReleaseConfig, profile: _config.
 
 
 def _base_candidates(prov: provenance.Provenance, profile: _config.Profile) -> list[str]:
-    """Where the recorded base digest may be read: as recorded, or in this machine's
-    local registry (its loopback address differs from the releasing machine's)."""
-    refs = [f"{prov.base.name}@{prov.base.digest}"]
-    if profile.local:
-        state = localregistry.status()
-        if state is not None:
-            repo = Reference.parse(refs[0]).repository
-            refs.append(f"{state.address}/{repo}@{prov.base.digest}")
-    return refs
+    """Where the recorded base digest may be read: the pinned image itself, or for a local
+    base (recorded by repository only) this machine's local registry if it runs."""
+    if not profile.local:
+        return [f"{prov.base.name}@{prov.base.digest}"]
+    state = localregistry.status()
+    return [f"{state.address}/{prov.base.name}@{prov.base.digest}"] if state else []
 
 
 def _available(ref: str) -> bool:

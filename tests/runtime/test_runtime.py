@@ -27,8 +27,8 @@ def rt():
 
 
 @pytest.fixture(scope="module")
-def image(rt, base_image):
-    return rt.pull(base_image.reference)
+def image(rt, base_image, local_registry):
+    return rt.pull(base_image.pull_reference(local_registry.address))
 
 
 def test_settings_come_from_release_toml_and_env():
