@@ -4,8 +4,3 @@ Modules: ``models`` (action/observation schema), ``shell`` (one command as UID 2
 ``answer`` (reading answer.json safely), ``workspace`` (reset isolation),
 ``environment`` (the episode rules), ``app`` (the ASGI app uvicorn serves).
 """
-
-from env.server import _slim_openenv
-
-# Before anything below imports openenv.core (see _slim_openenv for why).
-_slim_openenv.install()

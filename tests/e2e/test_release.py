@@ -1,0 +1,156 @@
+"""The release engineer's command end to end, in a fresh clone: a real local registry,
+the real base, podman, the full check suite, signatures; then the auditor's and CI's
+commands on its records, a second run that must reproduce the digest, and the faults:
+Ctrl-C mid-release and a failing check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import localregistry
+from pipeline.runtime import ContainerRuntime
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDS = ("provenance.json", "submission.json", "attestations")
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.container]
+
+
+def _env(clone: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
+    env.update(PYTHONDONTWRITEBYTECODE="1", HOME=str(clone / ".release" / "home"))
+    return env
+
+
+def pipeline(clone: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=clone, env=_env(clone),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def records_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for name in RECORDS:
+        path = root / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            if f.exists():
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """A fresh clone of this checkout; the base's build caches are shared (they are
+    caches: every blob is digest-checked when used)."""
+    dest = tmp_path_factory.mktemp("e2e") / "checkout"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
+    for cache in ("base", "wheels"):
+        src = REPO / ".release" / cache
+        if src.is_dir():
+            shutil.copytree(src, dest / ".release" / cache, symlinks=True)
+    yield dest
+    localregistry.stop(dest / ".release" / "registry")
+
+
+@pytest.fixture(scope="module")
+def first_release(clone):
+    proc = pipeline(clone, "release")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+def test_release_writes_verified_signed_records_and_stops_what_it_started(clone, first_release):
+    sub = json.loads((clone / "submission.json").read_text())
+    assert len(sub["tasks"]) == 34
+    assert [t["task_id"] for t in sub["tasks"]][8] == "format-code-task-000666"
+    ours = [t for t in sub["tasks"] if t["task_id"].count("-") == 2]
+    assert len(ours) == 32 and all(t["verification"]["status"] == "verified" for t in ours)
+    prov = json.loads((clone / "provenance.json").read_text())
+    assert sub["image"] == f"{prov['image']['name']}@{prov['image']['digest']}"
+    for name in ("provenance.dsse.json", "sbom.dsse.json", "checks.dsse.json", "sbom.cdx.json",
+                 "release.pub.pem", "keyid"):
+        assert (clone / "attestations" / name).is_file(), name
+    report = (clone / "dist" / "report.md").read_text()
+    assert prov["image"]["digest"] in report and "Stage timings" in report
+    assert localregistry.status(clone / ".release" / "registry") is None
+    assert ContainerRuntime().ours() == []
+
+
+def test_audit_passes_on_the_release_records(clone, first_release):
+    proc = pipeline(clone, "audit")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "FAIL" not in proc.stdout
+
+
+def test_reproduce_whole_image_digest_when_the_base_is_available(clone, first_release):
+    localregistry.start(clone / ".release" / "registry")
+    try:
+        proc = pipeline(clone, "reproduce")
+    finally:
+        localregistry.stop(clone / ".release" / "registry")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digest = json.loads((clone / "provenance.json").read_text())["image"]["digest"]
+    assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
+
+
+def test_second_release_reuses_the_base_and_reproduces_the_digest(clone, first_release):
+    before = json.loads((clone / "submission.json").read_text())["image"]
+    proc = pipeline(clone, "release", "--allow-dirty")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "base up to date" in proc.stderr
+    assert json.loads((clone / "submission.json").read_text())["image"] == before
+
+
+def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, first_release):
+    before = records_digest(clone)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                            cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    deadline = time.monotonic() + 600
+    for line in proc.stderr:
+        seen.append(line)
+        if "checks: " in line and "done in" in line:  # the suite is running in containers
+            break
+        assert time.monotonic() < deadline, "".join(seen[-20:])
+    assert ContainerRuntime().ours(), "containers should be running mid-suite"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert ContainerRuntime().ours() == []
+    assert localregistry.status(clone / ".release" / "registry") is None
+    assert records_digest(clone) == before
+
+
+def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):
+    before = records_digest(clone)
+    shell = clone / "env" / "server" / "shell.py"
+    text = shell.read_text()
+    assert "12_000" in text or "12000" in text
+    shell.write_text(text.replace("12_000", "24_000").replace("12000", "24000"))
+    _git(clone, "commit", "-q", "-am", "break the output cap")
+    try:
+        proc = pipeline(clone, "release")
+    finally:
+        _git(clone, "revert", "--no-edit", "HEAD")
+    assert proc.returncode != 0
+    assert "image/output-cap" in proc.stderr
+    assert "previous records are untouched" in proc.stderr
+    assert records_digest(clone) == before
+    assert ContainerRuntime().ours() == []
