@@ -29,6 +29,8 @@ from .publish import push_layout
 from .sources import check_vendored
 
 RECORD_VERSION = 1
+# Base layer blobs, content-addressed and shared by every build of this checkout.
+BLOB_CACHE = _config.REPO_ROOT / ".release" / "cache" / "blobs"
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,17 @@ def fetch_base(client: RegistryClient, ref: Reference, layout: Layout) -> BaseIm
         raise UnsupportedPlatform(f"base {ref} is not a linux/amd64 image", expected="linux/amd64",
                                   actual=platform, hint="pin the amd64 image (or its index)")
     missing = [l for l in manifest.layers if not layout.has_blob(l.digest)]
-    if missing:
-        progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in missing), unit="B")
-        for layer in missing:
-            client.get_blob(ref.repository, layer.digest, layout.blob_path(layer.digest),
+    fetch = [l for l in missing if not (BLOB_CACHE / l.digest[7:]).is_file()]
+    if fetch:
+        BLOB_CACHE.mkdir(parents=True, exist_ok=True)
+        progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in fetch), unit="B")
+        for layer in fetch:
+            client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:],
                             size=layer.size, progress=progress)
         progress.finish()
+    for layer in missing:
+        # Cached blobs were digest-checked when fetched; a layout gets a hard link (or copy).
+        layout.put_file(BLOB_CACHE / layer.digest[7:], layer.digest, link=True)
     return BaseImage(manifest=manifest, config_bytes=config_bytes)
 
 

@@ -95,8 +95,12 @@ class Layout:
             write_atomic(self.blob_path(dig), data)
         return dig
 
-    def put_file(self, src: Path, digest: str, *, move: bool = False) -> None:
-        """Store a file as blob `digest` after checking that it hashes to it."""
+    def put_file(self, src: Path, digest: str, *, move: bool = False, link: bool = False) -> None:
+        """Store a file as blob `digest` after checking that it hashes to it.
+
+        `link` hard-links the file (e.g. from a shared blob cache) where the file system
+        allows it, and copies otherwise.
+        """
         actual, _ = _hash_file(Path(src))
         if actual != digest:
             raise DigestMismatch(f"blob {digest} ({src}) does not match its digest",
@@ -107,6 +111,11 @@ class Layout:
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         if move:
             os.replace(src, tmp)
+        elif link:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
         else:
             shutil.copyfile(src, tmp)
         os.replace(tmp, dest)

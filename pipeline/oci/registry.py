@@ -133,7 +133,7 @@ class RegistryClient:
 
     def __init__(self, registry: str, *, credentials: Credentials | None = None,
                  attempts: int = 5, backoff: float = 0.25, timeout: float = 60.0,
-                 chunk_size: int = 8 << 20) -> None:
+                 chunk_size: int = 64 << 20) -> None:
         self.registry = registry
         self.scheme = "http" if is_loopback(registry) else "https"
         self.base = f"{self.scheme}://{registry}"

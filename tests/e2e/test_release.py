@@ -60,10 +60,19 @@ def clone(tmp_path_factory) -> Path:
     caches: every blob is digest-checked when used)."""
     dest = tmp_path_factory.mktemp("e2e") / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
-    for cache in ("base", "wheels"):
-        src = REPO / ".release" / cache
-        if src.is_dir():
-            shutil.copytree(src, dest / ".release" / cache, symlinks=True)
+    state = dest / ".release"
+    (state / "base").mkdir(parents=True)
+    # The base layout (from a release here or from the base tests) is copied: the clone's
+    # release re-pushes it when its digest is the pinned one. The rootfs and wheel caches
+    # are shared read-mostly directories (the rootfs holds device nodes: never copy it).
+    for layout in (REPO / ".release" / "base" / "oci", REPO / ".release" / "test-base" / "oci"):
+        if layout.is_dir():
+            shutil.copytree(layout, state / "base" / "oci")
+            break
+    for cache, link in ((REPO / ".release" / "base" / "rootfs", state / "base" / "rootfs"),
+                        (REPO / ".release" / "wheels", state / "wheels")):
+        if cache.is_dir():
+            link.symlink_to(cache)
     yield dest
     localregistry.stop(dest / ".release" / "registry")
 
