@@ -1,8 +1,8 @@
 """One independent solver per task family (families.md), shipped into the container.
 
-Each module here is a complete stdlib-only Python 3 program: run in a directory that
-holds the family's three input files, it writes `answer.json` and prints the answer as
-one JSON line. They implement the family rules on their own and never import the
+Each module here, with the shared `main` below, is a complete stdlib-only Python 3
+program: run in a directory that holds the family's three input files, it writes
+`answer.json` and prints the answer as one JSON line. They implement the family rules on their own and never import the
 environment's task module, so they also solve a vendored upstream module's cases.
 """
 
@@ -22,6 +22,21 @@ FAMILIES = (
 # A shell action's command is capped at 16,000 characters (environment.md).
 MAX_COMMAND_CHARS = 16_000
 _HERE = Path(__file__).resolve().parent
+# Every solver module defines FILES and solve(files); this is the program around them.
+_MAIN = """
+def main():
+    files = {}
+    for name in FILES:
+        with open(name, encoding="utf-8") as f:
+            files[name] = f.read()
+    text = json.dumps(solve(files), sort_keys=True, separators=(",", ":"))
+    with open("answer.json", "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+
+
+main()
+"""
 
 
 def module(family: str) -> ModuleType:
@@ -57,7 +72,7 @@ def _strip_docstrings(source: str) -> str:
 def program(family: str) -> str:
     """The solver's source, compacted, ready to send as `python3 -` standard input."""
     source = (_HERE / f"{module(family).__name__.rsplit('.', 1)[1]}.py").read_text(encoding="utf-8")
-    return _strip_docstrings(source)
+    return _strip_docstrings(source) + _MAIN
 
 
 def shell_command(family: str) -> str:

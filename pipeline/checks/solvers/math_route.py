@@ -1,7 +1,7 @@
 """Solver for math_route: exhaustive path search under windows and precedence.
 
-Self-contained program (stdlib only): run in a directory holding the three input
-files, it writes answer.json there and prints the answer as one JSON line.
+Stdlib only; `program()` in this package adds the main that reads the three input
+files, writes answer.json and prints the answer as one JSON line.
 """
 
 import json
@@ -51,18 +51,3 @@ def solve(files):
     walk([request["start"]], 0, 0)
     minutes, exposure, route = best[0]
     return {"route": route, "minutes": minutes, "exposure": exposure}
-
-
-def main():
-    files = {}
-    for name in FILES:
-        with open(name, encoding="utf-8") as f:
-            files[name] = f.read()
-    text = json.dumps(solve(files), sort_keys=True, separators=(",", ":"))
-    with open("answer.json", "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Solver for office_reconciliation: per-field winning updates, unresolved rows.
 
-Self-contained program (stdlib only): run in a directory holding the three input
-files, it writes answer.json there and prints the answer as one JSON line.
+Stdlib only; `program()` in this package adds the main that reads the three input
+files, writes answer.json and prints the answer as one JSON line.
 """
 
 import json
@@ -38,18 +38,3 @@ def solve(files):
             for field in ("phone", "team")
         }
     return {"contacts": contacts, "unresolved": sorted(unresolved)}
-
-
-def main():
-    files = {}
-    for name in FILES:
-        with open(name, encoding="utf-8") as f:
-            files[name] = f.read()
-    text = json.dumps(solve(files), sort_keys=True, separators=(",", ":"))
-    with open("answer.json", "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Solver for security_triage: allow/deny with every reason code, containment.
 
-Self-contained program (stdlib only): run in a directory holding the three input
-files, it writes answer.json there and prints the answer as one JSON line.
+Stdlib only; `program()` in this package adds the main that reads the three input
+files, writes answer.json and prints the answer as one JSON line.
 """
 
 import json
@@ -35,18 +35,3 @@ def solve(files):
             allowed.append(ev["id"])
     contained = sorted(u for u, n in denials.items() if n >= policy["containment_denials"])
     return {"allowed_ids": sorted(allowed), "denied": denied, "containment": contained}
-
-
-def main():
-    files = {}
-    for name in FILES:
-        with open(name, encoding="utf-8") as f:
-            files[name] = f.read()
-    text = json.dumps(solve(files), sort_keys=True, separators=(",", ":"))
-    with open("answer.json", "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
