@@ -41,7 +41,7 @@ def tests(session: nox.Session) -> None:
     """Run the whole test suite (unit, integration with real registry/podman, end-to-end release)."""
     _install(session, "pipeline", "test")
     _setup_host(session)
-    session.run("pytest", *(session.posargs or ["-q"]))
+    session.run("pytest", *(session.posargs or ["-q", "--durations=20"]))
 
 
 @nox.session(python=PYTHON)
