@@ -255,9 +255,11 @@ def main(argv: list[str]) -> int:
         source_revision=revision.commit, source_date_epoch=sde,
         vendored=vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
     )
+    reference = f"{record.repository}@{record.manifest_digest}"
     if not args.no_push:
-        push_layout(client, profile.repository, Path(record.layout), ref_name=record.tag,
-                    tag=record.tag)
+        # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
+        reference = push_layout(client, profile.repository, Path(record.layout),
+                                ref_name=record.tag, tag=record.tag).reference
     write_record(record, args.out / "build.json")
-    print(f"{record.repository}@{record.manifest_digest}")
+    print(reference)
     return 0

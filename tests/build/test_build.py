@@ -124,7 +124,8 @@ def test_build_layout_config_and_protected_modes(tmp_path, source_repo, local_re
             if m.path.startswith("opt/arena"):
                 assert m.mode == (0o700 if m.type == "dir" else 0o600), (m.path, oct(m.mode))
     # the push made the digest pullable by name@digest
-    assert f"{record.repository}@{record.manifest_digest}" in proc.stdout
+    pushed = proc.stdout.strip().splitlines()[-1]
+    assert pushed == f"{local_registry.address}/arena/openenv-data-workflows@{record.manifest_digest}"
 
 
 def test_schema2_base_gets_schema2_layers(tmp_path, source_repo, local_registry, docker_base):
