@@ -20,6 +20,7 @@ SHARED_TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 # A fork bomb may spawn new processes while we kill; rescan until a scan finds none.
 _KILL_ROUNDS = 200
+_ZOMBIE_WAIT_S = 2.0
 
 
 class WorkspaceError(RuntimeError):
@@ -36,8 +37,9 @@ def home_dir(root: Path) -> Path:
     return root / "home"
 
 
-def sandbox_pids(uid: int) -> list[int]:
-    """PIDs of live processes whose real, effective or saved UID is ``uid`` (zombies excluded)."""
+def sandbox_pids(uid: int, *, zombies: bool = False) -> list[int]:
+    """PIDs of processes whose real, effective or saved UID is ``uid``: the live ones, or
+    with ``zombies`` the exited ones nobody has waited for yet."""
     pids = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -48,7 +50,7 @@ def sandbox_pids(uid: int) -> list[int]:
         except OSError:
             continue  # exited while we scanned
         uids = _field(text, b"Uid:")
-        if str(uid).encode() in uids[:3] and _field(text, b"State:")[:1] != [b"Z"]:
+        if str(uid).encode() in uids[:3] and (_field(text, b"State:")[:1] == [b"Z"]) == zombies:
             pids.append(int(name))
     return pids
 
@@ -67,7 +69,7 @@ def kill_sandbox_processes(uid: int) -> int:
     for _ in range(_KILL_ROUNDS):
         pids = sandbox_pids(uid)
         if not pids:
-            _reap_orphans()
+            _wait_for_zombies(uid)
             return signalled
         for pid in pids:
             try:
@@ -80,6 +82,19 @@ def kill_sandbox_processes(uid: int) -> int:
     raise WorkspaceError(
         f"processes of UID {uid} still alive after {_KILL_ROUNDS} kill rounds: {sandbox_pids(uid)[:20]}"
     )
+
+
+def _wait_for_zombies(uid: int) -> None:
+    # Killed processes count against the sandbox's process limit until they are waited
+    # for; a parent that dies after its children hands them to init (or to us, as PID 1)
+    # a moment later. Wait (bounded) until none is left, so the next episode's first
+    # fork cannot fail on the previous episode's corpses.
+    deadline = time.monotonic() + _ZOMBIE_WAIT_S
+    while True:
+        _reap_orphans()
+        if not sandbox_pids(uid, zombies=True) or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
 
 
 def _reap_orphans() -> None:

@@ -153,7 +153,7 @@ def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone,
     text = shell.read_text()
     assert "12_000" in text or "12000" in text
     shell.write_text(text.replace("12_000", "24_000").replace("12000", "24000"))
-    _git(clone, "commit", "-q", "-am", "break the output cap")
+    _git(clone, "commit", "-q", "-m", "break the output cap", "--", "env/server/shell.py")
     try:
         proc = pipeline(clone, "release")
     finally:
