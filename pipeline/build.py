@@ -218,6 +218,13 @@ def push_client(profile: _config.Profile) -> RegistryClient:
     return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry))
 
 
+def same_registry_repos(client: RegistryClient, base_ref: str) -> tuple[str, ...]:
+    """The base's repository when it lives in the push registry: its blobs are mounted,
+    not uploaded again."""
+    ref = Reference.parse(base_ref)
+    return (ref.repository,) if ref.registry == client.registry else ()
+
+
 def base_reference(profile: _config.Profile) -> str:
     """The base to build on: the profile's pinned digest, or the local base lock's."""
     if profile.base != "local":
@@ -259,7 +266,8 @@ def main(argv: list[str]) -> int:
     if not args.no_push:
         # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
         reference = push_layout(client, profile.repository, Path(record.layout),
-                                ref_name=record.tag, tag=record.tag).reference
+                                ref_name=record.tag, tag=record.tag,
+                                mount_from=same_registry_repos(client, record.base)).reference
     write_record(record, args.out / "build.json")
     print(reference)
     return 0

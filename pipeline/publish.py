@@ -8,7 +8,7 @@ local registry has no referrers API.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +44,14 @@ class PushResult:
 
 
 def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, media_type: str,
-               blobs: Mapping[str, Path | bytes], *, tag: str | None = None) -> PushResult:
+               blobs: Mapping[str, Path | bytes], *, tag: str | None = None,
+               mount_from: Sequence[str] = ()) -> PushResult:
     """Push one image: every blob its manifest names (from `blobs`), then the manifest.
 
     `blobs` maps digest -> file or bytes; every config/layer digest of the manifest
-    must be in it unless the registry already has that blob.
+    must be in it unless the registry already has that blob. A blob that another
+    repository of the same registry holds (`mount_from`, e.g. the base's) is mounted
+    instead of uploaded.
     """
     manifest = parse_manifest(manifest_bytes, media_type)
     manifest_digest = _digest.of_bytes(manifest_bytes)
@@ -56,6 +59,9 @@ def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, m
     sent: list[str] = []
     skipped: list[str] = []
     missing = [d for d in needed if not client.has_blob(repository, d.digest)]
+    if mount_from:
+        missing = [d for d in missing
+                   if not any(client.mount_blob(repository, d.digest, src) for src in mount_from)]
     skipped = [d.digest for d in needed if d not in missing]
     total = sum(d.size for d in missing)
     progress = Progress(f"push {client.registry}/{repository}", total, unit="B")
@@ -81,14 +87,15 @@ def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, m
 
 
 def push_layout(client: RegistryClient, repository: str, layout_dir: Path, *,
-                ref_name: str | None = None, tag: str | None = None) -> PushResult:
+                ref_name: str | None = None, tag: str | None = None,
+                mount_from: Sequence[str] = ()) -> PushResult:
     """Push an image of an OCI layout (verified as it is read) to `repository`."""
     layout = Layout.open(layout_dir)
     img = layout.verify_image(ref_name)
     blobs: dict[str, Path | bytes] = {img.manifest.config.digest: img.config_bytes}
     blobs.update({d.digest: layout.blob_path(d.digest) for d in img.manifest.layers})
     return push_image(client, repository, img.manifest_bytes, img.descriptor.media_type, blobs,
-                      tag=tag)
+                      tag=tag, mount_from=mount_from)
 
 
 def attachment_tag(ref_digest: str, kind: str) -> str:

@@ -173,7 +173,8 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                        lock_text=lock_text)
         with timings.stage("push"):
             pushed = push_layout(client, profile.repository, Path(record.layout),
-                                 ref_name=record.tag, tag=profile.tag)
+                                 ref_name=record.tag, tag=profile.tag,
+                                 mount_from=build.same_registry_repos(client, base_ref))
         with timings.stage("verify (anonymous pull + check suite)"):
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel)
             checks_results.write(dist / "checks.json", suite)
