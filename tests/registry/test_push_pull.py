@@ -37,6 +37,22 @@ def test_pushing_again_sends_no_blobs(local_registry, repo_name, tmp_path, build
     assert set(again.blobs_skipped) == set(first.blobs_sent)
 
 
+def test_push_mounts_blobs_from_another_repository_instead_of_uploading(
+        local_registry, repo_name, tmp_path, build_image, writer):
+    build_image(tmp_path / "src")
+    first = push_layout(writer(local_registry), repo_name, tmp_path / "src", tag="v1")
+    other = repo_name + "-derived"
+    mounted = push_layout(writer(local_registry), other, tmp_path / "src", tag="v1",
+                          mount_from=(repo_name,))
+    assert mounted.blobs_sent == () and mounted.bytes_sent == 0 and mounted.manifest_sent
+    assert set(mounted.blobs_skipped) == set(first.blobs_sent)
+    anonymous = RegistryClient(local_registry.address)
+    assert all(anonymous.has_blob(other, d) for d in first.blobs_sent)
+    # without a source to mount from, the same push uploads every blob
+    fresh = push_layout(writer(local_registry), repo_name + "-fresh", tmp_path / "src")
+    assert set(fresh.blobs_sent) == set(first.blobs_sent)
+
+
 def test_anonymous_push_is_refused(local_registry, repo_name, tmp_path, build_image, writer):
     build_image(tmp_path / "src")
     with pytest.raises(RegistryError, match="HTTP 401") as err:
