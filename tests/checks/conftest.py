@@ -78,7 +78,7 @@ def serving(app: Path, argv: list[str], log: Path):
         proc.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live_server(app_dir, tmp_path_factory):
     """The real server, `python -m env serve`, on a free loopback port."""
     log = tmp_path_factory.mktemp("logs") / "live.log"

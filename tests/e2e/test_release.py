@@ -147,6 +147,29 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, f
     assert records_digest(clone) == before
 
 
+def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release):
+    # (before the next test, which moves HEAD and so SOURCE_DATE_EPOCH and the digest)
+    before = records_digest(clone)
+    image = json.loads((clone / "submission.json").read_text())["image"]
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                            cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("==> push"):
+            state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
+            os.kill(state["registry_pid"], signal.SIGKILL)
+            break
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode != 0, err[-3000:]
+    assert "previous records are untouched" in err
+    assert records_digest(clone) == before
+    assert ContainerRuntime().ours() == []
+    rerun = pipeline(clone, "release", "--allow-dirty")
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert json.loads((clone / "submission.json").read_text())["image"] == image
+    assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
+
+
 def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):
     before = records_digest(clone)
     shell = clone / "env" / "server" / "shell.py"
@@ -163,3 +186,4 @@ def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone,
     assert "previous records are untouched" in proc.stderr
     assert records_digest(clone) == before
     assert ContainerRuntime().ours() == []
+
