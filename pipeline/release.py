@@ -32,7 +32,6 @@ from .checks import report as checks_report
 from .checks import results as checks_results
 from .checks.commands import verify_image
 from .errors import CheckFailure, ReleaseError
-from .payload import VendoredTaskFile
 from .progress import say
 from .publish import push_layout
 
@@ -154,11 +153,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
-        task_file = None
-        if profile.vendored_source is not None:
-            rec = next(v for v in vendored if v.source == profile.vendored_source)
-            task_file = VendoredTaskFile(rec.source, vendor_dir / rec.vendor_path,
-                                         vendor_dir / rec.license_path)
+        task_file = build.vendored_task_file(cfg, profile, vendor_dir)
         with timings.stage("build"):
             record = build.build(cfg, repo=repo, base_ref=base_ref, repository=image_name,
                                  tag=profile.tag, source_revision=revision.commit,

@@ -20,7 +20,7 @@ from .errors import ReleaseError, VerificationError
 from .layerdiff import AppLayer, explain, members_of_blob
 from .oci.layer import write_layer, zlib_version
 from .oci.registry import Reference, RegistryClient
-from .payload import app_layers
+from .payload import VendoredTaskFile, app_layers
 from .progress import say
 
 
@@ -49,10 +49,9 @@ class Reproduction:
         return all(l.same for l in self.layers) and self.image_rebuilt in (None, self.image_recorded)
 
 
-def compare_app_layers(repo: Path, cfg: _config.ReleaseConfig, profile: _config.Profile,
+def compare_app_layers(repo: Path, cfg: _config.ReleaseConfig, vendored: VendoredTaskFile | None,
                        image: provenance.Image, sde: int, work: Path) -> list[LayerComparison]:
     """Rebuild each application layer and compare it with the recorded one."""
-    vendored = vendored_task_file(cfg, profile, repo / "vendor")
     specs = app_layers(repo, cfg.app_dir, vendored)
     recorded = {l.name: l for l in image.app_layers}
     if [s.name for s in specs] != [l.name for l in image.app_layers]:
@@ -97,8 +96,9 @@ def reproduce(repo: Path, records: Path, cfg: _config.ReleaseConfig) -> Reproduc
                                 hint="run `nox -s release` to make the records")
     profile = cfg.profile(prov.profile)
     sde = prov.source_date_epoch
+    vendored = vendored_task_file(cfg, profile, repo / "vendor")
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
-        layers = compare_app_layers(repo, cfg, profile, prov.image, sde, Path(tmp) / "layers")
+        layers = compare_app_layers(repo, cfg, vendored, prov.image, sde, Path(tmp) / "layers")
         rebuilt, note = None, ""
         found = next((ref for ref in _base_candidates(prov, profile) if _available(ref)), None)
         if found is None:
@@ -107,7 +107,7 @@ def reproduce(repo: Path, records: Path, cfg: _config.ReleaseConfig) -> Reproduc
         else:
             record = build(cfg, repo=repo, base_ref=found, repository=prov.image.name,
                            tag="reproduce", source_revision=prov.project.commit,
-                           source_date_epoch=sde, vendored=vendored_task_file(cfg, profile, repo / "vendor"),
+                           source_date_epoch=sde, vendored=vendored,
                            out=Path(tmp) / "image")
             rebuilt, note = record.manifest_digest, f"base read from {found}"
     return Reproduction(tuple(layers), prov.image.digest, rebuilt, note)
