@@ -15,11 +15,11 @@ root) so that UID 2000 can neither list nor read it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from .errors import ReleaseError
-from .oci.layer import FileEntry
+from .oci.layer import FileEntry, parents_of
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -51,16 +51,9 @@ def _dirs_for(paths: list[str], stop: str) -> list[FileEntry]:
     directories are 0700.
     """
     stop_parts = PurePosixPath(stop).parts
-    dirs: set[str] = set()
-    for p in paths:
-        parts = PurePosixPath(p).parts[:-1]
-        for i in range(1, len(parts) + 1):
-            dirs.add("/".join(parts[:i]))
-    entries = []
-    for d in sorted(dirs):
-        inside = PurePosixPath(d).parts[: len(stop_parts)] == stop_parts
-        entries.append(FileEntry(path=d, type="dir", mode=DIR_MODE if inside else 0o755))
-    return entries
+    return [replace(d, mode=DIR_MODE)
+            if PurePosixPath(d.path).parts[: len(stop_parts)] == stop_parts else d
+            for d in parents_of(paths)]
 
 
 def _files(root: Path, dest: str, *, exclude: set[str] = frozenset()) -> list[FileEntry]:
