@@ -4,6 +4,9 @@
 containers of the pulled digest, run the whole suite, verify the external tasks, write
 dist/checks.json and print the per-family table.
 `python -m pipeline checks --url URL`: the suite against servers already running.
+Both take `--shard I/N` (run shard I of the plan; a CI matrix runs the N shards) and
+`python -m pipeline checks merge SHARD.json...` joins the shards into one checks.json
+and can sign its test-result statement.
 `python -m pipeline submission`: submission.json from passing check results.
 """
 
@@ -18,9 +21,12 @@ from pathlib import Path
 
 from .. import config as config_mod
 from ..errors import CheckFailure, ConfigError
+from .._io import sha256_file, write_atomic
 from ..progress import say
 from . import external, report
+from .merge import merge
 from .results import SuiteResult, load, write
+from .shards import Shard
 from .suite import run_suite
 from .target import Target
 
@@ -30,6 +36,11 @@ TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
 
 def _finish(result: SuiteResult, out: Path) -> int:
     write(out, result)
+    return _verdict(result, out)
+
+
+def _verdict(result: SuiteResult, out: Path) -> int:
+    """Print the summary of results written to `out`; raise if any check failed."""
     print(report.summary(result))
     print(f"results: {out}")
     if not result.ok:
@@ -52,10 +63,12 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
 
 
 def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
-                 start_external: bool = False) -> SuiteResult:
+                 start_external: bool = False, shard: Shard | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
-    Returns the results (failures included); callers decide what a failure stops.
+    With `shard`, only that shard's jobs run, and the external tasks are verified by
+    shard 1 alone (once per sharded run). Returns the results (failures included);
+    callers decide what a failure stops.
     """
     from ..oci.image import parse_config
     from ..oci.layout import Layout
@@ -77,14 +90,24 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
             containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port), range(parallel)))
         targets = [target_for(cfg, c.url, env) for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
-        result = run_suite(targets, image=image)
+        result = run_suite(targets, image=image, shard=shard)
     finally:
         for c in containers:
             runtime.remove(c)
-    externals = external.verify_all(cfg.external.tasks, runtime=runtime if start_external else None)
+    externals = (external.verify_all(cfg.external.tasks, runtime=runtime if start_external else None)
+                 if _verifies_externals(shard) else [])
     return replace(result, external=tuple(e.to_json() for e in externals),
                    layers=tuple((d.digest, d.size) for d in pulled.layers),
                    seconds=time.monotonic() - started)
+
+
+def _verifies_externals(shard: Shard | None) -> bool:
+    return shard is None or shard.index == 1
+
+
+def _shard_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=Shard.parse, default=None, metavar="I/N",
+                   help="run only shard I of N of the suite (then `checks merge` the N results)")
 
 
 def verify_main(argv: list[str]) -> int:
@@ -97,20 +120,30 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--start-external", action="store_true",
                    help="also pull and start the external task images to compare their schema")
+    _shard_arg(p)
     args = p.parse_args(argv)
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
-    result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external)
+    result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external,
+                          shard=args.shard)
     code = _finish(result, args.out)
-    external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+    if _verifies_externals(args.shard):
+        external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
     return code
 
 
 def checks_main(argv: list[str]) -> int:
     """`checks --url URL [--url URL ...]`: the suite against already running servers."""
-    p = argparse.ArgumentParser(prog="python -m pipeline checks", description=checks_main.__doc__)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
+    p = argparse.ArgumentParser(prog="python -m pipeline checks", description=checks_main.__doc__,
+                                epilog="`python -m pipeline checks merge --help`: join the results of N shards")
     p.add_argument("--url", action="append", required=True,
                    help="base URL of a running server (repeat for several servers of one image)")
+    p.add_argument("--image", default=None,
+                   help="the image the servers run, as recorded (default: the first URL; "
+                        "shards to be merged must name the same image)")
+    _shard_arg(p)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--app-dir", default=None, help="where the server's code lives (default: release.toml)")
     p.add_argument("--tasks-file", default=None,
@@ -123,7 +156,48 @@ def checks_main(argv: list[str]) -> int:
         cfg = replace(cfg, app_dir=args.app_dir)
     env = {TASKS_FILE_VARIABLE: args.tasks_file} if args.tasks_file else {}
     targets = [replace(target_for(cfg, url, env), server_pid=args.server_pid) for url in args.url]
-    return _finish(run_suite(targets, image=args.url[0]), args.out)
+    return _finish(run_suite(targets, image=args.image or args.url[0], shard=args.shard), args.out)
+
+
+def sign_checks(result: SuiteResult, checks_file: Path, *, kind: str, out_dir: Path) -> Path:
+    """Sign the in-toto test-result statement of `checks_file` into `out_dir`.
+
+    The same statement the release signs (subject: the image digest; predicate: the
+    verdicts and the sha256 of checks.json), signed by the key or sigstore signer; the
+    signer's public key or identity is published next to it.
+    """
+    from .. import attest, signing
+
+    signer = signing.signer_for(kind)
+    stmt = attest.statement(attest.Subject.from_image_ref(result.image), attest.TEST_RESULT,
+                            attest.checks_predicate(result, checks_sha256=sha256_file(checks_file)))
+    path = attest.attestation_path(out_dir, "checks", signer.suffix)
+    write_atomic(path, signer.sign(stmt))
+    signer.publish(out_dir)
+    return path
+
+
+def merge_main(argv: list[str]) -> int:
+    """`checks merge SHARD.json...`: one checks.json from the N shard records of one run."""
+    p = argparse.ArgumentParser(prog="python -m pipeline checks merge", description=merge_main.__doc__)
+    p.add_argument("shards", nargs="+", type=Path, help="the checks.json of every shard (any order)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--profile", default="local", help="release profile (decides if external tasks must verify)")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+    p.add_argument("--sign", choices=("key", "sigstore"), default=None,
+                   help="also sign the test-result statement of the merged results")
+    p.add_argument("--attestations", type=Path, default=None,
+                   help="where the signed statement goes (default: next to --out)")
+    args = p.parse_args(argv)
+    profile = config_mod.load(args.config).profile(args.profile)
+    result = merge([load(path, shard=True) for path in args.shards])
+    write(args.out, result)
+    if args.sign:
+        signed = sign_checks(result, args.out, kind=args.sign, out_dir=args.attestations or args.out.parent)
+        say(f"signed test-result statement: {signed}")
+    code = _verdict(result, args.out)
+    external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+    return code
 
 
 def submission_main(argv: list[str]) -> int:

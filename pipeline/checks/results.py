@@ -9,6 +9,7 @@ from typing import Any
 
 from .._io import pretty_json, write_atomic
 from ..errors import VerificationError
+from .shards import Shard
 
 FORMAT = "openenv-arena-checks/v1"
 
@@ -59,6 +60,8 @@ class SuiteResult:
     external: tuple[dict[str, Any], ...] = ()
     # (digest, compressed size) of the verified image's layers, when it was pulled.
     layers: tuple[tuple[str, int], ...] = ()
+    # Set on the result of one shard of a sharded run (`--shard I/N`), until merged.
+    shard: Shard | None = None
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:
@@ -77,7 +80,7 @@ class SuiteResult:
         return tuple(c for c in self.checks if c.id.startswith(prefix))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "image": self.image,
             "targets": list(self.targets),
@@ -88,6 +91,9 @@ class SuiteResult:
             "layers": [{"digest": d, "size": n} for d, n in self.layers],
             "checks": [c.to_json() for c in self.checks],
         }
+        if self.shard is not None:
+            out["shard"] = self.shard.to_json()
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "SuiteResult":
@@ -97,7 +103,8 @@ class SuiteResult:
                    checks=tuple(CheckResult.from_json(c) for c in d["checks"]),
                    seconds=float(d["seconds"]), schema=d.get("schema") or {},
                    external=tuple(d.get("external") or ()),
-                   layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()))
+                   layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()),
+                   shard=Shard.from_json(d["shard"]) if d.get("shard") else None)
 
 
 def write(path: Path | str, result: SuiteResult) -> None:
@@ -105,11 +112,23 @@ def write(path: Path | str, result: SuiteResult) -> None:
     write_atomic(Path(path), pretty_json(result.to_json()))
 
 
-def load(path: Path | str) -> SuiteResult:
-    """Read a check-results record written by `write`."""
+def load(path: Path | str, *, shard: bool = False) -> SuiteResult:
+    """Read a check-results record written by `write`.
+
+    One shard's record holds only part of the suite: it is refused unless `shard`
+    (the merge), so that no release record is ever made from part of the checks.
+    """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise VerificationError(f"check results {path} not found",
                                 hint="run `python -m pipeline verify <image>` first") from None
-    return SuiteResult.from_json(data)
+    result = SuiteResult.from_json(data)
+    if result.shard is not None and not shard:
+        raise VerificationError(f"{path} holds one shard of the suite, not the whole suite",
+                                expected="a whole or merged check-results record", actual=f"shard {result.shard}",
+                                hint="merge every shard first: `python -m pipeline checks merge SHARD.json ...`")
+    if shard and result.shard is None:
+        raise VerificationError(f"{path} is not the record of one shard", expected="a record with a `shard` field",
+                                hint="write it with `--shard I/N`")
+    return result

@@ -3,7 +3,8 @@
 Each target (a container, or a local server) gets one worker thread holding one
 OpenEnv session; jobs (the slow timeout check first, then the image checks, then the
 32 cases) are taken from a shared queue, so several containers work in parallel and
-the 60 s timeout check overlaps the rest.
+the 60 s timeout check overlaps the rest. With a shard (`I/N`), only the jobs the shard
+plan gives shard I run; `merge.merge` joins the N results into the unsharded record.
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ from . import case_checks, image_checks
 from .cases import Case, all_cases
 from .client import ServerError, Session
 from .results import CheckResult, SuiteResult
+from .shards import Shard, plan
 from .target import Target
 
 # Reconnect attempts after a dropped session: the server frees a closed session
 # asynchronously, so an immediate reconnect can briefly meet the capacity limit.
 RECONNECT_TRIES = 10
 RECONNECT_PAUSE_S = 0.5
+# Estimated seconds of one job, for the shard plan only (a wrong guess unbalances the
+# shards, it never changes a result): the timeout check waits out the shell timeout;
+# the image checks and one case take a few seconds against a container.
+JOB_COST_S = {"timeout": float(image_checks.SHELL_TIMEOUT_S + image_checks.TIMEOUT_SLACK_S),
+              "image": 5.0, "case": 2.0}
 
 
 @dataclass(frozen=True)
@@ -34,12 +41,33 @@ class _Job:
     case: Case
     index: int
 
+    @property
+    def key(self) -> str:
+        """Stable name in the shard plan: `image`, `image/timeout` or the case id."""
+        return {"image": "image", "timeout": "image/timeout"}.get(self.kind, self.case.id)
+
 
 def _jobs(cases: Sequence[Case], image_case: Case, with_timeout: bool) -> list[_Job]:
     jobs = [_Job("timeout", image_case, 1)] if with_timeout else []
     jobs.append(_Job("image", image_case, 0))
     jobs += [_Job("case", c, 2 + i) for i, c in enumerate(cases)]
     return jobs
+
+
+def _in_order(jobs: Sequence[_Job]) -> list[_Job]:
+    """The order results are recorded in (image checks, timeout check, then the cases)."""
+    return sorted(jobs, key=lambda j: j.index)
+
+
+def job_costs(cases: Sequence[Case] | None = None, *, with_timeout: bool = True) -> list[tuple[str, float]]:
+    """(job key, estimated seconds) of the suite's jobs in recorded order: the plan's input."""
+    cases = list(cases if cases is not None else all_cases())
+    return [(j.key, JOB_COST_S[j.kind]) for j in _in_order(_jobs(cases, cases[0], with_timeout))]
+
+
+def shard_jobs(shard: Shard, cases: Sequence[Case] | None = None, *, with_timeout: bool = True) -> tuple[str, ...]:
+    """The job keys the plan gives `shard`."""
+    return plan(job_costs(cases, with_timeout=with_timeout), shard.count)[shard.index - 1]
 
 
 class _Worker(threading.Thread):
@@ -133,17 +161,23 @@ class _Sink:
 
 
 def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
-              image: str = "", quiet: bool = False, with_timeout: bool = True) -> SuiteResult:
+              image: str = "", quiet: bool = False, with_timeout: bool = True,
+              shard: Shard | None = None) -> SuiteResult:
     """Run every check of verification.md against `targets` (servers of one image).
 
     `cases` narrows the per-case checks (default: all 32); `with_timeout=False` leaves
-    out the minute-long timeout check (for quick runs; a release never does).
+    out the minute-long timeout check (for quick runs; a release never does); `shard`
+    runs only the jobs the shard plan gives it, and records which.
     """
     if not targets:
         raise ValueError("run_suite needs at least one target")
     cases = list(cases if cases is not None else all_cases())
     started = time.monotonic()
     jobs = _jobs(cases, cases[0], with_timeout)
+    if shard is not None:
+        mine = shard_jobs(shard, cases, with_timeout=with_timeout)
+        jobs = [j for j in jobs if j.key in mine]
+        shard = Shard(shard.index, shard.count, mine)
     work: "queue.Queue[_Job]" = queue.Queue()
     for job in jobs:
         work.put(job)
@@ -154,8 +188,9 @@ def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
     for w in workers:
         w.join()
     ordered: list[CheckResult] = []
-    for job in sorted(jobs, key=lambda j: j.index):
+    for job in _in_order(jobs):
         ordered += sink.by_job.get(job.index, [CheckResult(f"{_Worker._prefix(job)}/not-run", False, 0.0,
                                                            observed="job never ran", expected="run")])
     return SuiteResult(image=image or targets[0].url, targets=tuple(t.url for t in targets),
-                       checks=tuple(ordered), seconds=time.monotonic() - started, schema=sink.schema)
+                       checks=tuple(ordered), seconds=time.monotonic() - started, schema=sink.schema,
+                       shard=shard)
