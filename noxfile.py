@@ -91,10 +91,17 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False, tags=["release"])
 def verify(session: nox.Session) -> None:
-    """Pull an image anonymously by digest and run the whole check suite: -- <name@digest>."""
+    """Pull an image anonymously by digest and run the whole check suite: -- <name@digest> [--shard I/N]."""
     _install(session, "pipeline")
     _setup_host(session)
     _pipeline(session, "verify")
+
+
+@nox.session(python=PYTHON, default=False, tags=["release", "ci"])
+def checks(session: nox.Session) -> None:
+    """The suite against running servers (-- --url URL [--shard I/N]), or -- merge SHARD.json..."""
+    _install(session, "pipeline")
+    _pipeline(session, "checks")
 
 
 @nox.session(python=PYTHON, default=False, tags=["release"])

@@ -36,19 +36,21 @@ def built_image(tmp_path_factory, source_repo, local_registry, base_image):  # n
     return proc.stdout.strip().splitlines()[-1]
 
 
-def _pipeline(local_registry, tmp: Path, *args: str) -> subprocess.Popen:
+def _pipeline(local_registry, tmp: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+    """Start `python -m pipeline ARGS` in this checkout; its output goes to tmp/<name>.log."""
     env = {**os.environ, "RELEASE_REGISTRY_DIR": str(local_registry.root), "PYTHONDONTWRITEBYTECODE": "1",
            "RELEASE_SIGNING_KEY": str(tmp / "key.pem")}
-    log = open(tmp / f"{args[0]}-{len(list(tmp.iterdir()))}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    log = tmp / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    return proc, log
 
 
-def _wait(proc: subprocess.Popen, what: str) -> None:
+def _wait(run: tuple[subprocess.Popen, Path]) -> None:
+    proc, log = run
     code = proc.wait(timeout=900)
-    log = Path(proc.stdout.name)
-    proc.stdout.close()
-    assert code == 0, f"{what} failed ({code}):\n{log.read_text()[-4000:]}"
+    assert code == 0, f"{log.stem} failed ({code}):\n{log.read_text()[-4000:]}"
 
 
 def _comparable(path: Path) -> dict:
@@ -64,22 +66,21 @@ def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_
     (tmp_path / "key.pem").write_bytes(CryptoSigner.generate_ed25519().private_bytes)
     out = {name: tmp_path / f"{name}.json" for name in ("shard1", "shard2", "whole", "merged")}
     runs = [
-        _pipeline(local_registry, tmp_path, "verify", built_image, "--shard", "1/2", "--parallel", "1",
+        _pipeline(local_registry, tmp_path, "shard-1", "verify", built_image, "--shard", "1/2", "--parallel", "1",
                   "--out", str(out["shard1"])),
-        _pipeline(local_registry, tmp_path, "verify", built_image, "--shard", "2/2", "--parallel", "1",
+        _pipeline(local_registry, tmp_path, "shard-2", "verify", built_image, "--shard", "2/2", "--parallel", "1",
                   "--out", str(out["shard2"])),
-        _pipeline(local_registry, tmp_path, "verify", built_image, "--out", str(out["whole"])),
+        _pipeline(local_registry, tmp_path, "unsharded", "verify", built_image, "--out", str(out["whole"])),
     ]
-    for name, proc in zip(("shard 1/2", "shard 2/2", "unsharded verify"), runs):
-        _wait(proc, name)
+    for run in runs:
+        _wait(run)
     shard1 = results_mod.load(out["shard1"], shard=True)
     assert shard1.shard.jobs == ("image/timeout",) and [c.id for c in shard1.checks] == ["image/timeout"]
     assert shard1.external and not results_mod.load(out["shard2"], shard=True).external
 
     att = tmp_path / "att"
-    merge = _pipeline(local_registry, tmp_path, "checks", "merge", str(out["shard2"]), str(out["shard1"]),
-                      "--out", str(out["merged"]), "--sign", "key", "--attestations", str(att))
-    _wait(merge, "checks merge")
+    _wait(_pipeline(local_registry, tmp_path, "merge", "checks", "merge", str(out["shard2"]), str(out["shard1"]),
+                    "--out", str(out["merged"]), "--sign", "key", "--attestations", str(att)))
     assert _comparable(out["merged"]) == _comparable(out["whole"])
     merged = results_mod.load(out["merged"])
     assert merged.ok and merged.counts()["total"] > 300
