@@ -203,3 +203,20 @@ def test_the_merge_command_writes_the_merged_record_and_fails_on_failed_checks(t
     # The whole record has one failing check: the merged record is written, the command fails.
     assert proc.returncode != 0 and "1 check(s) failed" in proc.stderr
     assert _comparable(results_mod.load(tmp_path / "merged.json")) == _comparable(_whole())
+
+
+@pytest.mark.root
+def test_a_shard_against_a_live_server_runs_exactly_its_jobs(live_server, tmp_path):
+    """`checks --url URL --shard 3/4 --image NAME` against the real server: the shard's
+    cases and nothing else, every check passing, recorded with its plan."""
+    out = tmp_path / "shard.json"
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "checks", "--url", live_server.url,
+                           "--app-dir", live_server.app_dir, "--image", IMAGE, "--shard", "3/4",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    part = results_mod.load(out, shard=True)
+    planned = plan(job_costs(), 4)[2]
+    assert part.shard == Shard(3, 4, planned) and part.image == IMAGE
+    assert "image" not in planned and "image/timeout" not in planned
+    assert {c.id.split("/", 1)[0] for c in part.checks} == set(planned)
+    assert part.ok
