@@ -5,9 +5,11 @@ build`) it runs exactly what `python -m pipeline verify` runs — anonymous pull
 containers, the suite — and prints the time of each stage; with `--url` it runs the
 suite against servers already running. Goal on the 2-core reference machine: the
 whole suite against one image in under 5 minutes (the 60 s timeout check overlaps
-the rest when there are two or more containers).
+the rest when there are two or more containers). With `--shards N` it also runs the
+N shards of the suite at once, one container each (what N CI matrix jobs do, on one
+machine), and prints each shard's wall time and the merged run's (the longest shard).
 
-    python benchmarks/bench_checks.py [--image REF | --url URL ...] [--parallel N ...]
+    python benchmarks/bench_checks.py [--image REF | --url URL ...] [--parallel N ...] [--shards N ...]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +28,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from pipeline import config, localregistry  # noqa: E402
 from pipeline.checks.commands import target_for  # noqa: E402
+from pipeline.checks.merge import merge  # noqa: E402
 from pipeline.checks.results import SuiteResult  # noqa: E402
+from pipeline.checks.shards import Shard  # noqa: E402
 from pipeline.checks.suite import run_suite  # noqa: E402
 from pipeline.checks.target import Target  # noqa: E402
 from pipeline.oci.image import parse_config  # noqa: E402
@@ -85,17 +90,50 @@ def bench_image(image: str, parallels: list[int]) -> None:
                                                "runtime pull": runtime_pull_s, "start containers": start_s})
 
 
+def bench_shards(image: str, counts: list[int]) -> None:
+    """Each shard on its own container, all at once; the merged record's wall time is the longest."""
+    cfg = config.load()
+    runtime = ContainerRuntime(cfg.runtime)
+    with tempfile.TemporaryDirectory() as tmp:
+        pulled = pull(image, Path(tmp) / "oci")
+        env = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest)).config.env_map()
+    runtime.pull(image)
+
+    def one(shard: Shard) -> SuiteResult:
+        container = runtime.start(image, port=cfg.port)
+        try:
+            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard)
+        finally:
+            runtime.remove(container)
+
+    for n in counts:
+        started = time.monotonic()
+        with ThreadPoolExecutor(n) as pool:
+            parts = list(pool.map(one, [Shard(i, n) for i in range(1, n + 1)]))
+        wall = time.monotonic() - started
+        merged = merge(parts)
+        _report(f"{n} shard(s), one container each", merged, {"start, run and stop every shard": wall})
+        for part in parts:
+            print(f"  shard {part.shard}: {len(part.shard.jobs):2d} jobs, {len(part.checks):3d} checks, "
+                  f"{part.seconds:6.1f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--image", help="name@sha256:... (default: dist/build.json's image)")
     p.add_argument("--url", action="append", help="servers already running (instead of --image)")
     p.add_argument("--parallel", type=int, action="append", help="containers per run (default: 1 and 2)")
+    p.add_argument("--shards", type=int, action="append", default=[],
+                   help="also run the suite as N shards at once (repeatable)")
     args = p.parse_args(argv)
     if args.url:
         result = run_suite([Target(url=u) for u in args.url], image=args.url[0], quiet=True)
         _report(f"{len(args.url)} server(s)", result, {})
         return 0
-    bench_image(args.image or _image_from_build(), args.parallel or [1, 2])
+    image = args.image or _image_from_build()
+    bench_image(image, args.parallel or [1, 2])
+    if args.shards:
+        bench_shards(image, args.shards)
     return 0
 
 
