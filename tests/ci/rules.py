@@ -58,6 +58,9 @@ def violations(name: str, text: str) -> list[str]:
             found.append(f"{where}: permissions must be a mapping of scopes, got {job['permissions']!r}")
         if "uses" in job:
             found += _pin(f"{where} (reusable workflow)", job["uses"], lines)
+        elif "timeout-minutes" not in job:
+            # A hung job would otherwise hold its runner (and any token it has) for 6 hours.
+            found.append(f"{where}: no timeout-minutes")
     for job_id, n, step in _steps(doc):
         where = f"{name}: job {job_id} step {n + 1} ({step.get('name') or step.get('uses') or 'run'})"
         if "uses" in step:

@@ -30,7 +30,9 @@ def _tool(name: str) -> str:
 
 
 def _zizmor(folder: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([_tool("zizmor"), "--offline", "--no-progress", "--format", "plain", str(folder)],
+    # --no-config: no zizmor.yml in the tree can silence a finding.
+    return subprocess.run([_tool("zizmor"), "--offline", "--no-config", "--no-progress", "--format", "plain",
+                           str(folder)],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -103,6 +105,7 @@ def test_project_rules_hold(name):
     ("    permissions:\n      contents: read\n    steps", "    steps", "no explicit permissions"),
     ("persist-credentials: false", "persist-credentials: true", "persist-credentials: false"),
     ('"$IMAGE" --shard', "${{ inputs.image }} --shard", "an expression in run:"),
+    ("    timeout-minutes: 45\n", "", "no timeout-minutes"),
 ])
 def test_project_rules_reject_a_broken_workflow(old, new, message):
     text = WORKFLOWS["verify.yml"]
