@@ -23,25 +23,25 @@ def _group(check_id: str) -> str:
     return check_id.split("/", 1)[0]
 
 
-def _complete(parts: Sequence[SuiteResult]) -> list[SuiteResult]:
-    """The shards sorted by index, refused unless they are exactly 1..N of one N."""
+def _complete(parts: Sequence[SuiteResult]) -> list[tuple[Shard, SuiteResult]]:
+    """(shard, record) sorted by shard, refused unless the shards are exactly 1..N of one N."""
     if not parts:
         raise VerificationError("nothing to merge", expected="the record of every shard", actual="none")
-    shards = [p.shard for p in parts]
-    if any(s is None for s in shards):
+    pairs = [(p.shard, p) for p in parts if p.shard is not None]
+    if len(pairs) != len(parts):
         raise VerificationError("a record to merge is not a shard record", hint="write shards with --shard I/N")
-    counts = sorted({s.count for s in shards})  # type: ignore[union-attr]
+    counts = sorted({s.count for s, _ in pairs})
     if len(counts) != 1:
         raise VerificationError("the records come from different shard counts", expected="one N", actual=counts)
     count = counts[0]
-    indices = sorted(s.index for s in shards)  # type: ignore[union-attr]
+    indices = sorted(s.index for s, _ in pairs)
     if indices != list(range(1, count + 1)):
         missing = sorted(set(range(1, count + 1)) - set(indices))
         repeated = sorted({i for i in indices if indices.count(i) > 1})
         raise VerificationError(f"the shards of a {count}-way run are not all here exactly once",
                                 expected=f"shards 1..{count}", actual=f"missing {missing}, repeated {repeated}",
                                 hint="pass every shard's checks.json once (a failed shard job must be re-run)")
-    return sorted(parts, key=lambda p: p.shard.index)  # type: ignore[union-attr]
+    return sorted(pairs, key=lambda pair: pair[0].index)
 
 
 def _same(values: list, what: str) -> None:
@@ -53,7 +53,7 @@ def _same(values: list, what: str) -> None:
         raise VerificationError(f"the shards disagree on {what}", expected="one value", actual=distinct)
 
 
-def _owned(part: SuiteResult, shard: Shard) -> None:
+def _owned(shard: Shard, part: SuiteResult) -> None:
     """The shard ran exactly its planned jobs and reports only checks of those jobs."""
     planned = shard_jobs(shard)
     if shard.jobs != planned:
@@ -70,14 +70,14 @@ def _owned(part: SuiteResult, shard: Shard) -> None:
                                 expected="at least one check per job", actual=empty)
 
 
-def _ordered(parts: list[SuiteResult]) -> tuple[CheckResult, ...]:
+def _ordered(pairs: list[tuple[Shard, SuiteResult]]) -> tuple[CheckResult, ...]:
     """Every check in the unsharded order: the plan's job order, each job's checks as recorded."""
-    owner = {key: p for p in parts for key in p.shard.jobs}  # type: ignore[union-attr]
+    owner = {key: (shard, part) for shard, part in pairs for key in shard.jobs}
     done: set[tuple[int, str]] = set()
     out: list[CheckResult] = []
     for key, _ in job_costs():
-        part = owner[key]
-        slot = (part.shard.index, _group(key))  # type: ignore[union-attr]
+        shard, part = owner[key]
+        slot = (shard.index, _group(key))
         # A shard holding both image jobs recorded them in order under one group.
         if slot not in done:
             done.add(slot)
@@ -92,19 +92,19 @@ def _ordered(parts: list[SuiteResult]) -> tuple[CheckResult, ...]:
 
 def merge(parts: Sequence[SuiteResult]) -> SuiteResult:
     """One record, equal to an unsharded run's apart from targets and timings."""
-    parts = _complete(parts)
-    for part in parts:
-        _owned(part, part.shard)  # type: ignore[arg-type]
-    _same([p.image for p in parts], "the image they verified")
-    _same([p.layers for p in parts if p.layers], "the layers of the pulled image")
-    schemas = [p.schema for p in parts if p.schema]
+    pairs = _complete(parts)
+    for shard, part in pairs:
+        _owned(shard, part)
+    records = [part for _, part in pairs]
+    _same([p.image for p in records], "the image they verified")
+    _same([p.layers for p in records if p.layers], "the layers of the pulled image")
+    schemas = [p.schema for p in records if p.schema]
     _same(schemas, "the served schema")
-    externals = [p.external for p in parts if p.external]
+    externals = [(shard.index, part.external) for shard, part in pairs if part.external]
     if len(externals) > 1:
         raise VerificationError("more than one shard verified the external tasks", expected="one shard (shard 1)",
-                                actual=[p.shard.index for p in parts if p.external])  # type: ignore[union-attr]
-    first = parts[0]
-    return replace(first, targets=tuple(t for p in parts for t in p.targets), checks=_ordered(parts),
-                   seconds=max(p.seconds for p in parts), schema=schemas[0] if schemas else {},
-                   external=externals[0] if externals else (),
-                   layers=next((p.layers for p in parts if p.layers), ()), shard=None)
+                                actual=[index for index, _ in externals])
+    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs),
+                   seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
+                   external=externals[0][1] if externals else (),
+                   layers=next((p.layers for p in records if p.layers), ()), shard=None)

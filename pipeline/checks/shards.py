@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -37,12 +38,12 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "count": self.count, "jobs": list(self.jobs)}
 
     @classmethod
-    def from_json(cls, d: dict[str, object]) -> Shard:
-        return cls(int(d["index"]), int(d["count"]), tuple(str(j) for j in d["jobs"]))  # type: ignore[arg-type]
+    def from_json(cls, d: dict[str, Any]) -> Shard:
+        return cls(int(d["index"]), int(d["count"]), tuple(str(j) for j in d["jobs"]))
 
 
 def plan(jobs: Sequence[tuple[str, float]], count: int) -> tuple[tuple[str, ...], ...]:
