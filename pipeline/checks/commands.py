@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from .. import config as config_mod
+from .. import external as records_mod
 from ..errors import CheckFailure, ConfigError
 from ..progress import say
-from . import external, report
+from . import external, repair, report
 from .results import SuiteResult, load, write
 from .suite import run_suite
 from .target import Target
@@ -52,10 +55,14 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
 
 
 def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
-                 start_external: bool = False) -> SuiteResult:
+                 start_external: bool = False,
+                 references: Mapping[str, repair.Reference] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
-    Returns the results (failures included); callers decide what a failure stops.
+    With `start_external`, each reachable external image is pulled, started and given
+    the repair checks (`references`: each task's reference solution); their results
+    join the suite's checks as `<task_id>/<check>`. Returns the results (failures
+    included); callers decide what a failure stops.
     """
     from ..oci.image import parse_config
     from ..oci.layout import Layout
@@ -81,10 +88,21 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     finally:
         for c in containers:
             runtime.remove(c)
-    externals = external.verify_all(cfg.external.tasks, runtime=runtime if start_external else None)
-    return replace(result, external=tuple(e.to_json() for e in externals),
+    plan = external.StartPlan(runtime=runtime, port=cfg.port, budget=cfg.budgets["external"].values,
+                              conventions=cfg.external.repair,
+                              references=references or {}) if start_external else None
+    externals = external.verify_all(cfg.external.tasks, start=plan)
+    return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
+                   external=tuple(e.to_json() for e in externals),
                    layers=tuple((d.digest, d.size) for d in pulled.layers),
                    seconds=time.monotonic() - started)
+
+
+def references_of(cfg: config_mod.ReleaseConfig,
+                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.Reference]:
+    """Each external task's reference solution from `rows`: task id -> (row, why none)."""
+    return {task_id: repair.Reference.from_record(row, cfg.external.repair, why)
+            for task_id, (row, why) in rows.items()}
 
 
 def verify_main(argv: list[str]) -> int:
@@ -96,11 +114,16 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--profile", default="local", help="release profile (decides if external tasks must verify)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--start-external", action="store_true",
-                   help="also pull and start the external task images to compare their schema")
+                   help="also pull and start the external task images and run their repair checks")
+    p.add_argument("--vendor-dir", type=Path, default=config_mod.REPO_ROOT / "vendor",
+                   help="where the pinned external records are (for the reference solutions)")
     args = p.parse_args(argv)
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
-    result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external)
+    references = (references_of(cfg, records_mod.stored_rows(cfg, args.vendor_dir))
+                  if args.start_external else None)
+    result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external,
+                          references=references)
     code = _finish(result, args.out)
     external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
     return code
