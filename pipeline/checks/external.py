@@ -117,7 +117,8 @@ class StartPlan:
     """How the external images are started and checked (the release's verify stage).
 
     `budget` is `[budgets.external]`: reset_wall_s bounds the start, each call is
-    bounded by the longest of the reset, tool and verifier wall times.
+    bounded by the longest of the reset, tool and verifier wall times, an episode by
+    tool_calls_total calls.
     `references` holds each task's reference solution (from its pinned record).
     """
 
@@ -147,7 +148,8 @@ def _checks_of_started(task: ExternalTask, plan: StartPlan,
     try:
         plan.runtime.wait_healthy(container, timeout=plan.budget["reset_wall_s"])
         return repair.run_repair_checks(container.url, task.task_id, plan.reference(task.task_id),
-                                        conventions=plan.conventions, timeout_s=plan.call_timeout_s)
+                                        conventions=plan.conventions, timeout_s=plan.call_timeout_s,
+                                        max_calls=plan.budget["tool_calls_total"])
     finally:
         plan.runtime.remove(container)
 

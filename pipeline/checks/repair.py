@@ -143,9 +143,10 @@ class _Run:
     """One check run: a session on one started image."""
 
     def __init__(self, session: Session, task_id: str, conventions: RepairConventions,
-                 seeds: Iterator[int], rec: Recorder) -> None:
+                 seeds: Iterator[int], rec: Recorder, max_calls: int) -> None:
         self.session, self.task_id, self.conv, self.seeds, self.rec = (
             session, task_id, conventions, seeds, rec)
+        self.max_calls = max_calls
 
     def reset(self):
         return self.session.reset(self.task_id, seed=next(self.seeds),
@@ -210,9 +211,14 @@ class _Run:
         if reference.patch is None:
             self.rec.not_applicable("reference-repair", reference.reason)
             return
-        self.reset()
         token = cmd.token()
         steps = _apply_commands(reference.patch, self.conv.workspace, token)
+        if len(steps) + 1 > self.max_calls:
+            self.rec.add("reference-repair", False,
+                         observed=f"{len(steps) + 1} calls to transfer, apply and finish",
+                         expected=f"at most the episode's {self.max_calls} tool calls")
+            return
+        self.reset()
         outputs = [self.session.shell(step) for step in steps]
         applied = f"APPLIED-{token}" in outputs[-1].output
         graded = self.session.finish()
@@ -255,10 +261,11 @@ def _fail_missing(rec: Recorder, names: tuple[str, ...], exc: ServerError) -> No
 
 def run_repair_checks(url: str, task_id: str, reference: Reference, *,
                       conventions: RepairConventions = RepairConventions(), timeout_s: float = 180.0,
-                      seed: int = 7_000) -> list[CheckResult]:
+                      max_calls: int = 64, seed: int = 7_000) -> list[CheckResult]:
     """Every repair check against the server at `url`; results in REPAIR_CHECKS order.
 
-    `timeout_s` bounds each call (the external budget's reset/tool/verifier wall time).
+    `timeout_s` bounds each call (the external budget's reset/tool/verifier wall time),
+    `max_calls` each episode's tool calls (applying the reference must fit in it).
     A stage the server broke (an error reply, a dropped connection) fails the checks it
     owed, with the server's message, so every id is always present exactly once.
     """
@@ -271,7 +278,7 @@ def run_repair_checks(url: str, task_id: str, reference: Reference, *,
     original = Workspace(0, "", ())
     try:
         with Session(url, message_timeout_s=timeout_s) as session:
-            run = _Run(session, task_id, conventions, seeds, rec)
+            run = _Run(session, task_id, conventions, seeds, rec, max_calls)
             for stage, owed in stages:
                 try:
                     if stage == "first":

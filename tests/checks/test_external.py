@@ -101,9 +101,8 @@ class _NoRuntime:
 
 def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(capsys):
     task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
-    plan = external.StartPlan(runtime=_NoRuntime(), port=8000, budget={"reset_wall_s": 180,
-                                                                       "tool_wall_s": 120,
-                                                                       "verifier_wall_s": 120})
+    plan = external.StartPlan(runtime=_NoRuntime(), port=8000, budget={
+        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64})
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
     assert result.status.startswith("not verified: ") and result.checks == ()
     local = Profile("local", "", "local", "r", "t", "local", "first-party", "key", False)

@@ -89,3 +89,15 @@ def test_reference_that_does_not_repair_fails_reference_repair(local_registry, s
     failed = {repair.check_name(c): c for c in result.checks if c.failed}
     assert set(failed) == {"reference-repair"}
     assert failed["reference-repair"].observed["applied"] is True
+
+
+def test_reference_too_large_for_the_call_budget_fails_reference_repair(local_registry, schema2_base,
+                                                                        runtime, tmp_path):
+    standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK)
+    lines = 20_000
+    huge = REFERENCE_PATCH + f"--- /dev/null\n+++ b/data.txt\n@@ -0,0 +1,{lines} @@\n" + "".join(
+        f"+{'%032d' % i}\n" for i in range(lines))
+    result = _verify(standin, runtime, repair.Reference(huge))
+    failed = {repair.check_name(c): c for c in result.checks if c.failed}
+    assert set(failed) == {"reference-repair"}
+    assert "at most the episode's 64 tool calls" in failed["reference-repair"].expected
