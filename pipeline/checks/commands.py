@@ -56,7 +56,7 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
 
 def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
                  start_external: bool = False,
-                 references: Mapping[str, repair.Reference] | None = None) -> SuiteResult:
+                 references: Mapping[str, repair.ReferenceSolution] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
     With `start_external`, each reachable external image is pulled, started and given
@@ -99,9 +99,9 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
 
 
 def references_of(cfg: config_mod.ReleaseConfig,
-                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.Reference]:
+                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.ReferenceSolution]:
     """Each external task's reference solution from `rows`: task id -> (row, why none)."""
-    return {task_id: repair.Reference.from_record(row, cfg.external.repair, why)
+    return {task_id: repair.ReferenceSolution.from_record(row, cfg.external.repair, why)
             for task_id, (row, why) in rows.items()}
 
 

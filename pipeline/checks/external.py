@@ -126,14 +126,14 @@ class StartPlan:
     port: int
     budget: Mapping[str, int]
     conventions: RepairConventions = RepairConventions()
-    references: Mapping[str, repair.Reference] = field(default_factory=dict)
+    references: Mapping[str, repair.ReferenceSolution] = field(default_factory=dict)
 
     @property
     def call_timeout_s(self) -> float:
         return float(max(self.budget[k] for k in ("reset_wall_s", "tool_wall_s", "verifier_wall_s")))
 
-    def reference(self, task_id: str) -> repair.Reference:
-        return self.references.get(task_id) or repair.Reference(None, "no pinned dataset record")
+    def reference(self, task_id: str) -> repair.ReferenceSolution:
+        return self.references.get(task_id) or repair.ReferenceSolution(None, "no pinned dataset record")
 
 
 def _checks_of_started(task: ExternalTask, plan: StartPlan,

@@ -41,7 +41,7 @@ _PROBE_END = "--arena-probe-end--"
 
 
 @dataclass(frozen=True)
-class Reference:
+class ReferenceSolution:
     """The reference solution of one task, or why there is none."""
 
     patch: str | None
@@ -49,7 +49,7 @@ class Reference:
 
     @classmethod
     def from_record(cls, row: Mapping[str, Any] | None, conventions: RepairConventions,
-                    missing: str = "") -> "Reference":
+                    missing: str = "") -> "ReferenceSolution":
         """From a pinned record's row; `missing` says why there is no row at all."""
         field = conventions.reference_field
         if row is None:
@@ -207,7 +207,7 @@ class _Run:
                           "left_after_reset": _differing(second, third)},
                 expected={"edit_made": True, "left_after_reset": []})
 
-    def reference_episode(self, reference: Reference) -> None:
+    def reference_episode(self, reference: ReferenceSolution) -> None:
         if reference.patch is None:
             self.rec.not_applicable("reference-repair", reference.reason)
             return
@@ -259,7 +259,7 @@ def _fail_missing(rec: Recorder, names: tuple[str, ...], exc: ServerError) -> No
             rec.error(name, exc)
 
 
-def run_repair_checks(url: str, task_id: str, reference: Reference, *,
+def run_repair_checks(url: str, task_id: str, reference: ReferenceSolution, *,
                       conventions: RepairConventions = RepairConventions(), timeout_s: float = 180.0,
                       max_calls: int = 64, seed: int = 7_000) -> list[CheckResult]:
     """Every repair check against the server at `url`; results in REPAIR_CHECKS order.

@@ -35,7 +35,7 @@ def runtime():
     return ContainerRuntime()
 
 
-def _verify(standin, runtime, reference: repair.Reference) -> external.ExternalResult:
+def _verify(standin, runtime, reference: repair.ReferenceSolution) -> external.ExternalResult:
     cfg = config.load()
     plan = external.StartPlan(runtime=runtime, port=8000, budget=cfg.budgets["external"].values,
                               conventions=cfg.external.repair, references={TASK: reference})
@@ -46,7 +46,7 @@ def _verify(standin, runtime, reference: repair.Reference) -> external.ExternalR
 
 def test_standin_passes_every_repair_check(local_registry, schema2_base, runtime, tmp_path):
     standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK)
-    result = _verify(standin, runtime, repair.Reference(REFERENCE_PATCH))
+    result = _verify(standin, runtime, repair.ReferenceSolution(REFERENCE_PATCH))
     by_name = {repair.check_name(c): c for c in result.checks}
     assert list(by_name) == list(repair.REPAIR_CHECKS)
     assert result.verified, [(c.id, c.observed) for c in result.checks if not c.passed]
@@ -60,7 +60,7 @@ def test_record_without_reference_solution_is_not_applicable_not_passed(
         local_registry, schema2_base, runtime, tmp_path):
     standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK)
     cfg = config.load()
-    reference = repair.Reference.from_record({"task_id": TASK}, cfg.external.repair)
+    reference = repair.ReferenceSolution.from_record({"task_id": TASK}, cfg.external.repair)
     result = _verify(standin, runtime, reference)
     outcomes = result.outcomes()
     assert outcomes["failed"] == [] and "reference-repair" not in outcomes["passed"]
@@ -74,7 +74,7 @@ def test_record_without_reference_solution_is_not_applicable_not_passed(
 @pytest.mark.parametrize("fault", FAULTS)
 def test_broken_standin_fails_exactly_its_check(fault, local_registry, schema2_base, runtime, tmp_path):
     standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK, fault=fault)
-    result = _verify(standin, runtime, repair.Reference(REFERENCE_PATCH))
+    result = _verify(standin, runtime, repair.ReferenceSolution(REFERENCE_PATCH))
     failed = {repair.check_name(c) for c in result.checks if c.failed}
     assert failed == {FAULT_FAILS[fault]}, [(c.id, c.observed) for c in result.checks if c.failed]
     assert not result.verified and FAULT_FAILS[fault] in result.status
@@ -85,7 +85,7 @@ def test_reference_that_does_not_repair_fails_reference_repair(local_registry, s
     standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK)
     no_fix = REFERENCE_PATCH.replace("+    return total(values) / len(values)",
                                      "+    return total(values) / (len(values) + 2)")
-    result = _verify(standin, runtime, repair.Reference(no_fix))
+    result = _verify(standin, runtime, repair.ReferenceSolution(no_fix))
     failed = {repair.check_name(c): c for c in result.checks if c.failed}
     assert set(failed) == {"reference-repair"}
     assert failed["reference-repair"].observed["applied"] is True
@@ -97,7 +97,7 @@ def test_reference_too_large_for_the_call_budget_fails_reference_repair(local_re
     lines = 20_000
     huge = REFERENCE_PATCH + f"--- /dev/null\n+++ b/data.txt\n@@ -0,0 +1,{lines} @@\n" + "".join(
         f"+{'%032d' % i}\n" for i in range(lines))
-    result = _verify(standin, runtime, repair.Reference(huge))
+    result = _verify(standin, runtime, repair.ReferenceSolution(huge))
     failed = {repair.check_name(c): c for c in result.checks if c.failed}
     assert set(failed) == {"reference-repair"}
     assert "at most the episode's 64 tool calls" in failed["reference-repair"].expected

@@ -21,12 +21,12 @@ BUGGY = (Path(__file__).parent / "repair_standin" / "project" / "calc.py").read_
 
 def test_reference_comes_from_the_configured_field_and_says_why_when_absent():
     conv = config.RepairConventions(reference_field="gold_patch")
-    assert repair.Reference.from_record({"gold_patch": "--- a/x\n"}, conv).patch == "--- a/x\n"
-    absent = repair.Reference.from_record({"patch": "--- a/x\n"}, conv)
+    assert repair.ReferenceSolution.from_record({"gold_patch": "--- a/x\n"}, conv).patch == "--- a/x\n"
+    absent = repair.ReferenceSolution.from_record({"patch": "--- a/x\n"}, conv)
     assert absent.patch is None and "'gold_patch' is absent" in absent.reason
-    empty = repair.Reference.from_record({"gold_patch": "  "}, conv)
+    empty = repair.ReferenceSolution.from_record({"gold_patch": "  "}, conv)
     assert empty.patch is None and "is empty" in empty.reason
-    assert repair.Reference.from_record(None, conv, "not fetched: offline").reason == "not fetched: offline"
+    assert repair.ReferenceSolution.from_record(None, conv, "not fetched: offline").reason == "not fetched: offline"
 
 
 def test_repair_conventions_are_read_from_release_toml(tmp_path):
@@ -70,3 +70,21 @@ def test_applier_refuses_a_hunk_whose_context_does_not_match(tmp_path):
                   REFERENCE_PATCH)
     assert proc.returncode != 0 and "does not apply" in proc.stderr
     assert "(len(values) - 1)" in (tmp_path / "calc.py").read_text()
+
+
+def test_not_applicable_is_neither_passed_nor_failed_in_the_signed_test_result():
+    from pipeline.attest import checks_predicate
+    from pipeline.checks.results import CheckResult, SuiteResult
+
+    task = "format-code-task-000666"
+    checks = (CheckResult(f"{task}/unsolved", True, 0.1),
+              CheckResult(f"{task}/reference-repair", False, 0.0, not_applicable="no patch"))
+    suite = SuiteResult(image="x@sha256:" + "0" * 64, targets=(), checks=checks, seconds=1.0)
+    loaded = SuiteResult.from_json(suite.to_json())
+    assert loaded.checks[1].not_applicable == "no patch" and loaded.ok
+    predicate = checks_predicate(loaded, checks_sha256="0" * 64)
+    assert predicate["result"] == "PASSED"
+    assert predicate["passedTests"] == [f"{task}/unsolved"] and predicate["failedTests"] == []
+    assert predicate["warnedTests"] == [f"{task}/reference-repair"]
+    only_na = SuiteResult(image="x", targets=(), checks=checks[1:], seconds=1.0)
+    assert not only_na.ok  # nothing passed: not a verified run
