@@ -25,6 +25,7 @@ from ..errors import CheckFailure, ReleaseError
 from ..oci.image import Index, parse, parse_config
 from ..oci.registry import Reference, RegistryClient
 from ..progress import say
+from ..pull import pull
 from . import repair
 from .results import CheckResult
 
@@ -138,9 +139,6 @@ class StartPlan:
 
 def _checks_of_started(task: ExternalTask, plan: StartPlan,
                        client: RegistryClient | None) -> list[CheckResult]:
-    # Imported here: pull needs nothing else of the verify stage.
-    from ..pull import pull
-
     with tempfile.TemporaryDirectory(prefix="external-pull-") as tmp:
         pull(task.image, Path(tmp) / "oci", client=client)
     plan.runtime.pull(task.image)
