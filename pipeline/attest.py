@@ -179,7 +179,8 @@ def checks_predicate(result: SuiteResult, *, checks_sha256: str) -> dict[str, An
         "result": "PASSED" if result.ok else "FAILED",
         "passedTests": sorted(c.id for c in result.checks if c.passed),
         "failedTests": failed,
-        "warnedTests": [],
+        # Checks that could not apply (an external task without a reference solution).
+        "warnedTests": sorted(c.id for c in result.not_applicable),
         "configuration": [{"name": "checks.json", "digest": {"sha256": checks_sha256},
                            "annotations": {"suite": "verification.md", "image": result.image,
                                            **result.counts()}}],

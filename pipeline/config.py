@@ -71,6 +71,24 @@ class ExternalTask:
 
 
 @dataclass(frozen=True)
+class RepairConventions:
+    """How the external repair images and their records are read (`[external.repair]`).
+
+    Assumptions until a real run confirms them (no network where they were written):
+    reference_field: the record column holding the reference solution, a unified diff
+        against the workspace (SWE-bench's name for the gold patch is "patch");
+    reset_id_field: the reset keyword naming the task (OpenEnv's convention);
+    workspace: the repository the agent repairs;
+    grader_paths: where the grader and its hidden tests live (the shell must not read them).
+    """
+
+    reference_field: str = "patch"
+    reset_id_field: str = "task_id"
+    workspace: str = "/workspace/repo"
+    grader_paths: tuple[str, ...] = ("/opt/arena",)
+
+
+@dataclass(frozen=True)
 class External:
     dataset: str
     revision: str
@@ -80,6 +98,7 @@ class External:
     id_field: str = "task_id"
     hub_url: str = "https://huggingface.co"
     rows_url: str = "https://datasets-server.huggingface.co"
+    repair: RepairConventions = RepairConventions()
 
 
 @dataclass(frozen=True)
@@ -269,6 +288,24 @@ def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
     )
 
 
+def _repair(raw: dict[str, Any]) -> RepairConventions:
+    where = "external.repair"
+    known = {"reference_field", "reset_id_field", "workspace", "grader_paths"}
+    if set(raw) - known:
+        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known),
+                          actual=sorted(set(raw) - known))
+    default = RepairConventions()
+    paths = raw.get("grader_paths", list(default.grader_paths))
+    if not isinstance(paths, list) or not paths or not all(
+            isinstance(p, str) and p.startswith("/") for p in paths):
+        raise ConfigError(f"{where}.grader_paths", expected="a list of absolute paths", actual=paths)
+    values = {k: raw.get(k, getattr(default, k)) for k in known - {"grader_paths"}}
+    for key, value in values.items():
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}.{key}", expected="a non-empty string", actual=value)
+    return RepairConventions(grader_paths=tuple(paths), **values)
+
+
 def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
     """Parse and validate release.toml; ConfigError names the first bad key."""
     path = Path(path)
@@ -334,7 +371,8 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                           id_field=ext.get("id_field", "task_id"),
                           hub_url=ext.get("hub_url", "https://huggingface.co").rstrip("/"),
                           rows_url=ext.get("rows_url",
-                                           "https://datasets-server.huggingface.co").rstrip("/")),
+                                           "https://datasets-server.huggingface.co").rstrip("/"),
+                          repair=_repair(ext.get("repair", {}))),
         budgets=budgets,
         raw=raw,
         runtime=_runtime(raw.get("runtime", {})),

@@ -238,6 +238,31 @@ def check_stored(record: ExternalRecord, out_dir: Path) -> None:
                              hint=f"delete {path} and run `python -m pipeline vendor` again")
 
 
+def stored_rows(cfg: config_mod.ReleaseConfig, out_dir: Path,
+                records: tuple[ExternalRecord, ...] | None = None,
+                ) -> dict[str, tuple[dict[str, Any] | None, str]]:
+    """Each external task's stored row, read back from `out_dir`: task id -> (row, why none).
+
+    With `records` (this run's fetch) a record that was not fetched says why; without,
+    whatever `out_dir` holds is used, checked against its pin where there is one.
+    """
+    status = {r.task_id: r for r in records or ()}
+    rows: dict[str, tuple[dict[str, Any] | None, str]] = {}
+    for task in cfg.external.tasks:
+        record = status.get(task.task_id)
+        if record is not None and record.status == NOT_FETCHED:
+            rows[task.task_id] = (None, f"dataset record not fetched: {record.reason}")
+            continue
+        path = out_dir / record_relpath(task)
+        if not path.is_file():
+            rows[task.task_id] = (None, f"no dataset record at {path}")
+            continue
+        data = path.read_bytes()
+        _verify(task, sha256_bytes(data), f"in {path} (modified after fetching?)")
+        rows[task.task_id] = (json.loads(data), "")
+    return rows
+
+
 def fetch_records(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: Path, *,
                   mirror: Path | None = None) -> tuple[ExternalRecord, ...]:
     """Every external record of the release, in release.toml order.

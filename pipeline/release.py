@@ -30,7 +30,7 @@ from ._io import sha256_file, write_atomic
 from .checks import external as checks_external
 from .checks import report as checks_report
 from .checks import results as checks_results
-from .checks.commands import verify_image
+from .checks.commands import references_of, verify_image
 from .errors import CheckFailure, ReleaseError
 from .progress import say
 from .publish import push_layout
@@ -112,6 +112,7 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
               "## Tasks", "", "| task | image | status | passed | failed |", "|---|---|---|---|---|"]
     lines += [f"| {t.task_id} | `{t.image.split('@')[1][:19]}` | {t.verification.status} | "
               f"{t.verification.passed} | {t.verification.failed} |" for t in sub.tasks]
+    lines += ["", "## External repair checks", "", checks_report.external_markdown(suite)]
     lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
@@ -171,7 +172,10 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                  ref_name=record.tag, tag=profile.tag,
                                  mount_from=build.same_registry_repos(client, base_ref))
         with timings.stage("verify (anonymous pull + check suite)"):
-            suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel)
+            # External images are pulled, started and repair-checked wherever reachable.
+            references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))
+            suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
+                                 start_external=True, references=references)
             checks_results.write(dist / "checks.json", suite)
             say(checks_report.summary(suite))
             if not suite.ok:

@@ -32,6 +32,9 @@ class Verification:
     status: str
     passed: int
     failed: int
+    # External tasks whose image was started: the repair checks by outcome,
+    # {"passed": [...], "failed": [...], "not_applicable": {check: reason}}.
+    checks: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def build(cfg: ReleaseConfig, profile: Profile, checks: SuiteResult, *, image: s
         raise ConfigError("the submitted image must be pinned by digest", actual=image)
     externals = {e["task_id"]: ExternalResult.from_json(e) for e in checks.external}
     unverified = [t.task_id for t in cfg.external.tasks
-                  if t.task_id not in externals or not externals[t.task_id].verified]
+                  if t.task_id not in externals or not externals[t.task_id].verified
+                  or not externals[t.task_id].checks]
     if profile.external_tasks_required and unverified:
         raise CheckFailure(f"profile {profile.name} requires every external task verified",
                            expected="verified", actual=f"not verified: {', '.join(unverified)}")
@@ -109,9 +113,11 @@ def build(cfg: ReleaseConfig, profile: Profile, checks: SuiteResult, *, image: s
         for ext in (t for t in cfg.external.tasks if t.after_block == number):
             result = externals.get(ext.task_id)
             status = result.status if result else "not verified: not checked in this run"
+            ran = result.outcomes() if result and result.checks else None
+            verification = (Verification(status, len(ran["passed"]), len(ran["failed"]), ran) if ran
+                            else Verification(status, 0, 0))
             tasks.append(TaskEntry(ext.task_id, ext.image, ext.split,
-                                   {k: external_budgets.values[k] for k in BUDGET_FIELDS},
-                                   Verification(status, 0, 0)))
+                                   {k: external_budgets.values[k] for k in BUDGET_FIELDS}, verification))
     images = [ImageEntry(image, sum(n for _, n in checks.layers), len(checks.layers), bool(checks.layers))]
     layer_lists: list[Sequence[tuple[str, int]]] = [checks.layers]
     unknown_sizes = 0
@@ -137,6 +143,10 @@ def to_json(sub: Submission) -> dict[str, Any]:
     out["format"] = FORMAT
     out["tasks"] = [{**{k: v for k, v in asdict(t).items() if k != "budgets"}, **t.budgets}
                     for t in sub.tasks]
+    for task in out["tasks"]:
+        if task["verification"]["checks"] is None:
+            # Procedural cases (and externals never started) carry counts only.
+            del task["verification"]["checks"]
     return out
 
 
@@ -161,7 +171,7 @@ def load(path: Path | str) -> Submission:
     for t in data["tasks"]:
         v = t["verification"]
         tasks.append(TaskEntry(t["task_id"], t["image"], t["split"], {k: t[k] for k in BUDGET_FIELDS},
-                               Verification(v["status"], v["passed"], v["failed"])))
+                               Verification(v["status"], v["passed"], v["failed"], v.get("checks"))))
     return Submission(
         name=data["name"], image=data["image"], schema=data["schema"],
         example_actions=data["example_actions"], finish_action=data["finish_action"],

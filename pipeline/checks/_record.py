@@ -28,6 +28,13 @@ class Recorder:
         self._mark = now
         return bool(passed)
 
+    def not_applicable(self, name: str, reason: str) -> None:
+        """Record `name` as not applicable (neither passed nor failed), saying why."""
+        now = time.monotonic()
+        self.results.append(CheckResult(f"{self.prefix}/{name}", False, now - self._mark,
+                                        not_applicable=reason))
+        self._mark = now
+
     def error(self, name: str, exc: ServerError, expected: Any = None) -> bool:
         """Record `name` as failed because the server answered with an error."""
         return self.add(name, False, observed=f"server error ({exc.code}): {exc}", expected=expected)

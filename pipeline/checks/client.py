@@ -74,10 +74,10 @@ class Reply:
 class Session:
     """One OpenEnv session on one server; use as a context manager."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, *, message_timeout_s: float = MESSAGE_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = _Client(base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S,
-                               message_timeout_s=MESSAGE_TIMEOUT_S).sync()
+                               message_timeout_s=message_timeout_s).sync()
 
     def __enter__(self) -> "Session":
         self.open()
@@ -106,9 +106,10 @@ class Session:
                      exit_code=obs.get("exit_code"), reward=result.reward, done=bool(result.done),
                      seconds=time.monotonic() - started)
 
-    def reset(self, task_id: str, seed: int | None = None) -> Reply:
-        """Start an episode of case `task_id` (the OpenEnv seed must not matter)."""
-        data: dict[str, Any] = {"task_id": task_id}
+    def reset(self, task_id: str, seed: int | None = None, *, id_field: str = "task_id") -> Reply:
+        """Start an episode of case `task_id` (the OpenEnv seed must not matter); `id_field`
+        is the reset keyword that names the task."""
+        data: dict[str, Any] = {id_field: task_id}
         if seed is not None:
             data["seed"] = seed
         return self._call(self._client.reset, **data)

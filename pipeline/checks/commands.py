@@ -15,15 +15,18 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from .. import config as config_mod
+from .. import external as records_mod
 from ..errors import CheckFailure, ConfigError
 from .._io import sha256_file, write_atomic
 from ..progress import say
-from . import external, report
+from . import external, repair, report
 from .merge import merge
 from .results import SuiteResult, load, write
 from .shards import Shard
@@ -63,12 +66,15 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
 
 
 def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
-                 start_external: bool = False, shard: Shard | None = None) -> SuiteResult:
+                 start_external: bool = False, shard: Shard | None = None,
+                 references: Mapping[str, repair.ReferenceSolution] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
-    With `shard`, only that shard's jobs run, and the external tasks are verified by
-    shard 1 alone (once per sharded run). Returns the results (failures included);
-    callers decide what a failure stops.
+    With `start_external`, each reachable external image is pulled, started and given
+    the repair checks (`references`: each task's reference solution); their results
+    join the suite's checks as `<task_id>/<check>`. With `shard`, only that shard's jobs
+    run, and the external tasks are verified by shard 1 alone (once per sharded run).
+    Returns the results (failures included); callers decide what a failure stops.
     """
     from ..oci.image import parse_config
     from ..oci.layout import Layout
@@ -94,9 +100,12 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     finally:
         for c in containers:
             runtime.remove(c)
-    externals = (external.verify_all(cfg.external.tasks, runtime=runtime if start_external else None)
-                 if _verifies_externals(shard) else [])
-    return replace(result, external=tuple(e.to_json() for e in externals),
+    plan = external.StartPlan(runtime=runtime, port=cfg.port, budget=cfg.budgets["external"].values,
+                              conventions=cfg.external.repair,
+                              references=references or {}) if start_external else None
+    externals = external.verify_all(cfg.external.tasks, start=plan) if _verifies_externals(shard) else []
+    return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
+                   external=tuple(e.to_json() for e in externals),
                    layers=tuple((d.digest, d.size) for d in pulled.layers),
                    seconds=time.monotonic() - started)
 
@@ -110,6 +119,13 @@ def _shard_arg(p: argparse.ArgumentParser) -> None:
                    help="run only shard I of N of the suite (then `checks merge` the N results)")
 
 
+def references_of(cfg: config_mod.ReleaseConfig,
+                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.ReferenceSolution]:
+    """Each external task's reference solution from `rows`: task id -> (row, why none)."""
+    return {task_id: repair.ReferenceSolution.from_record(row, cfg.external.repair, why)
+            for task_id, (row, why) in rows.items()}
+
+
 def verify_main(argv: list[str]) -> int:
     """`verify <name@digest>`: pull anonymously, start, run every check, verify externals."""
     p = argparse.ArgumentParser(prog="python -m pipeline verify", description=verify_main.__doc__)
@@ -119,13 +135,17 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--profile", default="local", help="release profile (decides if external tasks must verify)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--start-external", action="store_true",
-                   help="also pull and start the external task images to compare their schema")
+                   help="also pull and start the external task images and run their repair checks")
+    p.add_argument("--vendor-dir", type=Path, default=config_mod.REPO_ROOT / "vendor",
+                   help="where the pinned external records are (for the reference solutions)")
     _shard_arg(p)
     args = p.parse_args(argv)
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
+    references = (references_of(cfg, records_mod.stored_rows(cfg, args.vendor_dir))
+                  if args.start_external else None)
     result = verify_image(args.image, cfg=cfg, parallel=args.parallel, start_external=args.start_external,
-                          shard=args.shard)
+                          shard=args.shard, references=references)
     code = _finish(result, args.out)
     if _verifies_externals(args.shard):
         external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)

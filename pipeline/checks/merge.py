@@ -53,14 +53,20 @@ def _same(values: list, what: str) -> None:
         raise VerificationError(f"the shards disagree on {what}", expected="one value", actual=distinct)
 
 
+def _external_groups(part: SuiteResult) -> set[str]:
+    """The external tasks whose repair checks this record carries (`<task_id>/<check>`)."""
+    return {e["task_id"] for e in part.external}
+
+
 def _owned(shard: Shard, part: SuiteResult) -> None:
-    """The shard ran exactly its planned jobs and reports only checks of those jobs."""
+    """The shard ran exactly its planned jobs and reports only checks of those jobs (and,
+    for the shard that verified the external tasks, their repair checks)."""
     planned = shard_jobs(shard)
     if shard.jobs != planned:
         raise VerificationError(f"shard {shard} did not run the jobs the plan gives it",
                                 expected=list(planned), actual=list(shard.jobs))
     groups = {_group(k) for k in planned}
-    stray = [c.id for c in part.checks if _group(c.id) not in groups]
+    stray = [c.id for c in part.checks if _group(c.id) not in groups | _external_groups(part)]
     if stray:
         raise VerificationError(f"shard {shard} reports checks of jobs it does not own",
                                 expected=sorted(groups), actual=stray[:10])
@@ -82,6 +88,8 @@ def _ordered(pairs: list[tuple[Shard, SuiteResult]]) -> tuple[CheckResult, ...]:
         if slot not in done:
             done.add(slot)
             out += [c for c in part.checks if _group(c.id) == slot[1]]
+    # As in an unsharded run, the external tasks' repair checks come after the suite's.
+    out += [c for _, part in pairs for c in part.checks if _group(c.id) in _external_groups(part)]
     ids = [c.id for c in out]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:

@@ -1,9 +1,13 @@
-"""Human summary of a suite run: the per-family table (cases x checks) and failures."""
+"""Human summary of a suite run: the per-family table (cases x checks), the external
+tasks' repair checks and failures."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .cases import all_cases
-from .results import SuiteResult
+from .repair import REPAIR_CHECKS
+from .results import CheckResult, SuiteResult
 from .solvers import FAMILIES
 
 COLUMNS = ("reset", "identity-across-seeds", "correct", "partial", "all-but-one", "wrong",
@@ -44,16 +48,58 @@ def family_table(result: SuiteResult) -> str:
     return "\n".join(lines)
 
 
+def _cell(check: CheckResult | None) -> str:
+    if check is None:
+        return "-"
+    return "ok" if check.passed else ("n/a" if check.not_applicable else "FAIL")
+
+
+def _repair_rows(result: SuiteResult) -> list[tuple[dict[str, Any], list[str]]]:
+    rows = []
+    for ext in result.external:
+        by_name = {c["id"].rsplit("/", 1)[1]: CheckResult.from_json(c) for c in ext.get("checks", ())}
+        rows.append((ext, [_cell(by_name.get(name)) for name in REPAIR_CHECKS]))
+    return rows
+
+
+def external_markdown(result: SuiteResult) -> str:
+    """The external tasks' repair checks as a Markdown table (ok, FAIL, n/a, - = not run),
+    then each task's status and what did not apply."""
+    lines = ["| task | " + " | ".join(REPAIR_CHECKS) + " |",
+             "|---|" + "---|" * len(REPAIR_CHECKS)]
+    notes = []
+    for ext, cells in _repair_rows(result):
+        lines.append(f"| {ext['task_id']} | " + " | ".join(cells) + " |")
+        notes.append(f"- {ext['task_id']}: {ext['status']}")
+        for c in ext.get("checks", ()):
+            if c.get("not_applicable"):
+                notes.append(f"  - {c['id'].rsplit('/', 1)[1]}: not applicable: {c['not_applicable']}")
+            elif c.get("detail"):
+                notes.append(f"  - {c['id'].rsplit('/', 1)[1]}: {c['detail']}")
+    return "\n".join(lines + [""] + notes)
+
+
+def external_table(result: SuiteResult) -> str:
+    """The same as plain text: one line per external task."""
+    lines = []
+    for ext, cells in _repair_rows(result):
+        ran = [f"{name}={cell}" for name, cell in zip(REPAIR_CHECKS, cells) if cell != "-"]
+        lines.append(f"external {ext['task_id']}: {ext['status']}"
+                     + (f"\n  repair checks: {' '.join(ran)}" if ran else ""))
+    return "\n".join(lines)
+
+
 def summary(result: SuiteResult, *, max_failures: int = 20) -> str:
     """The table, the external tasks, the failing checks (observed vs expected) and the time."""
     counts = result.counts()
     lines = [family_table(result)]
-    for ext in result.external:
-        lines.append(f"external {ext['task_id']}: {ext['status']}")
+    if result.external:
+        lines.append(external_table(result))
     for failure in result.failures[:max_failures]:
         lines.append(f"FAIL {failure.id}: observed {failure.observed!r:.300} expected {failure.expected!r:.200}")
     if len(result.failures) > max_failures:
         lines.append(f"... and {len(result.failures) - max_failures} more failures (see the JSON results)")
     verdict = "ALL PASSED" if result.ok else f"{counts['failed']} FAILED"
-    lines.append(f"{counts['total']} checks, {counts['passed']} passed: {verdict} in {result.seconds:.1f} s")
+    na = f", {counts['not_applicable']} not applicable" if counts.get("not_applicable") else ""
+    lines.append(f"{counts['total']} checks, {counts['passed']} passed{na}: {verdict} in {result.seconds:.1f} s")
     return "\n".join(lines)

@@ -25,7 +25,12 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check: stable id, verdict, time taken; observed vs expected on failure."""
+    """One check: stable id, verdict, time taken; observed vs expected on failure.
+
+    A check that cannot apply (an external task whose record carries no reference
+    solution) has `not_applicable` set to the reason: it is not a pass (`passed` is
+    False) and not a failure.
+    """
 
     id: str
     passed: bool
@@ -33,10 +38,24 @@ class CheckResult:
     observed: Any = None
     expected: Any = None
     detail: str = ""
+    not_applicable: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and not self.not_applicable
+
+    @property
+    def outcome(self) -> str:
+        """"passed", "failed" or "not applicable: <reason>"."""
+        if self.not_applicable:
+            return f"not applicable: {self.not_applicable}"
+        return "passed" if self.passed else "failed"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "passed": self.passed, "seconds": round(self.seconds, 3)}
-        if not self.passed:
+        if self.not_applicable:
+            out["not_applicable"] = self.not_applicable
+        elif not self.passed:
             out.update(observed=_plain(self.observed), expected=_plain(self.expected))
         if self.detail:
             out["detail"] = self.detail
@@ -45,7 +64,8 @@ class CheckResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CheckResult":
         return cls(id=d["id"], passed=bool(d["passed"]), seconds=float(d["seconds"]),
-                   observed=d.get("observed"), expected=d.get("expected"), detail=d.get("detail", ""))
+                   observed=d.get("observed"), expected=d.get("expected"), detail=d.get("detail", ""),
+                   not_applicable=d.get("not_applicable", ""))
 
 
 @dataclass(frozen=True)
@@ -65,15 +85,23 @@ class SuiteResult:
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:
-        return tuple(c for c in self.checks if not c.passed)
+        return tuple(c for c in self.checks if c.failed)
+
+    @property
+    def not_applicable(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.not_applicable)
 
     @property
     def ok(self) -> bool:
-        return bool(self.checks) and not self.failures
+        return any(c.passed for c in self.checks) and not self.failures
 
     def counts(self) -> dict[str, int]:
-        failed = len(self.failures)
-        return {"total": len(self.checks), "passed": len(self.checks) - failed, "failed": failed}
+        counts = {"total": len(self.checks), "passed": sum(c.passed for c in self.checks),
+                  "failed": len(self.failures)}
+        if self.not_applicable:
+            # Only when there are any: records of runs without them stay as they were.
+            counts["not_applicable"] = len(self.not_applicable)
+        return counts
 
     def for_prefix(self, prefix: str) -> tuple[CheckResult, ...]:
         """Checks whose id starts with `prefix` (e.g. a case id plus "/")."""

@@ -90,3 +90,33 @@ def test_mock_ghcr_offline_is_reported_and_arena_refuses(capsys):
     assert "NOT VERIFIED" in capsys.readouterr().err
     with pytest.raises(CheckFailure, match="requires every external task verified"):
         external.enforce([result], arena)
+
+
+class _NoRuntime:
+    """A runtime that must not be used: an unreachable image is never started."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"runtime.{name} called for an unreachable image")
+
+
+def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(capsys):
+    task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
+    plan = external.StartPlan(runtime=_NoRuntime(), port=8000, budget={
+        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64})
+    result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
+    assert result.status.startswith("not verified: ") and result.checks == ()
+    local = Profile("local", "", "local", "r", "t", "local", "first-party", "key", False)
+    arena = Profile("arena", "", "ghcr.io", "r", "t", "local", "first-party", "sigstore", True)
+    external.enforce([result], local)
+    assert "NOT VERIFIED" in capsys.readouterr().err
+    with pytest.raises(CheckFailure, match="requires every external task verified"):
+        external.enforce([result], arena)
+
+
+def test_mock_ghcr_reachable_but_not_started_is_refused_by_arena(schema2_image):
+    ref, sizes, _ = schema2_image
+    result = external.verify_task(_task(ref, sum(sizes)))
+    assert result.verified and not result.checks
+    arena = Profile("arena", "", "ghcr.io", "r", "t", "local", "first-party", "sigstore", True)
+    with pytest.raises(CheckFailure, match="repair checks not run"):
+        external.enforce([result], arena)

@@ -54,3 +54,24 @@ def test_case_ids_in_request_order():
     assert Case.parse("math_route-d2-s307") == Case("math_route", 2, 307)
     with pytest.raises(ValueError):
         Case.parse("math_route-d4-s1")
+
+
+def test_external_repair_table_marks_failed_and_not_applicable_checks():
+    from pipeline.checks.repair import REPAIR_CHECKS
+
+    task = "format-code-task-000666"
+    checks = [CheckResult(f"{task}/{n}", n != "unsolved", 0.1, observed=1.0, expected=0.0)
+              for n in REPAIR_CHECKS if n != "reference-repair"]
+    checks.append(CheckResult(f"{task}/reference-repair", False, 0.0, not_applicable="no patch"))
+    ext = {"task_id": task, "status": "not verified: repair check(s) failed: unsolved",
+           "checks": [c.to_json() for c in checks]}
+    offline = {"task_id": "format-code-task-001926", "status": "not verified: unreachable", "checks": []}
+    result = SuiteResult(image="x", targets=(), checks=tuple(checks), seconds=1.0, external=(ext, offline))
+    table = report.external_markdown(result)
+    cells = next(l for l in table.splitlines() if l.startswith(f"| {task} |")).split(" | ")[1:]
+    assert dict(zip(REPAIR_CHECKS, (c.strip(" |") for c in cells))) == {
+        **{n: "ok" for n in REPAIR_CHECKS}, "unsolved": "FAIL", "reference-repair": "n/a"}
+    assert "| format-code-task-001926 | " + " | ".join(["-"] * len(REPAIR_CHECKS)) + " |" in table
+    assert "reference-repair: not applicable: no patch" in table
+    assert result.counts() == {"total": 12, "passed": 10, "failed": 1, "not_applicable": 1}
+    assert "10 passed, 1 not applicable: 1 FAILED" in report.summary(result)

@@ -1,12 +1,16 @@
 """The arena profile end to end against local stand-ins for what this machine cannot
-reach: ghcr.io (the real local registry holding a Docker schema-2 base and the external
-task images), GitHub (a git repository made here, served from a mirror directory) and
-huggingface.co (external task records in the mirror). The vendored stand-in task file
-re-exports the first-party families, so the check suite has real cases to solve; it
-exercises the vendored path (ARENA_TASKS_FILE, protected-vendored, vendor/ pins)."""
+reach: ghcr.io (the real local registry holding the external task images: stand-in
+MiMo repair images built on a Docker schema-2 base and on an OCI base, the first one
+also the release's base, as 000666's image is for the real release), GitHub (a git
+repository made here, served from a mirror directory) and huggingface.co (external
+task records, with their reference patches, in the mirror). The vendored stand-in
+task file re-exports the first-party families, so the check suite has real cases to
+solve; it exercises the vendored path (ARENA_TASKS_FILE, protected-vendored, vendor/
+pins). The release starts both repair images and runs their repair checks."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -18,9 +22,12 @@ from pathlib import Path
 import pytest
 
 from pipeline._io import canonical_json
+from pipeline.checks.repair import REPAIR_CHECKS
 
 from ..base.basefixtures import base_image  # noqa: F401
 from ..build.test_build_runs import _schema2_copy
+from ..checks.repair_standin import build_standin
+from ..checks.repair_standin import record as standin_record
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = "XiaomiMiMo/MiMo-V2.6-RL-oss"
@@ -96,14 +103,14 @@ def _upstream(mirror: Path) -> str:
 
 def _record(mirror: Path, task_id: str, row: int) -> str:
     """huggingface.co/datasets/<dataset>/<revision>/train/<task>.json, mirrored."""
-    item = {"row_idx": row, "row": {"task_id": task_id, "prompt": f"repair {task_id}"}}
+    item = standin_record(task_id, row)
     path = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "train" / f"{task_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(item))
     return hashlib.sha256(canonical_json(item["row"])).hexdigest()
 
 
-def _config(registry: str, base: str, other: str, base_size: int, rev: str,
+def _config(registry: str, base: str, other: str, sizes: tuple[int, int], rev: str,
             records: dict[str, str]) -> str:
     tail = (REPO / "release.toml").read_text().split("[budgets.procedural]", 1)[1]
     return f'''
@@ -141,10 +148,16 @@ dataset = "{DATASET}"
 revision = "{DATASET_REV}"
 license = "Apache-2.0"
 
+[external.repair]
+reference_field = "patch"
+reset_id_field = "task_id"
+workspace = "/workspace/repo"
+grader_paths = ["/opt/arena"]
+
 [[external.tasks]]
 task_id = "format-code-task-000666"
 image = "{base}"
-compressed_bytes = {base_size}
+compressed_bytes = {sizes[0]}
 after_block = 1
 split = "train"
 row = 666
@@ -153,7 +166,7 @@ record_sha256 = "{records['format-code-task-000666']}"
 [[external.tasks]]
 task_id = "format-code-task-001926"
 image = "{other}"
-compressed_bytes = {base_size}
+compressed_bytes = {sizes[1]}
 after_block = 3
 split = "train"
 row = 1926
@@ -170,10 +183,15 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     rev = _upstream(mirror)
     records = {t: _record(mirror, t, row) for t, row in
                (("format-code-task-000666", 666), ("format-code-task-001926", 1926))}
-    schema2 = _schema2_copy(local_registry, base_image)  # stands in for the ghcr.io base
-    oci = base_image.pull_reference(local_registry.address)
-    (clone / "release.toml").write_text(_config(local_registry.address, schema2, oci,
-                                                base_image.compressed_size, rev, records))
+    # Stand-ins for the two MiMo images; 000666's is also the release's base.
+    first = build_standin(local_registry, _schema2_copy(local_registry, base_image), tmp_path / "s1",
+                          task_id="format-code-task-000666")
+    second = build_standin(local_registry, base_image.pull_reference(local_registry.address),
+                           tmp_path / "s2", task_id="format-code-task-001926")
+    schema2 = first.reference
+    (clone / "release.toml").write_text(_config(
+        local_registry.address, schema2, second.reference,
+        (first.compressed_bytes, second.compressed_bytes), rev, records))
     _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
     env.update(RELEASE_REGISTRY_USER=local_registry.user,
@@ -190,14 +208,30 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     by_id = {c["id"]: c for c in checks["checks"]}
     assert by_id["image/protected-vendored"]["passed"]
     assert all(c["passed"] for c in checks["checks"])
+    repair_ids = [f"{t}/{name}" for t in ("format-code-task-000666", "format-code-task-001926")
+                  for name in REPAIR_CHECKS]
+    assert all(by_id[i]["passed"] for i in repair_ids)
+    assert [len(e["checks"]) for e in checks["external"]] == [len(REPAIR_CHECKS)] * 2
     sub = json.loads((clone / "submission.json").read_text())
     assert sub["image"].startswith(f"{local_registry.address}/arena/openenv-data-workflows@sha256:")
     externals = [t for t in sub["tasks"] if t["task_id"].startswith("format-code-task-")]
     assert [t["verification"]["status"] for t in externals] == ["verified", "verified"]
-    # the derived image reuses every layer of 000666's image (and 001926 here has the same
-    # layers): the release total counts each layer once
+    for task in externals:
+        assert task["verification"]["checks"] == {"passed": list(REPAIR_CHECKS), "failed": [],
+                                                  "not_applicable": {}}
+        assert task["verification"]["passed"] == len(REPAIR_CHECKS)
+    statement = json.loads((clone / "attestations" / "checks.dsse.json").read_text())
+    predicate = json.loads(base64.b64decode(statement["payload"]))["predicate"]
+    assert set(repair_ids) <= set(predicate["passedTests"]) and predicate["result"] == "PASSED"
+    report = (clone / "dist" / "report.md").read_text()
+    table = report.split("## External repair checks", 1)[1]
+    assert "| format-code-task-000666 | " + " | ".join(["ok"] * len(REPAIR_CHECKS)) + " |" in table
+    assert "| format-code-task-001926 | " + " | ".join(["ok"] * len(REPAIR_CHECKS)) + " |" in table
+    # the derived image reuses every layer of 000666's image (and 001926's image, on the
+    # OCI base with the same stand-in layer, has the same layers): the release total
+    # counts each layer once
     images = {i["image"]: i for i in sub["images"]}
-    assert images[schema2]["compressed_bytes"] == base_image.compressed_size
+    assert images[schema2]["compressed_bytes"] == first.compressed_bytes
     assert sub["total_compressed_bytes"] == images[sub["image"]]["compressed_bytes"]
     prov = json.loads((clone / "provenance.json").read_text())
     assert prov["sources"][0]["revision"] == rev and prov["base"]["digest"] == schema2.split("@")[1]

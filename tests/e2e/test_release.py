@@ -84,6 +84,21 @@ def first_release(clone):
     return proc
 
 
+def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(clone, first_release):
+    # ghcr.io is unreachable here (as in CI): nothing is started, nothing claims a pass.
+    assert "external task(s) NOT VERIFIED" in first_release.stderr
+    sub = json.loads((clone / "submission.json").read_text())
+    externals = [t for t in sub["tasks"] if t["task_id"].startswith("format-code-task-")]
+    assert len(externals) == 2
+    for task in externals:
+        assert task["verification"]["status"].startswith("not verified: ")
+        assert "checks" not in task["verification"] and task["verification"]["passed"] == 0
+    checks = json.loads((clone / "dist" / "checks.json").read_text())
+    assert not [c for c in checks["checks"] if c["id"].startswith("format-code-task-")]
+    table = (clone / "dist" / "report.md").read_text().split("## External repair checks", 1)[1]
+    assert "| format-code-task-000666 | " + " | ".join(["-"] * 12) + " |" in table
+
+
 def test_release_writes_verified_signed_records_and_stops_what_it_started(clone, first_release):
     sub = json.loads((clone / "submission.json").read_text())
     assert len(sub["tasks"]) == 34
