@@ -35,6 +35,8 @@ def _whole() -> SuiteResult:
     for case in all_cases():
         checks += [CheckResult(f"{case.id}/{n}", True, 0.1) for n in ("reset", "correct", "wrong")]
     checks[5] = replace(checks[5], passed=False, observed="x", expected="y")
+    # An external task's repair checks follow the suite's, as verify_image records them.
+    checks += [CheckResult(f"t/{n}", True, 0.2) for n in ("health", "unsolved", "reference-repair")]
     return SuiteResult(image=IMAGE, targets=("http://a",), checks=tuple(checks), seconds=90.0,
                        schema={"action": {"type": "object"}}, external=({"task_id": "t", "status": "verified"},),
                        layers=LAYERS)
@@ -50,6 +52,8 @@ def _split(whole: SuiteResult, count: int) -> list[SuiteResult]:
     parts = []
     for index, keys in enumerate(plan(job_costs(), count), start=1):
         mine = [c for c in whole.checks if _job_of(c.id) in keys]
+        if index == 1:
+            mine += [c for c in whole.checks if c.id.startswith("t/")]
         parts.append(replace(whole, targets=(f"http://shard{index}",), checks=tuple(mine), seconds=10.0 * index,
                              schema=whole.schema if "image" in keys else {},
                              external=whole.external if index == 1 else (), shard=Shard(index, count, keys)))
@@ -175,6 +179,16 @@ def test_a_check_reported_twice_is_refused():
     twice = replace(parts[1], checks=parts[1].checks + parts[1].checks[-1:])
     with pytest.raises(VerificationError, match="more than once"):
         merge([parts[0], twice])
+
+
+def test_repair_checks_belong_to_the_shard_that_verified_the_external_tasks():
+    parts = _split(_whole(), 2)
+    repair = tuple(c for c in parts[0].checks if c.id.startswith("t/"))
+    assert repair, "shard 1 carries the external task's repair checks"
+    moved = replace(parts[1], checks=parts[1].checks + repair)
+    kept = replace(parts[0], checks=tuple(c for c in parts[0].checks if not c.id.startswith("t/")))
+    with pytest.raises(VerificationError, match="jobs it does not own"):
+        merge([kept, moved])
 
 
 def test_external_tasks_verified_by_two_shards_are_refused():
