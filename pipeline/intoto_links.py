@@ -194,7 +194,12 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
                                 hint="a release writes its layout with its links; the records are incomplete") from None
     try:
         if key is not None:
-            verifylib.verify_metadata_signatures(metadata, {key.keyid: {**key.to_dict(), "keyid": key.keyid}})
+            try:
+                verifylib.verify_metadata_signatures(metadata, {key.keyid: {**key.to_dict(), "keyid": key.keyid}})
+            except Exception:  # in-toto raises its own SignatureVerificationError without a message
+                raise VerificationError(f"in-toto: attestations/{LAYOUT_FILE} is not signed by the trusted key",
+                                        expected=key.keyid,
+                                        actual=", ".join(sorted(metadata.signatures)) or "no signature") from None
         lay = metadata.get_payload()
         if key is not None and set(lay.keys) != {key.keyid}:
             raise VerificationError("in-toto: the layout names other functionaries than the trusted key",
