@@ -10,16 +10,19 @@ VSA). A check that cannot run fails ("not checked: ..."), unless the auditor nam
 with `--skip ID`; it is then reported as skipped, and the verification summary says
 it was not verified.
 
+    config/load, provenance/load, submission/format, submission/image   the records parse
+    trust/pins              release.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)
+    release/present         exactly one release statement (DSSE or sigstore bundle)
     release/signature       the release statement, signed by the trust root
     release/subjects        every record re-hashed against the statement; none unbound
     release/image           the statement's image = submission.json's image
+    release/profile         the profile it names is in release.toml
     {provenance,sbom,checks}/signature   each statement, signed by the same signer
     {provenance,sbom,checks}/subject     each statement is about the submission image
     readme                  attestations/README.md = regenerated
     intoto/links            layout + stage links: in-toto rules, records = last products
     intoto/expiry           the layout's expiry (information: it was valid at release)
-    submission/format       submission.json loads
     submission/tasks        task ids in request order (blocks, external tasks per after_block)
     submission/budgets      each task's budgets and split = release.toml
     submission/images       procedural tasks on the built image, external tasks on their pinned images
@@ -50,6 +53,7 @@ It writes a SLSA Verification Summary Attestation (pipeline.vsa) for the image.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import tempfile
@@ -161,8 +165,6 @@ def _peek_profile(path: Path) -> str | None:
     try:
         doc = json.loads(path.read_bytes())
         env = doc.get("dsseEnvelope", doc)
-        import base64
-
         return json.loads(base64.b64decode(env["payload"]))["predicate"]["profile"]
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
