@@ -299,8 +299,9 @@ def _audit_intoto(r: _Rows, s: _State, now: datetime | None) -> None:
         r.not_checked("intoto/links", rec, "the release statement did not verify")
         return
     key = _trusted_key(s) if s.suffix == signing.DSSE_SUFFIX else None
+    identity = None if key is not None else s.signer.signer.partition(" (")[0]
     note = r.run("intoto/links", rec, lambda: intoto_links.verify(
-        s.root, key=key, released_on=release_statement.released_on(s.release), now=now))
+        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity))
     if note is not None:
         r.run("intoto/expiry", rec, lambda: note, info=True)
 

@@ -33,6 +33,7 @@ from in_toto.models.layout import Layout, Step
 from in_toto.models.link import Link
 from in_toto.models.metadata import Envelope, Metadata
 from in_toto.runlib import record_artifacts_as_dict
+from securesystemslib.signer import KEY_FOR_TYPE_AND_SCHEME, SigstoreKey
 
 from ._io import sha256_file
 from .config import ReleaseConfig
@@ -42,6 +43,9 @@ LAYOUT_FILE = "layout.json"
 LINKS_DIR = "links"
 DEFAULT_VALID_DAYS = 365
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# A keyless release names its sigstore identity as the layout's functionary; securesystemslib
+# loads such keys only once they are registered (its documented opt-in for SigstoreKey).
+KEY_FOR_TYPE_AND_SCHEME.setdefault((SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME), SigstoreKey)
 
 
 @dataclass(frozen=True)
@@ -176,11 +180,13 @@ def layout(functionary, specs, command: Sequence[str], released_on: datetime, da
     return lay
 
 
-def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None = None) -> str:
+def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None = None,
+           identity: str | None = None) -> str:
     """in-toto verification of the layout and links, then the records against the last products.
 
     `key` (the trusted release key) checks the layout's and links' signatures; None in
-    sigstore mode, where the release statement binds these files instead. Returns a
+    sigstore mode, where the release statement binds these files instead; `identity`
+    (sigstore mode) is the verified signer the layout must name. Returns a
     note on the layout's validity (expired since the release: information only).
     """
     from in_toto import verifylib
@@ -204,6 +210,9 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         if key is not None and set(lay.keys) != {key.keyid}:
             raise VerificationError("in-toto: the layout names other functionaries than the trusted key",
                                     expected=[key.keyid], actual=sorted(lay.keys))
+        if identity is not None:
+            named = sorted(k.get("keyval", {}).get("identity", "?") for k in lay.keys.values())
+            _equal_functionaries(named, [identity])
         expires = datetime.strptime(lay.expires, TIME_FORMAT).replace(tzinfo=timezone.utc)
         if released_on > expires:
             raise VerificationError("in-toto: the layout had already expired when the release was made",
@@ -241,6 +250,12 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
     now = now or datetime.now(timezone.utc)
     state = "expired" if now > expires else "valid until"
     return f"layout {state} {lay.expires} (release {released_on.strftime(TIME_FORMAT)}: valid then)"
+
+
+def _equal_functionaries(named: list[str], signer: list[str]) -> None:
+    if named != signer:
+        raise VerificationError("in-toto: the layout names another functionary than the release signer",
+                                expected=signer, actual=named)
 
 
 def _producer(lay: Layout, reduced: dict, path: str) -> str:

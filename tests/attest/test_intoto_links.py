@@ -97,3 +97,28 @@ def test_layout_validity_is_a_release_toml_policy(records):
     toml.write_text(toml.read_text().replace("layout_valid_days = 365", "layout_valid_days = 0"))
     with pytest.raises(Exception, match="layout_valid_days"):
         intoto_links.valid_days(config_mod.load(toml))
+
+
+def test_keyless_functionary_links_are_unsigned_and_verify_by_rules(tmp_path):
+    """Sigstore mode: the layout names the signing identity (a sigstore-oidc key); links and
+    layout carry no signature of their own (the signed release statement binds them)."""
+    from securesystemslib.signer import SigstoreKey
+    from securesystemslib.signer._utils import compute_default_keyid
+
+    keyval = {"identity": "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+              "issuer": "https://token.actions.githubusercontent.com"}
+    functionary = SigstoreKey(compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio",
+                              keyval)
+    (tmp_path / "release.toml").write_text("x")
+    rec = intoto_links.StageRecorder(tmp_path, tmp_path, ["python", "-m", "pipeline", "release"], ".sigstore.json")
+    for step in ("vendor", "build", "sbom", "verify", "attest", "submission"):
+        with rec.step(step):
+            pass
+    written = rec.write(tmp_path / "attestations", functionary, sign=lambda env: None, released_on=RELEASED, days=30)
+    assert all(Metadata.load(str(p)).signatures == {} for p in written)
+    layout = Metadata.load(str(tmp_path / "attestations" / "layout.json")).get_payload()
+    assert layout.keys[functionary.keyid]["keyval"] == keyval
+    assert intoto_links.verify(tmp_path, key=None, released_on=RELEASED, now=RELEASED,
+                               identity=keyval["identity"]).startswith("layout valid")
+    with pytest.raises(VerificationError, match="the layout names another functionary than the release signer"):
+        intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity="https://github.com/x/y")
