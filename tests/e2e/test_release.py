@@ -104,12 +104,14 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
 def test_audit_passes_on_the_release_records(clone, first_release):
     # The clone's fresh key is not pinned in release.toml: the release says so, and how to pin it.
     assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
-    refused = pipeline(clone, "audit")
-    assert refused.returncode != 0 and "which is not pinned" in refused.stdout
-    # With the auditor's own copy of that key (`pipeline key` writes the public half) it passes,
-    # SBOM against the image's layers (dist/oci) included.
     key = pipeline(clone, "key")
     assert key.returncode == 0, key.stderr
+    keyid = next(l.split()[-1] for l in key.stdout.splitlines() if l.startswith("keyid:"))
+    assert f'keyids = ["{keyid}"]' in first_release.stderr
+    refused = pipeline(clone, "audit")
+    assert refused.returncode != 0 and keyid in refused.stdout and "pinned" in refused.stdout
+    # With the auditor's own copy of that key (`pipeline key` wrote the public half) it passes,
+    # SBOM against the image's layers (dist/oci) included.
     proc = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
