@@ -626,20 +626,32 @@ def verdict(rows: list[Check]) -> str:
     return "PASSED" if rows and all(c.ok for c in rows) else "FAILED"
 
 
-def render_table(rows: list[Check], *, image: str | None = None) -> str:
-    """The verdict first, then one line per check (ID, status, record) and the reason under each failure."""
+def render_table(rows: list[Check], *, image: str | None = None, verbose: bool = False) -> str:
+    """The verdict, the trust root, then one line per area (every check ID with `verbose`);
+    the reason under each failed, skipped or informational check."""
     failed = [c for c in rows if not c.ok]
     skipped = [c for c in rows if c.status == SKIPPED]
     head = f"AUDIT {verdict(rows)}: {len(rows) - len(failed) - len(skipped)} ok, {len(failed)} failed"
     head += f", {len(skipped)} skipped ({', '.join(c.id for c in skipped)})" if skipped else ""
-    lines = [head] + ([f"image {image}"] if image else [])
-    w_id = max((len(c.id) for c in rows), default=5)
-    lines.append("")
+    lines = [head] + ([f"image {image}"] if image else []) + [""]
+    if verbose:
+        w_id = max((len(c.id) for c in rows), default=5)
+        for c in rows:
+            lines.append(f"{c.status.upper():7}  {c.id:<{w_id}}  {c.record}")
+            if c.status != PASS and c.detail:
+                lines.append(f"{'':9}-> {c.detail}")
+        return "\n".join(lines)
+    areas: dict[str, list[Check]] = {}
     for c in rows:
-        lines.append(f"{c.status.upper():7}  {c.id:<{w_id}}  {c.record}")
-        if c.status != PASS and c.detail:
-            lines.append(f"{'':9}-> {c.detail}")
-    lines.append(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
+        areas.setdefault(c.id.split("/", 1)[0], []).append(c)
+    for area, checks in areas.items():
+        bad = [c for c in checks if c.status in (FAIL, SKIPPED)]
+        state = "FAIL" if any(c.status == FAIL for c in bad) else "SKIPPED" if bad else "PASS"
+        lines.append(f"{state:7}  {area:<11} {f'{len(checks) - len(bad)}/{len(checks)}':>5}  "
+                     + " ".join(c.id.split("/", 1)[-1] for c in checks))
+        for c in checks:
+            if c.status != PASS and c.detail:
+                lines.append(f"{'':9}{c.status.upper()} {c.id}: {c.detail}")
     return "\n".join(lines)
 
 
@@ -659,6 +671,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip", action="append", default=[], metavar="ID",
                     help="do not run this check (reported as skipped; the VSA says it was not verified)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
+    ap.add_argument("--verbose", "-v", action="store_true", help="one table row per check instead of per area")
     ap.add_argument("--vsa", type=Path, help="where to write the verification summary (default: "
                                              "<records>/dist/vsa.dsse.json with --vsa-key, else dist/vsa.json)")
     ap.add_argument("--vsa-key", type=Path, help="sign the verification summary with this private key (PEM)")
@@ -672,7 +685,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"result": verdict(rows), "image": image, "vsa": str(written),
                           "checks": [c.to_json() for c in rows]}, indent=2, sort_keys=True))
     else:
-        print(render_table(rows, image=image))
+        print(render_table(rows, image=image, verbose=args.verbose))
         print(f"verification summary: {written}")
     if verdict(rows) != "PASSED":
         print(f"audit: FAILED ({sum(not c.ok for c in rows)} check(s))", file=sys.stderr)

@@ -531,3 +531,15 @@ def test_vsa_of_a_failed_audit_says_so(records, tmp_path):
     pred = json.loads(out.read_text())["predicate"]
     assert pred["verificationResult"] == "FAILED" and pred["verifiedLevels"] == []
     assert pred["checks"]["intoto/links"] == "fail"
+
+
+def test_table_is_one_line_per_area_and_verbose_lists_every_id(records):
+    (records.root / "attestations" / "layout.json").unlink()
+    rows = audit.audit(records.root)
+    table = audit.render_table(rows)
+    assert table.startswith("AUDIT FAILED: ")
+    assert "FAIL     intoto        0/1  links" in table
+    assert "         FAIL intoto/links: attestations/layout.json is missing" in table
+    assert len(table.splitlines()) < 25
+    verbose = audit.render_table(rows, verbose=True)
+    assert all(c.id in verbose for c in rows)
