@@ -3,6 +3,11 @@
 lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 provenance.json, attestations/, submission.json -> attach -> report.
 
+The vendor, build, sbom, verify, attest and submission stages are each recorded as an
+in-toto link while they run (pipeline.intoto_links); the last record written is the
+release statement that binds every other one (pipeline.release_statement). A release
+key that release.toml does not pin is announced loudly, with the line that pins it.
+
 Fail closed: any stage that fails stops the release with one line and a non-zero
 exit. The records are staged under `.release/staging/` and moved into place only
 after every check passed and everything is signed, so a failed release leaves the
