@@ -242,7 +242,10 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         if path.startswith("dist/"):
             continue  # build outputs are not part of the committed records
         if not on_disk.exists():
-            raise VerificationError(f"{path} is missing (the {_producer(lay, reduced, path)} step produced it)")
+            raise VerificationError(
+                f"{path} is missing (the {_producer(lay, reduced, path)} step produced it)",
+                hint="vendor/ is not committed: `python -m pipeline vendor` fetches the pinned files"
+                if path.startswith("vendor/") else None)
         actual = sha256_file(on_disk)
         if actual != expected:
             raise VerificationError(f"{path} differs from the product its stage recorded", expected=expected,
