@@ -203,7 +203,7 @@ def attestation_path(out_dir: Path, kind: str, suffix: str) -> Path:
 
 
 def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, signer_id: str,
-           issuer: str = "") -> bytes:
+           issuer: str = "", source_url: str) -> bytes:
     """attestations/README.md: what is signed, by whom, and how to verify it with standard tools.
 
     `signer_id` is the release keyid (key signing) or the certificate identity (sigstore).
@@ -267,16 +267,29 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
                   f"'{issuer}' --bundle attestations/release.sigstore.json submission.json", "```", ""]
     lines += ["Then compare `sha256sum provenance.json submission.json attestations/*.json` with the "
               "release statement's subjects.", ""]
+    if signing == "key":
+        workflow = f"{source_url.rstrip('/')}/.github/workflows/release.yml@refs/tags/<tag>"
+        lines += [
+            "A keyless release (the arena profile, signed in CI) writes `*.sigstore.json` bundles instead; "
+            "verify each with the `sigstore` CLI, offline, for the release workflow's identity at the "
+            "released tag (release.toml `[trust.arena]`):", "",
+            "```sh",
+            f"sigstore verify identity --offline --cert-identity '{workflow}' --cert-oidc-issuer "
+            "'https://token.actions.githubusercontent.com' --bundle attestations/provenance.sigstore.json "
+            "sha256:<image digest>",
+            "```", ""]
     return "\n".join(lines).encode()
 
 
-def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[AttestationFile]) -> Path:
+def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[AttestationFile], *,
+                 source_url: str) -> Path:
     """Write attestations/README.md for the signer that signed `files`."""
     if signer.kind == "key":
-        data = readme(subject, "key", files, signer_id=signer.keyid)
+        data = readme(subject, "key", files, signer_id=signer.keyid, source_url=source_url)
     else:
         policy = signer.policy()
-        data = readme(subject, "sigstore", files, signer_id=policy.identity, issuer=policy.issuer)
+        data = readme(subject, "sigstore", files, signer_id=policy.identity, issuer=policy.issuer,
+                      source_url=source_url)
     out = Path(out_dir) / README_FILE
     write_atomic(out, data)
     return out
@@ -396,7 +409,7 @@ def main(argv: list[str]) -> int:
         signer=signer, out_dir=args.out, started=started, finished=datetime.now(timezone.utc),
         invocation_id=os.environ.get("GITHUB_RUN_ID"),
     )
-    write_readme(args.out, Subject.from_image_ref(args.image), signer, files)
+    write_readme(args.out, Subject.from_image_ref(args.image), signer, files, source_url=cfg.source_url)
     for f in files:
         say(f"attest: {f.path} ({f.predicate_type})")
     return 0

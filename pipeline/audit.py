@@ -268,7 +268,7 @@ def _audit_statements(r: _Rows, s: _State) -> None:
         if s.image is not None:
             r.run(f"{kind}/subject", rec, lambda stmt=stmt: _equal(
                 "subject digest differs from the image in submission.json", s.image.digest, _subject_digest(stmt)))
-    if s.signer is not None and set(s.statements) == set(attest.PREDICATES):
+    if s.signer is not None and s.cfg is not None and set(s.statements) == set(attest.PREDICATES):
         r.run("readme", f"attestations/{attest.README_FILE}", lambda: _readme_matches(s))
 
 
@@ -279,10 +279,12 @@ def _readme_matches(s: _State) -> None:
              for kind, stmt in s.statements.items()]
     subject = attest.Subject(subj["name"], "sha256:" + subj["digest"]["sha256"])
     if s.suffix == signing.DSSE_SUFFIX:
-        expected = attest.readme(subject, "key", files, signer_id=s.signer.signer.removeprefix("key "))
+        expected = attest.readme(subject, "key", files, signer_id=s.signer.signer.removeprefix("key "),
+                                 source_url=s.cfg.source_url)
     else:
         san, _, issuer = s.signer.signer.partition(" (")
-        expected = attest.readme(subject, "sigstore", files, signer_id=san, issuer=issuer.rstrip(")"))
+        expected = attest.readme(subject, "sigstore", files, signer_id=san, issuer=issuer.rstrip(")"),
+                                 source_url=s.cfg.source_url)
     _equal(f"sha256 of attestations/{attest.README_FILE}", sha256_bytes(expected),
            sha256_file(s.att_dir / attest.README_FILE), hint="the README was edited; a release regenerates it")
 

@@ -154,7 +154,7 @@ def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo
     released_on = datetime.now(timezone.utc)
     links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
                 days=intoto_links.valid_days(cfg))
-    attest.write_readme(att_dir, subject, signer, files)
+    attest.write_readme(att_dir, subject, signer, files, source_url=cfg.source_url)
     release_statement.write(staging, signer, subject, source_url=cfg.source_url, profile=profile.name,
                             released_on=released_on)
     return sub

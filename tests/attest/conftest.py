@@ -323,7 +323,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
             sub = submission.build(cfg, profile, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
             submission.write_submission(root / "submission.json", sub)
     links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)
-    attest.write_readme(att, subject, signer, files)
+    attest.write_readme(att, subject, signer, files, source_url=cfg.source_url)
     release_statement.write(root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t)
     return Records(root=root, image=image, signer=signer)
 

@@ -186,3 +186,24 @@ def test_keyless_signing_round_trip(tmp_path):
     signer.publish(tmp_path)
     policy = signing.SigstorePolicy.load(tmp_path / signing.IDENTITY_FILE)
     assert signing.sigstore_verify(bundle, policy, what="fresh bundle") == stmt
+
+
+def test_the_keyless_readme_command_verifies_verbatim(tmp_path):
+    """The `sigstore verify identity` line a keyless release's README prints, run as written
+    (the fixture bundle standing in for attestations/provenance.sigstore.json)."""
+    import shlex
+
+    subject = attest.Subject("demo", f"sha256:{SUBJECT_SHA256}")
+    files = [attest.AttestationFile("provenance", Path("attestations/provenance.sigstore.json"),
+                                    attest.SLSA_PROVENANCE, "0" * 64)]
+    text = attest.readme(subject, "sigstore", files, signer_id=POLICY.identity, issuer=POLICY.issuer,
+                         source_url="https://github.com/akseljoonas/openenv-arena-release").decode()
+    line = next(l for l in text.splitlines() if "--bundle attestations/provenance.sigstore.json" in l)
+    (tmp_path / "attestations").mkdir()
+    shutil.copyfile(BUNDLE, tmp_path / "attestations" / "provenance.sigstore.json")
+    argv = shlex.split(line)
+    assert argv[:4] == ["sigstore", "verify", "identity", "--offline"]
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
