@@ -179,7 +179,9 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     att_dir = staging / "attestations"
     links = intoto_links.StageRecorder(
         repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", profile.name), signer.suffix)
-    unpinned = trust.unpinned_warning(cfg, profile.name, signer.keyid) if signer.kind == "key" else None
+    # Before any work: who signs, and whether the audit will trust them (sigstore: the token is needed now).
+    unpinned = (trust.unpinned_warning(cfg, profile.name, signer.keyid) if signer.kind == "key" else
+                trust.unpinned_identity_warning(cfg, profile.name, signer.policy()))
     if unpinned:
         say(unpinned)
     try:

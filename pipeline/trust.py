@@ -202,3 +202,17 @@ def unpinned_warning(cfg: ReleaseConfig, profile: str, keyid: str) -> str | None
             f"`python -m pipeline audit` will refuse these records (signed by an unpinned key). "
             f"To trust this key, put this under [trust.{profile}] in release.toml and commit it: "
             f"{pin_line(keyid)}")
+
+
+def unpinned_identity_warning(cfg: ReleaseConfig, profile: str, policy: signing.SigstorePolicy) -> str | None:
+    """A loud warning when the sigstore identity about to sign is not the one pinned for `profile`."""
+    try:
+        pinned = pins(cfg, profile)
+    except ConfigError:
+        pinned = TrustRoot(source="")
+    if pinned.identity and pinned.issuer == policy.issuer and identity_matches(pinned.identity, policy.identity):
+        return None
+    return (f"WARNING: the signing identity {policy.identity} ({policy.issuer}) is not the one pinned in "
+            f"{cfg.path.name} [trust.{profile}] ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
+            "`python -m pipeline audit` will refuse these records. Sign from the pinned release workflow, "
+            "or pin this identity (identity = ..., issuer = ...) in release.toml.")

@@ -103,3 +103,23 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
     warning = trust.unpinned_warning(cfg, "test", other)
     assert warning.startswith(f"WARNING: the release key {other} is not pinned in release.toml [trust.test]")
     assert f'keyids = ["{other}"]' in warning
+
+
+def test_unpinned_sigstore_identity_warning(tmp_path):
+    from pipeline import config as config_mod, trust
+
+    from .conftest import make_records
+
+    rec = make_records(tmp_path / "r")
+    toml = rec.root / "release.toml"
+    toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
+                    "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
+                    "signing = \"sigstore\"\nexternal_tasks_required = true\n\n[profiles.test]"))
+    cfg = config_mod.load(toml)
+    workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
+    good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
+    assert trust.unpinned_identity_warning(cfg, "arena", good) is None
+    branch = signing.SigstorePolicy(f"{workflow}@refs/heads/main", good.issuer)
+    assert trust.unpinned_identity_warning(cfg, "arena", branch).startswith(
+        f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned")
+    assert trust.unpinned_identity_warning(cfg, "test", good) is not None  # test pins keys only
