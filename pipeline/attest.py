@@ -43,6 +43,7 @@ SLSA_LEVEL_REASON = ("provenance is generated and signed by the release pipeline
                      "not by an isolated, hosted build platform (SLSA v1.0 Build L2 and up)")
 DEFAULT_DIR = REPO_ROOT / "attestations"
 SBOM_FILE = "sbom.cdx.json"
+CHECKS_FILE = "checks.json"
 PROVENANCE_RECORD = "provenance.json"
 README_FILE = "README.md"
 
@@ -202,34 +203,107 @@ def attestation_path(out_dir: Path, kind: str, suffix: str) -> Path:
     return Path(out_dir) / f"{kind}{suffix}"
 
 
-def readme(subject: Subject, signing: str, files: Iterable[AttestationFile]) -> bytes:
+def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, signer_id: str,
+           issuer: str = "", source_url: str) -> bytes:
+    """attestations/README.md: what is signed, by whom, and how to verify it with standard tools.
+
+    `signer_id` is the release keyid (key signing) or the certificate identity (sigstore).
+    """
+    files = list(files)
+    digest = subject.digest
     lines = [
         "# Release attestations",
         "",
-        f"Subject: `{subject.name}@{subject.digest}`",
+        f"Subject: `{subject.name}@{digest}`",
         "",
         f"SLSA build level: **{SLSA_BUILD_LEVEL}** ({SLSA_LEVEL_REASON}).",
         "",
-        "Signing: " + ("DSSE envelopes signed with the release key (`release.pub.pem`, keyid in `keyid`)."
+        "Signing: " + (f"DSSE envelopes signed with the release key, keyid `{signer_id}` "
+                       "(`release.pub.pem` is a copy for other tools; trust the keyid pinned in "
+                       "release.toml `[trust.<profile>]`, not this copy)."
                        if signing == "key" else
-                       "sigstore keyless bundles; signer identity and issuer in `sigstore-identity.json`."),
+                       f"sigstore keyless bundles signed by `{signer_id}` (issuer `{issuer}`); "
+                       "release.toml `[trust.<profile>]` pins who may sign."),
+        "",
+        "`release" + (".dsse.json" if signing == "key" else ".sigstore.json") + "` is the release statement: "
+        "its subjects are the image and the sha256 of every record (provenance.json, submission.json, "
+        "this directory's files), so every record is bound to the signature.",
         "",
         "| statement | predicate type | statement sha256 |",
         "| --- | --- | --- |",
     ]
     lines += [f"| `{f.path.name}` | `{f.predicate_type}` | `{f.statement_sha256}` |" for f in files]
-    lines += ["", "Verify offline: `python -m pipeline audit` (or `nox -s audit`).", ""]
+    lines += ["", "## Verify", "", "From the repository root, offline, against the trust root pinned in "
+              "release.toml (or your own: `--key FILE`, `--identity X --issuer Y`):", "", "```sh",
+              "python -m pipeline audit            # table; --json for machines; writes dist/vsa.json",
+              "```", "", "### With other tools", ""]
+    if signing == "key":
+        lines += [
+            "DSSE envelopes, with securesystemslib and the published key (check its keyid first):",
+            "", "```sh", "python - <<'EOF'", "import json, pathlib",
+            "from cryptography.hazmat.primitives.serialization import load_pem_public_key",
+            "from securesystemslib.dsse import Envelope", "from securesystemslib.signer import SSlibKey",
+            'key = SSlibKey.from_crypto(load_pem_public_key(pathlib.Path("attestations/release.pub.pem").read_bytes()))',
+            f'assert key.keyid == "{signer_id}", key.keyid',
+            'for name in ("release", "provenance", "sbom", "checks"):',
+            '    env = Envelope.from_dict(json.loads(pathlib.Path(f"attestations/{name}.dsse.json").read_bytes()))',
+            "    env.verify([key], 1)",
+            '    print(name, "signature OK")', "EOF", "```", "",
+            "The in-toto layout and stage links, with in-toto's CLI (it also refuses an expired layout, "
+            "which `pipeline audit` reports as information only):", "",
+            "```sh",
+            "in-toto-verify --layout attestations/layout.json --verification-keys attestations/release.pub.pem "
+            "--link-dir attestations/links",
+            "```", "",
+        ]
+    else:
+        lines += [
+            "sigstore bundles, with the `sigstore` CLI (offline: its trust root is embedded); the last "
+            "argument is a subject (the image digest, or a record file for the release statement):", "",
+            "```sh",
+        ]
+        lines += [f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
+                  f"'{issuer}' --bundle attestations/{f.path.name} {digest}" for f in files]
+        lines += [f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
+                  f"'{issuer}' --bundle attestations/release.sigstore.json submission.json", "```", ""]
+    lines += ["Then compare `sha256sum provenance.json submission.json attestations/*.json` with the "
+              "release statement's subjects.", ""]
+    if signing == "key":
+        workflow = f"{source_url.rstrip('/')}/.github/workflows/release.yml@refs/tags/<tag>"
+        lines += [
+            "A keyless release (the arena profile, signed in CI) writes `*.sigstore.json` bundles instead; "
+            "verify each with the `sigstore` CLI, offline, for the release workflow's identity at the "
+            "released tag (release.toml `[trust.arena]`):", "",
+            "```sh",
+            f"sigstore verify identity --offline --cert-identity '{workflow}' --cert-oidc-issuer "
+            "'https://token.actions.githubusercontent.com' --bundle attestations/provenance.sigstore.json "
+            "sha256:<image digest>",
+            "```", ""]
     return "\n".join(lines).encode()
 
 
+def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[AttestationFile], *,
+                 source_url: str) -> Path:
+    """Write attestations/README.md for the signer that signed `files`."""
+    if signer.kind == "key":
+        data = readme(subject, "key", files, signer_id=signer.keyid, source_url=source_url)
+    else:
+        policy = signer.policy()
+        data = readme(subject, "sigstore", files, signer_id=policy.identity, issuer=policy.issuer,
+                      source_url=source_url)
+    out = Path(out_dir) / README_FILE
+    write_atomic(out, data)
+    return out
+
+
 def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Provenance, lock_text: str,
-                       sbom_bytes: bytes, checks: SuiteResult | None, checks_sha256: str | None,
+                       sbom_bytes: bytes, checks: SuiteResult | None, checks_bytes: bytes | None,
                        signer, out_dir: Path = DEFAULT_DIR, started: datetime, finished: datetime,
                        invocation_id: str | None = None) -> list[AttestationFile]:
     """Sign the three statements (checks only when results exist) into `out_dir`.
 
-    The SBOM file itself is written next to them so that the audit can compare the
-    attested SBOM with it byte for byte (as canonical JSON).
+    The SBOM and the check results are written next to them so that the audit can
+    compare the attested SBOM with the file (as canonical JSON) and re-hash checks.json.
     """
     out_dir = Path(out_dir)
     predicates: dict[str, Mapping[str, Any]] = {
@@ -237,17 +311,17 @@ def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Prov
                                            finished=finished, invocation_id=invocation_id or str(uuid.uuid4())),
         "sbom": json.loads(sbom_bytes),
     }
-    if checks is not None:
-        predicates["checks"] = checks_predicate(checks, checks_sha256=checks_sha256 or "")
-    written = []
     write_atomic(out_dir / SBOM_FILE, sbom_bytes)
+    if checks is not None and checks_bytes is not None:
+        predicates["checks"] = checks_predicate(checks, checks_sha256=sha256_bytes(checks_bytes))
+        write_atomic(out_dir / CHECKS_FILE, checks_bytes)
+    written = []
     for kind, predicate in predicates.items():
         stmt = statement(subject, PREDICATES[kind], predicate)
         path = attestation_path(out_dir, kind, signer.suffix)
         write_atomic(path, signer.sign(stmt))
         written.append(AttestationFile(kind, path, PREDICATES[kind], sha256_bytes(stmt)))
     signer.publish(out_dir)
-    write_atomic(out_dir / README_FILE, readme(subject, signer.kind, written))
     return written
 
 
@@ -332,10 +406,11 @@ def main(argv: list[str]) -> int:
         cfg=cfg, subject=Subject.from_image_ref(args.image), provenance=prov,
         lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
         sbom_bytes=args.sbom.read_bytes(), checks=checks,
-        checks_sha256=sha256_bytes(args.checks.read_bytes()) if checks is not None else None,
+        checks_bytes=args.checks.read_bytes() if checks is not None else None,
         signer=signer, out_dir=args.out, started=started, finished=datetime.now(timezone.utc),
         invocation_id=os.environ.get("GITHUB_RUN_ID"),
     )
+    write_readme(args.out, Subject.from_image_ref(args.image), signer, files, source_url=cfg.source_url)
     for f in files:
         say(f"attest: {f.path} ({f.predicate_type})")
     return 0

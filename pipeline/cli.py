@@ -28,7 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
     "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
     "attest": ("pipeline.attest:main", "sign provenance, SBOM and check-result statements into attestations/"),
-    "audit": ("pipeline.audit:main", "verify a release's records offline (signatures, subjects, SBOM, pins)"),
+    "audit": ("pipeline.audit:main", "verify a release's records offline against a pinned trust root; writes a VSA"),
+    "key": ("pipeline.signing:main", "show (creating if missing) the release key, its keyid and the release.toml pin"),
     "vendor": ("pipeline.sources:main", "fetch, verify and vendor pinned upstream files and external task records"),
 }
 

@@ -3,6 +3,11 @@
 lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 provenance.json, attestations/, submission.json -> attach -> report.
 
+The vendor, build, sbom, verify, attest and submission stages are each recorded as an
+in-toto link while they run (pipeline.intoto_links); the last record written is the
+release statement that binds every other one (pipeline.release_statement). A release
+key that release.toml does not pin is announced loudly, with the line that pins it.
+
 Fail closed: any stage that fails stops the release with one line and a non-zero
 exit. The records are staged under `.release/staging/` and moved into place only
 after every check passed and everything is signed, so a failed release leaves the
@@ -17,16 +22,16 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
-from . import signing, sources, submission
+from . import release_statement, signing, sources, submission, trust
 from . import config as _config
-from ._io import sha256_file, write_atomic
+from ._io import write_atomic
 from .checks import external as checks_external
 from .checks import report as checks_report
 from .checks import results as checks_results
@@ -119,10 +124,51 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     write_atomic(path, "\n".join(lines).encode())
 
 
+def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path, staging: Path,
+                   signer, links: intoto_links.StageRecorder, record: build.BuildRecord, image_name: str,
+                   base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
+                   lock_text: str, revision: provenance.ProjectRevision, allow_dirty: bool,
+                   sbom_bytes: bytes, started_at: datetime) -> submission.Submission:
+    """Every record into `staging`: provenance and statements, submission.json, the links and
+    layout, the README, and last the release statement that binds them all."""
+    att_dir = staging / "attestations"
+    subject = attest.Subject(image_name, record.manifest_digest)
+    with links.step("attest"):
+        image_rec = provenance.Image(
+            name=image_name, digest=record.manifest_digest, media_type=record.media_type,
+            config_digest=record.config_digest, compressed_size=record.compressed_size,
+            layer_count=len(record.base_layers) + len(record.app_layers),
+            app_layers=record.app_layers)
+        prov = provenance.assemble(
+            repo, profile, base=base_pin,
+            sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
+            image=image_rec)
+        provenance.write(staging / "provenance.json", prov)
+        files = attest.write_attestations(
+            cfg=cfg, subject=subject, provenance=prov, lock_text=lock_text, sbom_bytes=sbom_bytes,
+            checks=suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes(), signer=signer,
+            out_dir=att_dir, started=started_at, finished=datetime.now(timezone.utc))
+    with links.step("submission"):
+        sub = submission.build(cfg, profile, suite, image=f"{image_name}@{record.manifest_digest}",
+                               source_revision=revision.commit)
+        submission.write_submission(staging / "submission.json", sub)
+    released_on = datetime.now(timezone.utc)
+    links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
+                days=intoto_links.valid_days(cfg))
+    attest.write_readme(att_dir, subject, signer, files, source_url=cfg.source_url)
+    release_statement.write(staging, signer, subject, source_url=cfg.source_url, profile=profile.name,
+                            released_on=released_on)
+    return sub
+
+
 def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
             allow_dirty: bool = False, mirror: Path | None = None, parallel: int = 2,
-            signing_kind: str | None = None) -> Outcome:
-    """Run every stage for `profile` from the checkout at `repo`; see the module doc."""
+            signing_kind: str | None = None, command: Sequence[str] | None = None) -> Outcome:
+    """Run every stage for `profile` from the checkout at `repo`; see the module doc.
+
+    `command` is what the in-toto links record as the command that ran (default: the
+    `python -m pipeline release` command line for `profile`).
+    """
     repo = Path(repo).resolve()
     dist, vendor_dir = repo / "dist", repo / "vendor"
     staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
@@ -131,7 +177,16 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     started_registry = False
     signer = signing.signer_for(signing_kind or profile.signing)
     image_name = profile.image_name
+    att_dir = staging / "attestations"
+    links = intoto_links.StageRecorder(
+        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", profile.name), signer.suffix)
+    # Before any work: who signs, and whether the audit will trust them (sigstore: the token is needed now).
+    unpinned = (trust.unpinned_warning(cfg, profile.name, signer.keyid) if signer.kind == "key" else
+                trust.unpinned_identity_warning(cfg, profile.name, signer.policy()))
+    if unpinned:
+        say(unpinned)
     try:
+        att_dir.mkdir(parents=True)
         with timings.stage("preflight"):
             revision = provenance.project_revision(repo, allow_dirty=allow_dirty)
             sde = provenance.source_date_epoch(repo)
@@ -151,27 +206,28 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
             else:
                 base_ref = profile.base
                 base_pin = provenance.Base(*base_ref.split("@", 1))
-        with timings.stage("vendor"):
+        with timings.stage("vendor"), links.step("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
         task_file = build.vendored_task_file(cfg, profile, vendor_dir)
-        with timings.stage("build"):
+        with timings.stage("build"), links.step("build"):
             record = build.build(cfg, repo=repo, base_ref=base_ref, repository=image_name,
                                  tag=profile.tag, source_revision=revision.commit,
                                  source_date_epoch=sde, vendored=task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
-        with timings.stage("sbom"):
+        with timings.stage("sbom"), links.step("sbom"):
             lock_text = (repo / provenance.WHEEL_LOCK).read_text()
             sbom_bytes = sbom.generate(Path(record.layout), name=image_name, app_dir=cfg.app_dir,
                                        ref=record.tag, sources=cfg.sources_for(profile),
                                        first_party_license=sbom.project_license(),
                                        lock_text=lock_text)
+            write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
         with timings.stage("push"):
             pushed = push_layout(client, profile.repository, Path(record.layout),
                                  ref_name=record.tag, tag=profile.tag,
                                  mount_from=build.same_registry_repos(client, base_ref))
-        with timings.stage("verify (anonymous pull + check suite)"):
+        with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
@@ -186,41 +242,22 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                     hint=f"observed vs expected for each is in {dist / 'checks.json'}")
             checks_external.enforce(
                 [checks_external.ExternalResult.from_json(e) for e in suite.external], profile)
+            # The committed copy of the results the checks statement is about.
+            write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
         with timings.stage("records"):
-            att_dir = staging / "attestations"
-            att_dir.mkdir(parents=True)
-            image_rec = provenance.Image(
-                name=image_name, digest=record.manifest_digest, media_type=record.media_type,
-                config_digest=record.config_digest, compressed_size=record.compressed_size,
-                layer_count=len(record.base_layers) + len(record.app_layers),
-                app_layers=record.app_layers)
-            prov = provenance.assemble(
-                repo, profile, base=base_pin,
-                sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
-                image=image_rec)
-            provenance.write(staging / "provenance.json", prov)
-            checks_file = dist / "checks.json"
-            attest.write_attestations(
-                cfg=cfg, subject=attest.Subject(image_name, record.manifest_digest),
-                provenance=prov, lock_text=lock_text, sbom_bytes=sbom_bytes, checks=suite,
-                checks_sha256=sha256_file(checks_file), signer=signer, out_dir=att_dir,
-                started=started_at, finished=datetime.now(timezone.utc))
-            sub = submission.build(cfg, profile, suite, image=image,
-                                   source_revision=revision.commit)
-            submission.write_submission(staging / "submission.json", sub)
+            sub = _write_records(cfg, profile, repo=repo, staging=staging, signer=signer, links=links,
+                                 record=record, image_name=image_name, base_pin=base_pin, vendored=vendored,
+                                 externals=externals, suite=suite, lock_text=lock_text, revision=revision,
+                                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
             placed = _install_records(staging, repo)
-            if signer.kind == "key":
-                # Links hash the checkout's own files (release.toml, vendor/, dist/), so
-                # they are recorded against the checkout once the records are in place.
-                for step in ("vendor", "sbom", "attest", "submission"):
-                    intoto_links.record(step, repo, signer.signer)
-                intoto_links.write_layout(repo, signer.signer)
         with timings.stage("attach"):
             attest.attach(client, profile.repository, record.manifest_digest, repo / "attestations",
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
                 sub=sub, timings=timings, profile=profile)
+        if unpinned:
+            say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -248,7 +285,8 @@ def main(argv: list[str]) -> int:
     profile = cfg.profile(args.profile)
     try:
         outcome = release(cfg, profile, repo=args.repo, allow_dirty=args.allow_dirty,
-                          mirror=args.mirror, parallel=args.parallel, signing_kind=args.signing)
+                          mirror=args.mirror, parallel=args.parallel, signing_kind=args.signing,
+                          command=("python", "-m", "pipeline", "release", *argv))
     except ReleaseError:
         say(f"release stopped; the previous records are untouched ({', '.join(RECORDS)})")
         raise

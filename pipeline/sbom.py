@@ -74,6 +74,17 @@ def open_image(layout: Path, ref: str | None = None) -> ImageRef:
     )
 
 
+def open_image_by_digest(layout: Path, digest: str) -> ImageRef:
+    """The image with manifest `digest` in an OCI layout (the audit's way in: no ref names)."""
+    from .oci.layout import Layout
+
+    lay = Layout.open(Path(layout))
+    manifest = json.loads(lay.read_blob(digest))
+    config = json.loads(lay.read_blob(manifest["config"]["digest"], size=manifest["config"]["size"]))
+    return ImageRef(digest=digest, manifest=manifest, config=config,
+                    layers=tuple((d["digest"], lay.blob_path(d["digest"])) for d in manifest["layers"]))
+
+
 def wanted(path: str, app_dir: str) -> bool:
     """Whether the SBOM needs this image path (relative, no leading slash)."""
     return (path in _STATUS_FILES or path in _OS_RELEASE or path.startswith(app_dir + "/")
@@ -475,12 +486,12 @@ def generate(layout: Path, *, name: str, app_dir: str, ref: str | None = None, s
     return render(bom)
 
 
-def project_license() -> str | None:
-    """The first-party code's licence (pyproject's `project.license`)."""
+def project_license(root: Path = REPO_ROOT) -> str | None:
+    """The first-party code's licence (pyproject's `project.license` in `root`)."""
     import tomllib
 
     try:
-        data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+        data = tomllib.loads((Path(root) / "pyproject.toml").read_text())
     except FileNotFoundError:
         return None
     lic = data.get("project", {}).get("license")

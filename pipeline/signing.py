@@ -148,6 +148,18 @@ class KeySigner:
     def publish(self, out_dir: Path) -> None:
         publish_public_key(self.signer.public_key, out_dir)
 
+    def sign_envelope(self, envelope) -> None:
+        """Sign an in-toto metadata envelope (link or layout) with the release key."""
+        envelope.create_signature(self.signer)
+
+    def functionary(self) -> SSlibKey:
+        """The key in-toto layouts name as the functionary of every step."""
+        return self.signer.public_key
+
+    @property
+    def keyid(self) -> str:
+        return self.signer.public_key.keyid
+
 
 # ------------------------------------------------------------------ sigstore keyless
 
@@ -259,10 +271,29 @@ class SigstoreSigner:
             bundle = signer.sign_dsse(dsse.Statement(statement))
         return bundle.to_json().encode()
 
-    def publish(self, out_dir: Path) -> None:
+    def policy(self) -> SigstorePolicy:
         token = self._token()
-        policy = SigstorePolicy(identity=str(token.identity), issuer=str(token.federated_issuer))
-        write_atomic(Path(out_dir) / IDENTITY_FILE, policy.to_json())
+        return SigstorePolicy(identity=str(token.identity), issuer=str(token.federated_issuer))
+
+    def publish(self, out_dir: Path) -> None:
+        write_atomic(Path(out_dir) / IDENTITY_FILE, self.policy().to_json())
+
+    def sign_envelope(self, envelope) -> None:
+        """Links and layout stay unsigned here: the signed release statement binds their sha256."""
+
+    def functionary(self):
+        """The signing identity as an in-toto functionary key (sigstore-oidc)."""
+        from securesystemslib.signer import SigstoreKey
+        from securesystemslib.signer._utils import compute_default_keyid
+
+        policy = self.policy()
+        keyval = {"identity": policy.identity, "issuer": policy.issuer}
+        keyid = compute_default_keyid(SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME, keyval)
+        return SigstoreKey(keyid, SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME, keyval)
+
+    @property
+    def keyid(self) -> str:
+        return self.functionary().keyid
 
 
 def signer_for(kind: str, *, key_path: Path | None = None) -> KeySigner | SigstoreSigner:
@@ -272,3 +303,43 @@ def signer_for(kind: str, *, key_path: Path | None = None) -> KeySigner | Sigsto
     if kind == "sigstore":
         return SigstoreSigner()
     raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
+
+
+def _pinned_here(keyid: str, profile: str) -> str:
+    """Whether this checkout's release.toml already pins `keyid` for `profile`."""
+    from . import config as config_mod, trust
+
+    try:
+        pinned = trust.pins(config_mod.load(config_mod.DEFAULT_CONFIG), profile).keyids
+    except ConfigError as exc:
+        return f"unknown ({exc.one_line()})"
+    return f"yes, in [trust.{profile}]" if keyid in pinned else f"NO: release.toml [trust.{profile}] does not pin it"
+
+
+def public_key_path(key_path: Path) -> Path:
+    """Where `python -m pipeline key` writes the public half of a private key file."""
+    return key_path.with_name(key_path.name.replace(".key.pem", "") + ".pub.pem")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline key`: the release key's keyid and the line that pins it."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline key",
+                                 description="show (creating it if missing) the release signing key and its pin")
+    ap.add_argument("--key", type=Path, help=f"private key (default: ${KEY_ENV} or {DEFAULT_KEY})")
+    ap.add_argument("--profile", default="local", help="the release.toml profile to pin it for")
+    args = ap.parse_args(argv)
+    explicit = args.key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
+    key_path = Path(explicit or DEFAULT_KEY)
+    existed = key_path.exists()
+    signer = load_or_create_key(args.key)
+    pub = public_key_path(key_path)
+    write_atomic(pub, public_key_pem(signer.public_key))
+    print(f"release key: {key_path} ({'existing' if existed else 'created now'})")
+    print(f"public key:  {pub}")
+    print(f"keyid:       {signer.public_key.keyid}")
+    print(f"pinned:      {_pinned_here(signer.public_key.keyid, args.profile)}")
+    print(f"pin it in release.toml (and commit it):\n\n[trust.{args.profile}]\n"
+          f'keyids = ["{signer.public_key.keyid}"]')
+    return 0

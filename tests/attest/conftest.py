@@ -118,17 +118,24 @@ def small_image(tmp_path) -> SmallImage:
 # ------------------------------------------------------------------ a release's records
 
 BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
+EXTERNAL_IMAGE = "registry.example.invalid/mimo/software@sha256:" + "7" * 64
+EXTERNAL_ROW = {"task_id": "format-code-task-000666", "prompt": "repair the formatter"}
+DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb82dd531406fcf5f"
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
 CHECKS = (("image/health", True), ("sort-d1-s101/correct", True))
+COMMAND = ("python", "-m", "pipeline", "release", "--profile", "test")
+RELEASED_ON = (2024, 1, 1)
 
 
-def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str) -> str:
-    budgets = "\n".join(f"{k} = 1" for k in (
-        "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
-        "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
-        "memory_gib", "cpu_floor_vcpus", "workspace_gib"))
+def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str, *, keyid: str,
+                 record_sha256: str) -> str:
+    def budgets(value: int) -> str:
+        return "\n".join(f"{k} = {value}" for k in (
+            "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
+            "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
+            "memory_gib", "cpu_floor_vcpus", "workspace_gib"))
     return f'''
 [release]
 name = "openenv-data-workflows"
@@ -146,6 +153,16 @@ tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = false
 
+[trust.test]
+keyids = ["{keyid}"]
+
+[trust.arena]
+identity = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml@refs/tags/*"
+issuer = "https://token.actions.githubusercontent.com"
+
+[intoto]
+layout_valid_days = 365
+
 [[sources]]
 name = "metaharness-tasks"
 repository = "https://example.invalid/ruvnet/metaharness"
@@ -159,13 +176,34 @@ license_sha256 = "{license_sha256}"
 profiles = ["test"]
 
 [external]
-dataset = "XiaomiMiMo/MiMo-V2.6-RL-oss"
-revision = "639865fd3374018d6cb29b9fb82dd531406fcf5f"
+dataset = "{DATASET}"
+revision = "{DATASET_REV}"
 license = "Apache-2.0"
+
+[[external.tasks]]
+task_id = "format-code-task-000666"
+image = "{EXTERNAL_IMAGE}"
+compressed_bytes = 1000
+after_block = 1
+split = "train"
+row = 666
+record_sha256 = "{record_sha256}"
+
+[[external.tasks]]
+task_id = "format-code-task-001926"
+image = "{EXTERNAL_IMAGE}"
+compressed_bytes = 1000
+after_block = 3
+split = "train"
+record_sha256 = ""
 
 [budgets.procedural]
 split = "train"
-{budgets}
+{budgets(1)}
+
+[budgets.external]
+split = "train"
+{budgets(2)}
 '''
 
 
@@ -177,25 +215,69 @@ class Records:
 
 
 def make_records(root: Path, signer=None, *, image_name: str | None = None) -> Records:
-    """A complete, correctly signed set of release records under `root`."""
+    """A complete, correctly signed set of release records under `root`, made like a release:
+    each stage recorded as an in-toto link while it runs, the release statement last."""
     import hashlib
     from datetime import datetime, timezone
 
     from securesystemslib.signer import CryptoSigner
 
-    from pipeline import attest, provenance, sbom, signing
+    from pipeline import attest, external, intoto_links, provenance, release_statement, sbom, signing, submission
     from pipeline import config as config_mod
+    from pipeline._io import canonical_json, write_atomic
+    from pipeline.checks.external import ExternalResult
+    from pipeline.checks.results import CheckResult, SuiteResult
+    from pipeline.layerdiff import AppLayer
     from pipeline.sources import VendoredFile
 
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     root.mkdir(parents=True, exist_ok=True)
-    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE)))
+    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE), keyid=signer.keyid,
+                                                    record_sha256=sha(canonical_json(EXTERNAL_ROW))))
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nlicense = "MIT"\n')
+    (root / "env").mkdir(exist_ok=True)
+    (root / "env" / "__init__.py").write_bytes(b"")
     cfg = config_mod.load(root / "release.toml")
-    for rel, data in (("vendor/metaharness-tasks/tasks.py", TASKS_PY), ("vendor/metaharness-tasks/LICENSE", LICENSE),
-                      ("locks/runtime.txt", LOCK_TEXT.encode())):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
+    profile = cfg.profile("test")
+    mirror = root.parent / f"{root.name}-mirror"
+    item = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "train" / "format-code-task-000666.json"
+    item.parent.mkdir(parents=True, exist_ok=True)
+    item.write_text(json.dumps({"row_idx": 666, "row": EXTERNAL_ROW}))
+    links = intoto_links.StageRecorder(root, root, COMMAND, signer.suffix)
+    att = root / "attestations"
+    with links.step("vendor"):
+        for rel, data in (("vendor/metaharness-tasks/tasks.py", TASKS_PY),
+                          ("vendor/metaharness-tasks/LICENSE", LICENSE), ("locks/runtime.txt", LOCK_TEXT.encode())):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(data)
+        externals = external.fetch_records(cfg, profile, root / "vendor", mirror=mirror)
+    with links.step("build"):
+        image = make_image(root / "dist", app_files={
+            "opt/arena/env/__init__.py": b"",
+            "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
+            "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
+        })
+        (root / "dist" / "build.json").write_text(json.dumps({"manifest_digest": image.digest}))
+    name = image_name or profile.image_name
+    with links.step("sbom"):
+        sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources_for(profile),
+                                   first_party_license=sbom.project_license(root), lock_text=LOCK_TEXT)
+        write_atomic(att / attest.SBOM_FILE, sbom_bytes)
+    manifest = json.loads((image.layout / "blobs" / "sha256" / image.digest[7:]).read_bytes())
+    layers = tuple((d["digest"], d["size"]) for d in manifest["layers"])
+    with links.step("verify"):
+        checks = SuiteResult(
+            image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
+            checks=tuple(CheckResult(id=i, passed=ok, seconds=0.1) for i, ok in CHECKS), layers=layers,
+            external=(ExternalResult("format-code-task-000666", EXTERNAL_IMAGE, layers=((("sha256:" + "8" * 64), 900),)
+                                     ).to_json(),
+                      ExternalResult("format-code-task-001926", EXTERNAL_IMAGE, reason="not pulled").to_json()))
+        checks_bytes = json.dumps(checks.to_json()).encode()
+        write_atomic(att / attest.CHECKS_FILE, checks_bytes)
     src = cfg.sources[0]
+    last = manifest["layers"][-1]
+    app = AppLayer(name="app", digest=last["digest"], diff_id="sha256:" + "9" * 64, size=last["size"], members=())
     prov = provenance.Provenance(
         schema=provenance.SCHEMA, profile="test", source_date_epoch=EPOCH,
         project=provenance.ProjectRevision(commit="1" * 40, tree="2" * 40, dirty=False, dirty_paths=(),
@@ -208,30 +290,41 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
                               license_file=src.license_file, license_sha256=sha(LICENSE),
                               vendor_path="metaharness-tasks/tasks.py",
                               license_path="metaharness-tasks/LICENSE"),),
-        external=(),
+        external=externals,
+        image=provenance.Image(name=name, digest=image.digest, media_type=manifest["mediaType"],
+                               config_digest=manifest["config"]["digest"],
+                               compressed_size=sum(n for _, n in layers), layer_count=len(layers), app_layers=(app,)),
     )
-    provenance.write(root / "provenance.json", prov)
-    image = make_image(root / "dist", app_files={
-        "opt/arena/env/__init__.py": b"",
-        "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
-        "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
-    })
-    name = image_name or f"{cfg.profile('test').registry}/{cfg.profile('test').repository}"
-    (root / "submission.json").write_text(json.dumps({"image": f"{name}@{image.digest}", "tasks": []}))
-    sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources,
-                               first_party_license="MIT", lock_text=LOCK_TEXT)
-    from pipeline.checks.results import CheckResult, SuiteResult
-
-    checks = SuiteResult(image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
-                         checks=tuple(CheckResult(id=i, passed=ok, seconds=0.1) for i, ok in CHECKS))
-    checks_bytes = json.dumps(checks.to_json()).encode()
-    signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
-    t = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    attest.write_attestations(
-        cfg=cfg, subject=attest.Subject(name=name, digest=image.digest), provenance=prov, lock_text=LOCK_TEXT,
-        sbom_bytes=sbom_bytes, checks=checks, checks_sha256=sha(checks_bytes), signer=signer,
-        out_dir=root / "attestations", started=t, finished=t, invocation_id="test-run",
-    )
+    t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+    subject = attest.Subject(name=name, digest=image.digest)
+    if checks.ok:
+        with links.step("attest"):
+            provenance.write(root / "provenance.json", prov)
+            files = attest.write_attestations(
+                cfg=cfg, subject=subject, provenance=prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes,
+                checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att, started=t, finished=t,
+                invocation_id="test-run")
+        with links.step("submission"):
+            sub = submission.build(cfg, profile, checks, image=f"{name}@{image.digest}", source_revision="1" * 40)
+            submission.write_submission(root / "submission.json", sub)
+    else:
+        # A failing suite stops a release before submission.json; a signer could still sign the
+        # failed results, which the audit must refuse.
+        with links.step("attest"):
+            provenance.write(root / "provenance.json", prov)
+            files = attest.write_attestations(
+                cfg=cfg, subject=subject, provenance=prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes,
+                checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att, started=t, finished=t,
+                invocation_id="test-run")
+        with links.step("submission"):
+            ok = SuiteResult(image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers,
+                             checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
+                             external=checks.external)
+            sub = submission.build(cfg, profile, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
+            submission.write_submission(root / "submission.json", sub)
+    links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)
+    attest.write_readme(att, subject, signer, files, source_url=cfg.source_url)
+    release_statement.write(root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t)
     return Records(root=root, image=image, signer=signer)
 
 

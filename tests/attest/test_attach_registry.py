@@ -26,7 +26,7 @@ def pushed(local_registry, tmp_path, monkeypatch):
 
 
 def _registry_rows(root):
-    return {c.name: c for c in audit.audit(root, registry=True) if c.name.startswith("registry")}
+    return {c.id: c for c in audit.audit(root, registry=True) if c.id.startswith("registry")}
 
 
 def test_attached_attestations_pass_the_registry_audit(pushed):
@@ -36,8 +36,7 @@ def test_attached_attestations_pass_the_registry_audit(pushed):
     assert set(tags) == {f"sha256-{hexd}.att", f"sha256-{hexd}.sbom"}
     rows = audit.audit(rec.root, registry=True)
     assert all(c.ok for c in rows), audit.render_table(rows)
-    assert {"registry manifest = submission image", "registry att tag = records",
-            "registry sbom tag = records"} <= {c.name for c in rows}
+    assert {"registry/manifest", "registry/att", "registry/sbom"} <= {c.id for c in rows}
     bundle = publish.fetch_attachment(client, repo, rec.image.digest, "att")
     assert len(bundle.splitlines()) == 3
 
@@ -45,9 +44,9 @@ def test_attached_attestations_pass_the_registry_audit(pushed):
 def test_missing_att_tag_fails(pushed):
     rec, _, _ = pushed
     rows = _registry_rows(rec.root)
-    assert rows["registry manifest = submission image"].ok
-    assert not rows["registry att tag = records"].ok
-    assert "is missing" in rows["registry att tag = records"].detail
+    assert rows["registry/manifest"].ok
+    assert not rows["registry/att"].ok
+    assert "is missing" in rows["registry/att"].detail
 
 
 def test_att_tag_with_other_content_fails(pushed):
@@ -57,12 +56,30 @@ def test_att_tag_with_other_content_fails(pushed):
     two = b"\n".join(attest.attestation_bundle(rec.root / "attestations", signing.DSSE_SUFFIX).splitlines()[:2])
     publish.attach(client, repo, rec.image.digest, "att", two + b"\n", attest.ATT_MEDIA_TYPE)
     rows = _registry_rows(rec.root)
-    assert not rows["registry att tag = records"].ok
-    assert "sha256 of the" in rows["registry att tag = records"].detail
+    assert not rows["registry/att"].ok
+    assert "sha256 of the" in rows["registry/att"].detail
 
 
 def test_image_not_pushed_fails(local_registry, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
     rec = make_records(tmp_path / "r", image_name=f"{local_registry.address}/arena/never-pushed")
     rows = _registry_rows(rec.root)
-    assert not rows["registry manifest = submission image"].ok
+    assert not rows["registry/manifest"].ok
+
+
+def test_sbom_components_checked_against_pulled_blobs(pushed):
+    """No dist/oci: with --registry the audit pulls the layers anonymously and reads the SBOM's
+    components from them; an SBOM hiding a component is caught that way too."""
+    import json
+    import shutil
+
+    rec, _, _ = pushed
+    shutil.rmtree(rec.root / "dist")
+    rows = {c.id: c for c in audit.audit(rec.root, registry=True)}
+    assert rows["sbom/components"].ok, rows["sbom/components"].detail
+    path = rec.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
+    path.write_text(json.dumps(doc))
+    rows = {c.id: c for c in audit.audit(rec.root, registry=True)}
+    assert "missing pkg:deb/debian/libc6@" in rows["sbom/components"].detail

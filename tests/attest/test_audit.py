@@ -1,174 +1,402 @@
-"""The offline audit passes on good records and names the record on every tamper."""
+"""The offline audit: clean records pass; every tamper is caught by the check that owns it.
+
+The tamper matrix below is the attacker of issue 10: someone who can write to the
+repository (re-sign with their own key and publish it, edit or delete any record).
+Some rows also model an insider holding the genuine release key (`resign`): the
+signatures then verify, and only the content checks can catch the change, which is
+what those rows prove. Each row asserts exactly which check IDs fail and the message.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime, timezone
 
-from pipeline import attest, audit, signing
-from pipeline.audit import Check
+import pytest
+from in_toto.models.metadata import Envelope, Metadata
+from securesystemslib.signer import CryptoSigner
+
+from pipeline import attest, audit, intoto_links, release_statement, signing, trust
+from pipeline._io import canonical_json, sha256_file
+
+from .conftest import RELEASED_ON
 
 
-def _failures(root) -> list[Check]:
-    return [c for c in audit.audit(root) if not c.ok]
+def failed(root, **kw) -> dict[str, str]:
+    return {c.id: c.detail for c in audit.audit(root, **kw) if not c.ok}
+
+
+def _envelope(root, kind="provenance"):
+    path = root / "attestations" / f"{kind}.dsse.json"
+    return path, json.loads(path.read_text())
+
+
+def _statement(root, kind):
+    return json.loads(base64.b64decode(_envelope(root, kind)[1]["payload"]))
+
+
+def _resign_statement(rec, kind, mutate):
+    """An insider with the release key re-signs a statement after changing it."""
+    stmt = _statement(rec.root, kind)
+    mutate(stmt)
+    _envelope(rec.root, kind)[0].write_bytes(rec.signer.sign(canonical_json(stmt)))
+
+
+def resign(rec) -> None:
+    """An insider with the release key makes the links and the release statement match the files
+    on disk again: every signature verifies, only content checks are left to catch the change."""
+    root, signer = rec.root, rec.signer
+    for path in (root / "attestations" / "links").glob("*.link"):
+        link = Metadata.load(str(path)).get_payload()
+        for table in (link.materials, link.products):
+            for name in list(table):
+                if not name.startswith("dist/") and (root / name).is_file():
+                    table[name] = {"sha256": sha256_file(root / name)}
+        env = Envelope.from_signable(link)
+        signer.sign_envelope(env)
+        env.dump(str(path))
+    subject = _statement(root, "release")["subject"][0]
+    release_statement.write(root, signer, attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
+                            source_url="https://github.com/akseljoonas/openenv-arena-release", profile="test",
+                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc))
+
+
+def _edit_json(path, mutate):
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+BOUND = "differs from the sha256 the release statement binds"
+
+
+# ------------------------------------------------------------------ clean records
 
 
 def test_audit_passes_on_good_records(records):
     rows = audit.audit(records.root)
     assert rows and all(c.ok for c in rows), audit.render_table(rows)
-    names = {c.name for c in rows}
-    for kind in ("provenance", "sbom", "checks"):
-        assert f"{kind} signature (key)" in names
-        assert f"{kind} subject = submission image" in names
-    assert "vendored metaharness-tasks re-hashed" in names
+    ids = {c.id for c in rows}
+    for cid in ("trust/root", "release/signature", "release/subjects", "release/image", "intoto/links",
+                "submission/tasks", "submission/budgets", "submission/images", "provenance/sources",
+                "external/records", "sbom/layers", "sbom/components", "checks/record", "checks/results"):
+        assert cid in ids, cid
+    info = {c.id: c.detail for c in rows if c.status == audit.INFO}
+    assert records.signer.keyid in info["trust/root"]
+    # the layout expired a year after the 2024 release: reported, not failed
+    assert info["intoto/expiry"].startswith("layout expired 2024-12-31T00:00:00Z")
 
 
-def test_cli_exit_codes(records, capsys):
-    assert audit.main(["--records", str(records.root)]) == 0
-    assert "0 failed" in capsys.readouterr().out
-    (records.root / "attestations" / "checks.dsse.json").unlink()
-    assert audit.main(["--records", str(records.root)]) == 1
+def test_the_links_record_the_command_that_ran_and_chain_the_stages(records):
+    links = {p.name.split(".")[0]: Metadata.load(str(p)).get_payload()
+             for p in (records.root / "attestations" / "links").glob("*.link")}
+    assert set(links) == {"vendor", "build", "sbom", "verify", "attest", "submission"}
+    assert {tuple(link.command) for link in links.values()} == {
+        ("python", "-m", "pipeline", "release", "--profile", "test")}
+    assert "attestations/sbom.cdx.json" in links["sbom"].products
+    assert links["attest"].materials["attestations/sbom.cdx.json"] == links["sbom"].products[
+        "attestations/sbom.cdx.json"]
+    assert "vendor/external/format-code-task-000666.json" in links["vendor"].products
 
 
-def _envelope(records, kind="provenance"):
-    path = records.root / "attestations" / f"{kind}.dsse.json"
-    return path, json.loads(path.read_text())
+# ------------------------------------------------------------------ the tamper matrix of issue 10
 
 
-def test_one_payload_byte_changed(records):
-    path, env = _envelope(records)
+def test_payload_byte(records):
+    path, env = _envelope(records.root)
     payload = bytearray(base64.b64decode(env["payload"]))
     payload[payload.index(b"Build L1") + 6] = ord("2")  # "Build L2": still valid JSON
     env["payload"] = base64.b64encode(bytes(payload)).decode()
     path.write_text(json.dumps(env))
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [("provenance signature (key)", "attestations/provenance.dsse.json")]
-    assert "signature does not verify" in fails[0].detail
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/signature", "provenance/record", "release/subjects", "intoto/links"}
+    assert "signature does not verify with the release key" in fails["provenance/signature"]
+    assert f"attestations/provenance.dsse.json {BOUND}" in fails["release/subjects"]
 
 
-def test_signature_by_another_key(records):
-    from securesystemslib.signer import CryptoSigner
-
-    path, env = _envelope(records, "sbom")
+def test_wrong_key(records):
+    path, env = _envelope(records.root, "sbom")
     other = CryptoSigner.generate_ed25519()
     path.write_bytes(signing.dsse_sign(base64.b64decode(env["payload"]), other))
-    fails = _failures(records.root)
-    assert [c.record for c in fails] == ["attestations/sbom.dsse.json"]
-    assert "not signed by the release key" in fails[0].detail
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/signature", "sbom/attested", "release/subjects", "intoto/links"}
+    assert (f"attestations/sbom.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
+            f"got signed by keyid {other.public_key.keyid}") in fails["sbom/signature"]
 
 
-def test_signature_by_another_key_claiming_the_release_keyid(records):
-    from securesystemslib.signer import CryptoSigner
-
-    path, env = _envelope(records, "checks")
+def test_wrong_key_claiming_the_release_keyid(records):
+    path, env = _envelope(records.root, "checks")
     forged = json.loads(signing.dsse_sign(base64.b64decode(env["payload"]), CryptoSigner.generate_ed25519()))
-    forged["signatures"][0]["keyid"] = records.signer.signer.public_key.keyid
+    forged["signatures"][0]["keyid"] = records.signer.keyid
     path.write_text(json.dumps(forged))
-    fails = _failures(records.root)
-    assert [c.record for c in fails] == ["attestations/checks.dsse.json"]
-    assert "signature does not verify" in fails[0].detail
+    fails = failed(records.root)
+    assert "signature does not verify with the release key" in fails["checks/signature"]
 
 
-def test_subject_digest_swapped(records):
-    path, env = _envelope(records)
-    stmt = json.loads(base64.b64decode(env["payload"]))
-    stmt["subject"][0]["digest"]["sha256"] = "f" * 64
-    path.write_bytes(records.signer.sign(json.dumps(stmt).encode()))  # validly signed, wrong subject
-    fails = [c for c in _failures(records.root) if c.name != "README = regenerated from the statements"]
-    assert [(c.name, c.record) for c in fails] == [
-        ("provenance subject = submission image", "attestations/provenance.dsse.json")]
-    assert "f" * 64 in fails[0].detail and records.image.digest in fails[0].detail
+def test_forged_signer_with_its_own_key_published(records):
+    """Everything re-signed by a fresh key, published beside the records: refused, naming the signer."""
+    root = records.root
+    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
+    for kind in ("release", "provenance", "sbom", "checks"):
+        path = root / "attestations" / f"{kind}.dsse.json"
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(root / "attestations")
+    fails = failed(root)
+    assert "release/signature" in fails
+    assert (f"attestations/release.dsse.json is signed by keyid {forger.keyid}, which is not pinned "
+            f"([trust.test] of release.toml); expected {records.signer.keyid}") in fails["release/signature"]
+    # the same verdict from the auditor's own trust root (the genuine public key)
+    genuine = root.parent / "genuine.pub.pem"
+    genuine.write_bytes(signing.public_key_pem(records.signer.signer.public_key))
+    auditor = trust.from_auditor(key_file=genuine, identity=None, issuer=None)
+    fails = failed(root, trust_root=auditor)
+    assert "is not signed by the trusted key" in fails["release/signature"]
+    assert forger.keyid in fails["release/signature"]
 
 
-def test_submission_names_another_image(records):
-    sub = records.root / "submission.json"
-    doc = json.loads(sub.read_text())
-    doc["image"] = doc["image"].split("@")[0] + "@sha256:" + "e" * 64
-    sub.write_text(json.dumps(doc))
-    fails = _failures(records.root)
-    assert {c.name for c in fails} == {"provenance subject = submission image", "sbom subject = submission image",
-                                       "checks subject = submission image", "SBOM describes the image",
-                                       "checks ran on the submission image"}
+def test_the_issue_attack_reproduced_exactly(records):
+    """Re-signed with a fresh key, key published, layout and links deleted: the audit fails."""
+    import shutil
+
+    root = records.root
+    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
+    for kind in ("release", "provenance", "sbom", "checks"):
+        path = root / "attestations" / f"{kind}.dsse.json"
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(root / "attestations")
+    (root / "attestations" / "layout.json").unlink()
+    shutil.rmtree(root / "attestations" / "links")
+    assert audit.main(["--records", str(root)]) == 1
 
 
-def test_sbom_replaced(records, tmp_path, monkeypatch):
-    from .conftest import make_image
+def test_subject_swap(records):
+    _resign_statement(records, "provenance", lambda s: s["subject"][0]["digest"].update(sha256="f" * 64))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/subject", "readme"}
+    assert (f"subject digest differs from the image in submission.json; expected {records.image.digest}, "
+            f"got sha256:{'f' * 64}") in fails["provenance/subject"]
 
+
+def test_sbom_swapped(records, tmp_path):
     from pipeline import sbom
+
+    from .conftest import make_image
 
     other = make_image(tmp_path / "other", app_files={"opt/arena/env/x.py": b"x = 1\n"})
     (records.root / "attestations" / "sbom.cdx.json").write_bytes(
         sbom.generate(other.layout, name="x/y", app_dir="/opt/arena"))
-    fails = _failures(records.root)
-    assert {(c.name, c.record) for c in fails} == {
-        ("attested SBOM = SBOM file", "attestations/sbom.cdx.json"),
-        ("SBOM describes the image", "attestations/sbom.cdx.json")}
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/attested", "sbom/image", "sbom/layers", "sbom/components", "release/subjects",
+                          "intoto/links"}
+    assert "the SBOM file was replaced or edited after signing" in fails["sbom/attested"]
+    assert f"attestations/sbom.cdx.json {BOUND}" in fails["release/subjects"]
 
 
-def test_provenance_names_another_base(records):
-    path = records.root / "provenance.json"
+def test_sbom_component_removed_and_everything_resigned(records):
+    """Even with the release key, an SBOM that hides a component fails against the image's layers."""
+    path = records.root / "attestations" / "sbom.cdx.json"
     doc = json.loads(path.read_text())
-    doc["base"]["digest"] = "sha256:" + "6" * 64
-    path.write_text(json.dumps(doc))
-    fails = _failures(records.root)
-    assert {(c.name, c.record) for c in fails} == {
-        ("provenance resolvedDependencies = provenance.json", "attestations/provenance.dsse.json"),
-        ("provenance.json = attested bytes", "provenance.json"),
-        ("base = release.toml pin", "provenance.json")}
-    assert all("6" * 64 in c.detail for c in fails if c.name != "provenance.json = attested bytes")
+    doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
+    doc["dependencies"] = [{**d, "dependsOn": [x for x in d.get("dependsOn", []) if "libc6" not in x]}
+                           for d in doc["dependencies"] if "libc6" not in d["ref"]]
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/components", "readme"}
+    assert fails["sbom/components"].startswith("SBOM components differ from the image's layers; "
+                                               "expected the components read from the layer blobs, got missing "
+                                               "pkg:deb/debian/libc6@")
 
 
-def test_provenance_field_outside_the_pins_edited(records):
-    path = records.root / "provenance.json"
-    path.write_text(path.read_text().replace('"zlib_version": "', '"zlib_version": "9'))
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [("provenance.json = attested bytes", "provenance.json")]
+def test_sbom_component_removed_without_the_key(records):
+    path = records.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    doc["components"] = doc["components"][1:]
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/attested", "sbom/components", "release/subjects", "intoto/links"}
+
+
+def test_sbom_not_checkable_without_the_image_fails_unless_skipped(records):
+    import shutil
+
+    shutil.rmtree(records.root / "dist")
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/components"}
+    assert fails["sbom/components"].startswith("not checked: the image's layers are not here")
+    rows = {c.id: c for c in audit.audit(records.root, skip=frozenset({"sbom/components"}))}
+    assert all(c.ok for c in rows.values())
+    assert rows["sbom/components"].status == audit.SKIPPED
+
+
+def test_base_swap(records):
+    _edit_json(records.root / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "6" * 64))
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/base", "provenance/record", "provenance/statement", "release/subjects",
+                          "intoto/links"}
+    assert ("base image of provenance.json vs the release.toml pin; expected "
+            "registry.example.invalid/base/python@sha256:" + "5" * 64) in fails["provenance/base"]
+    assert "6" * 64 in fails["provenance/statement"]
+
+
+def test_base_swap_resigned(records):
+    _edit_json(records.root / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "6" * 64))
+    resign(records)
+    fails = failed(records.root)
+    assert {"provenance/base", "provenance/record", "provenance/statement"} <= set(fails)
+    assert "release/subjects" not in fails and "intoto/links" not in fails
+
+
+def test_vendored_byte(records):
+    path = records.root / "vendor" / "metaharness-tasks" / "tasks.py"
+    path.write_bytes(path.read_bytes().replace(b"TASKS = []", b"TASKS = [1]"))
+    fails = failed(records.root)
+    assert set(fails) == {"vendor/files", "intoto/links"}
+    assert "hash mismatch" in fails["vendor/files"]
+    assert "vendor/metaharness-tasks/tasks.py differs from the product its stage recorded" in fails["intoto/links"]
+
+
+def test_vendored_licence_byte(records):
+    path = records.root / "vendor" / "metaharness-tasks" / "LICENSE"
+    path.write_bytes(path.read_bytes() + b" ")
+    fails = failed(records.root)
+    assert set(fails) == {"vendor/files", "intoto/links"}
+    assert "licence" in fails["vendor/files"]
+
+
+def test_task_budget_changed(records):
+    _edit_json(records.root / "submission.json", lambda d: d["tasks"][3].update(memory_gib=64))
+    fails = failed(records.root)
+    assert set(fails) == {"submission/budgets", "release/subjects", "intoto/links"}
+    task = json.loads((records.root / "submission.json").read_text())["tasks"][3]["task_id"]
+    assert (f"budgets of task {task} (memory_gib) vs release.toml; expected {{'memory_gib': 1, 'split': 'train'}}, "
+            f"got {{'memory_gib': 64, 'split': 'train'}}") in fails["submission/budgets"]
+
+
+def test_task_budget_changed_and_resigned(records):
+    _edit_json(records.root / "submission.json", lambda d: d["tasks"][8].update(workspace_gib=99))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/budgets"}
+    assert "budgets of task format-code-task-000666 (workspace_gib)" in fails["submission/budgets"]
+
+
+def test_task_order_changed_and_resigned(records):
+    def swap(d):
+        d["tasks"][0], d["tasks"][1] = d["tasks"][1], d["tasks"][0]
+
+    _edit_json(records.root / "submission.json", swap)
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/tasks"}
+    assert fails["submission/tasks"].startswith("task ids of submission.json, in request order")
+
+
+def test_task_image_changed_and_resigned(records):
+    _edit_json(records.root / "submission.json", lambda d: d["tasks"][8].update(image=d["image"]))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/images"}
+    assert "image of task format-code-task-000666" in fails["submission/images"]
+
+
+@pytest.mark.parametrize("name,owner", [("submission.json", "submission/format"),
+                                        ("provenance.json", "provenance/load")])
+def test_record_removed(records, name, owner):
+    (records.root / name).unlink()
+    fails = failed(records.root)
+    assert owner in fails
+    assert f"{name} is missing (the release statement binds it)" in fails["release/subjects"]
+    assert f"{name} is missing (the " in fails["intoto/links"]
+
+
+def test_link_removed(records):
+    link = next((records.root / "attestations" / "links").glob("sbom.*.link"))
+    link.unlink()
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects", "intoto/links"}
+    assert f"attestations/links/{link.name} is missing (the release statement binds it)" in fails["release/subjects"]
+    assert "LinkNotFoundError" in fails["intoto/links"]
+
+
+def test_layout_removed(records):
+    (records.root / "attestations" / "layout.json").unlink()
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects", "intoto/links"}
+    assert "attestations/layout.json is missing" in fails["intoto/links"]
+
+
+def test_release_statement_removed(records):
+    (records.root / "attestations" / "release.dsse.json").unlink()
+    fails = failed(records.root)
+    assert fails["release/present"].startswith("attestations/release.dsse.json or release.sigstore.json is missing")
+    assert fails["release/signature"].startswith("not checked:")
+    assert fails["intoto/links"].startswith("not checked:")
+    assert audit.main(["--records", str(records.root)]) == 1
+
+
+def test_external_record_changed(records):
+    path = records.root / "vendor" / "external" / "format-code-task-000666.json"
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes().replace(b"repair", b"rewrite"))
+    fails = failed(records.root)
+    assert set(fails) == {"external/records", "intoto/links"}
+    assert "stored external record" in fails["external/records"] and "was modified" in fails["external/records"]
+
+
+# ------------------------------------------------------------------ one teeth test per remaining ID
+
+
+def test_unbound_file_added(records):
+    (records.root / "attestations" / "extra.json").write_text("{}")
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert "record files not bound by the release statement" in fails["release/subjects"]
+
+
+def test_unpinned_profile_fails_naming_the_signer(records):
+    toml = records.root / "release.toml"
+    toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', "keyids = []"))
+    fails = failed(records.root)
+    assert fails["release/signature"].startswith("attestations/release.dsse.json: no release key is pinned")
+    assert records.signer.keyid in fails["release/signature"]
+
+
+def test_malformed_trust_table(records):
+    toml = records.root / "release.toml"
+    toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', 'keyids = ["short"]'))
+    assert "keyids must be a list of 64-hex key ids" in failed(records.root)["trust/pins"]
 
 
 def test_readme_edited(records):
     path = records.root / "attestations" / "README.md"
     path.write_text(path.read_text().replace("Build L1", "Build L3"))
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [("README = regenerated from the statements",
-                                                    "attestations/README.md")]
+    fails = failed(records.root)
+    assert set(fails) == {"readme", "release/subjects"}
 
 
-def test_vendored_file_edited(records):
-    path = records.root / "vendor" / "metaharness-tasks" / "tasks.py"
-    path.write_bytes(path.read_bytes().replace(b"TASKS = []", b"TASKS = [1]"))
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [
-        ("vendored metaharness-tasks re-hashed", "vendor/metaharness-tasks/tasks.py + LICENSE")]
-    assert "hash mismatch" in fails[0].detail
+def test_checks_file_edited(records):
+    _edit_json(records.root / "attestations" / "checks.json", lambda d: d.update(seconds=2.0))
+    fails = failed(records.root)
+    assert set(fails) == {"checks/record", "release/subjects", "intoto/links"}
+    assert "checks.json was edited after signing" in fails["checks/record"]
 
 
-def test_vendored_licence_edited(records):
-    path = records.root / "vendor" / "metaharness-tasks" / "LICENSE"
-    path.write_bytes(path.read_bytes() + b" ")
-    fails = _failures(records.root)
-    assert [c.name for c in fails] == ["vendored metaharness-tasks re-hashed"]
-    assert "licence" in fails[0].detail and str(path) in fails[0].detail
+def test_checks_results_edited_and_resigned(records):
+    def fail_one(d):
+        d["checks"][0]["passed"] = False
 
-
-def test_wheel_lock_edited(records):
-    lock = records.root / "locks" / "runtime.txt"
-    lock.write_text(lock.read_text().replace("idna==3.10", "idna==3.11"))
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [("wheel lock hash = provenance.json", "locks/runtime.txt")]
-
-
-def test_attestation_missing(records):
-    (records.root / "attestations" / "checks.dsse.json").unlink()
-    fails = _failures(records.root)
-    assert [(c.name, c.record) for c in fails] == [("checks signature (key)", "attestations/checks.dsse.json")]
-    assert "missing" in fails[0].detail
-
-
-def test_published_keyid_edited(records):
-    (records.root / "attestations" / "keyid").write_text("0" * 64 + "\n")
-    fails = _failures(records.root)
-    assert fails[0].name == "verification material published"
-    assert "keyid" in fails[0].detail
+    _edit_json(records.root / "attestations" / "checks.json", fail_one)
+    digest = sha256_file(records.root / "attestations" / "checks.json")
+    _resign_statement(records, "checks",
+                      lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/results", "readme"}
+    assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
 
 
 def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
@@ -176,36 +404,142 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
     monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
-    records = conftest.make_records(tmp_path / "r")
-    fails = _failures(records.root)
-    assert [c.name for c in fails] == ["check results passed"]
-    assert "image/uid" in fails[0].detail
+    rec = conftest.make_records(tmp_path / "r")
+    fails = failed(rec.root)
+    assert set(fails) == {"checks/passed"}
+    assert "image/uid" in fails["checks/passed"]
 
 
 def test_checks_about_another_image(records):
-    from pipeline import attest
-
-    path, env = _envelope(records, "checks")
-    stmt = json.loads(base64.b64decode(env["payload"]))
-    stmt["predicate"]["configuration"][0]["annotations"]["image"] = "x/y@sha256:" + "d" * 64
-    path.write_bytes(records.signer.sign(attest.canonical_json(stmt)))
-    fails = _failures(records.root)
-    assert [c.name for c in fails] == ["README = regenerated from the statements", "checks ran on the submission image"]
+    _resign_statement(records, "checks", lambda s: s["predicate"]["configuration"][0]["annotations"].update(
+        image="x/y@sha256:" + "d" * 64))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/image", "readme"}
 
 
-def test_statement_shapes(records):
-    path, env = _envelope(records)
-    stmt = json.loads(base64.b64decode(env["payload"]))
-    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
-    assert stmt["predicateType"] == attest.SLSA_PROVENANCE
-    assert stmt["subject"] == [{"name": "registry.example.invalid/arena/openenv-data-workflows",
-                                "digest": {"sha256": records.image.digest[7:]}}]
+def test_submission_names_another_image(records):
+    _edit_json(records.root / "submission.json", lambda d: d.update(image=d["image"].split("@")[0] + "@sha256:" + "e" * 64))
+    resign(records)
+    fails = failed(records.root)
+    assert {"release/image", "provenance/subject", "sbom/subject", "checks/subject", "submission/images",
+            "provenance/image", "sbom/image", "checks/image"} <= set(fails)
+
+
+def test_provenance_profile_and_image(records):
+    _edit_json(records.root / "provenance.json", lambda d: d["image"].update(digest="sha256:" + "4" * 64))
+    resign(records)
+    fails = failed(records.root)
+    assert "provenance/image" in fails and "submission/images" in fails
+
+
+def test_provenance_source_pin_edited(records):
+    _edit_json(records.root / "provenance.json", lambda d: d["sources"][0].update(revision="0" * 40))
+    resign(records)
+    fails = failed(records.root)
+    assert "provenance/sources" in fails
+    assert "source metaharness-tasks in provenance.json (revision) vs release.toml" in fails["provenance/sources"]
+
+
+def test_wheel_lock_edited(records):
+    lock = records.root / "locks" / "runtime.txt"
+    lock.write_text(lock.read_text().replace("idna==3.10", "idna==3.11"))
+    fails = failed(records.root)
+    assert "provenance/wheel-lock" in fails
+    assert "the wheel lock changed after the release" in fails["provenance/wheel-lock"]
+
+
+def test_sbom_not_cyclonedx(records):
+    (records.root / "attestations" / "sbom.cdx.json").write_text('{"bomFormat": "SPDX"}')
+    fails = failed(records.root)
+    assert "sbom/schema" in fails
+
+
+def test_sbom_layer_list_edited_and_resigned(records):
+    path = records.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    doc["metadata"]["component"]["properties"] = doc["metadata"]["component"]["properties"][:-1]
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
+    resign(records)
+    fails = failed(records.root)
+    assert {"sbom/layers", "sbom/components"} <= set(fails)
+    assert "number of image layers the SBOM lists vs provenance.json" in fails["sbom/layers"]
+
+
+def test_release_made_after_the_layout_expired_fails(records):
+    stmt = json.loads(base64.b64decode(json.loads((records.root / "attestations" / "release.dsse.json")
+                                                  .read_text())["payload"]))
+    stmt["predicate"]["releasedOn"] = "2026-01-01T00:00:00Z"
+    (records.root / "attestations" / "release.dsse.json").write_bytes(records.signer.sign(canonical_json(stmt)))
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert "the layout had already expired when the release was made" in fails["intoto/links"]
+
+
+def test_layout_signed_by_another_key(records):
+    path = records.root / "attestations" / intoto_links.LAYOUT_FILE
+    layout = Metadata.load(str(path)).get_payload()
+    env = Envelope.from_signable(layout)
+    other = CryptoSigner.generate_ed25519()
+    env.create_signature(other)
+    env.dump(str(path))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert (f"in-toto: attestations/layout.json is not signed by the trusted key; expected {records.signer.keyid}, "
+            f"got {other.public_key.keyid}") in fails["intoto/links"]
+
+
+# ------------------------------------------------------------------ CLI, JSON and the VSA
+
+
+def test_cli_table_json_and_exit_codes(records, capsys):
+    assert audit.main(["--records", str(records.root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("AUDIT PASSED") and "verification summary:" in out
+    assert audit.main(["--records", str(records.root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"] == "PASSED" and {c["id"] for c in doc["checks"]} >= {"release/signature", "sbom/layers"}
+    (records.root / "attestations" / "checks.dsse.json").unlink()
+    assert audit.main(["--records", str(records.root)]) == 1
+    assert capsys.readouterr().out.startswith("AUDIT FAILED")
+
+
+def test_vsa_is_signed_and_verifies(records, tmp_path, capsys):
+    key = CryptoSigner.generate_ed25519()
+    key_file = tmp_path / "auditor.pem"
+    key_file.write_bytes(key.private_bytes)
+    out = tmp_path / "vsa.dsse.json"
+    assert audit.main(["--records", str(records.root), "--vsa", str(out), "--vsa-key", str(key_file)]) == 0
+    stmt = json.loads(signing.dsse_verify(out.read_bytes(), key.public_key, what="vsa"))
+    assert stmt["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    assert stmt["subject"][0]["digest"]["sha256"] == records.image.digest[7:]
     pred = stmt["predicate"]
-    names = [d["name"] for d in pred["buildDefinition"]["resolvedDependencies"]]
-    assert names == ["base", "project", "source:metaharness-tasks", "wheel-lock", "wheel:idna", "wheel:requests"]
-    assert pred["buildDefinition"]["internalParameters"]["slsaBuildLevel"] == "Build L1"
-    assert pred["runDetails"]["metadata"]["invocationId"] == "test-run"
-    _, checks = _envelope(records, "checks")
-    result = json.loads(base64.b64decode(checks["payload"]))["predicate"]
-    assert result["result"] == "PASSED" and result["failedTests"] == []
-    assert "Build L1" in (records.root / "attestations" / "README.md").read_text()
+    assert pred["verificationResult"] == "PASSED" and pred["verifiedLevels"] == ["SLSA_BUILD_LEVEL_1"]
+    assert pred["policy"]["digest"]["sha256"] == sha256_file(records.root / "release.toml")
+    assert {i["uri"] for i in pred["inputAttestations"]} == {
+        f"attestations/{k}.dsse.json" for k in ("release", "provenance", "sbom", "checks")}
+    with pytest.raises(Exception):
+        signing.dsse_verify(out.read_bytes(), CryptoSigner.generate_ed25519().public_key, what="vsa")
+
+
+def test_vsa_of_a_failed_audit_says_so(records, tmp_path):
+    (records.root / "attestations" / "layout.json").unlink()
+    out = tmp_path / "vsa.json"
+    assert audit.main(["--records", str(records.root), "--vsa", str(out)]) == 1
+    pred = json.loads(out.read_text())["predicate"]
+    assert pred["verificationResult"] == "FAILED" and pred["verifiedLevels"] == []
+    assert pred["checks"]["intoto/links"] == "fail"
+
+
+def test_table_is_one_line_per_area_and_verbose_lists_every_id(records):
+    (records.root / "attestations" / "layout.json").unlink()
+    rows = audit.audit(records.root)
+    table = audit.render_table(rows)
+    assert table.startswith("AUDIT FAILED: ")
+    assert "FAIL     intoto        0/1  links" in table
+    assert "         FAIL intoto/links: attestations/layout.json is missing" in table
+    assert len(table.splitlines()) < 25
+    verbose = audit.render_table(rows, verbose=True)
+    assert all(c.id in verbose for c in rows)

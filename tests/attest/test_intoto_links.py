@@ -1,73 +1,124 @@
-"""Stage links chained by a layout signed with the release key (in-toto 3.1)."""
+"""Stage links recorded while the stages run, chained by a layout (in-toto 3.1 rules)."""
 
 from __future__ import annotations
 
-import json
+from datetime import datetime, timezone
 
 import pytest
-from securesystemslib.signer import CryptoSigner
+from in_toto.models.metadata import Envelope, Metadata
 
-from pipeline import audit, intoto_links
+from pipeline import intoto_links
 from pipeline.errors import VerificationError
 
+from .conftest import RELEASED_ON
 
-def _record_all(root, signer):
-    (root / "dist" / "oci").mkdir(parents=True, exist_ok=True)
-    for step in ("vendor", "sbom", "attest", "submission"):
-        intoto_links.record(step, root, signer)
-    intoto_links.write_layout(root, signer)
+RELEASED = datetime(*RELEASED_ON, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def chained(records):
-    _record_all(records.root, records.signer.signer)
-    return records
+def _verify(rec, **kw):
+    return intoto_links.verify(rec.root, key=rec.signer.signer.public_key, released_on=RELEASED, **kw)
 
 
-def test_chain_verifies(chained):
-    intoto_links.verify(chained.root, chained.signer.signer.public_key)
-    rows = {c.name: c for c in audit.audit(chained.root)}
-    assert rows["in-toto layout and stage links"].ok, rows["in-toto layout and stage links"].detail
+def test_chain_verifies_and_reports_expiry_as_information(records):
+    assert _verify(records, now=RELEASED).startswith("layout valid until 2024-12-31T00:00:00Z")
+    assert _verify(records).startswith("layout expired 2024-12-31T00:00:00Z")
 
 
-def test_sbom_changed_between_stages_breaks_the_chain(chained):
-    root, signer = chained.root, chained.signer.signer
-    sbom = root / "attestations" / "sbom.cdx.json"
-    sbom.write_bytes(sbom.read_bytes().replace(b'"version": 1', b'"version": 2'))
-    intoto_links.record("attest", root, signer)  # attest consumed an SBOM the sbom step did not produce
-    with pytest.raises(VerificationError, match="in-toto verification failed"):
-        intoto_links.verify(root, signer.public_key)
+def test_sbom_changed_between_stages_breaks_the_chain(records):
+    """The attest stage consumed an SBOM that the sbom stage did not produce: an in-toto MATCH rule fails."""
+    root, signer = records.root, records.signer
+    path = next((root / "attestations" / "links").glob("attest.*.link"))
+    link = Metadata.load(str(path)).get_payload()
+    link.materials["attestations/sbom.cdx.json"] = {"sha256": "0" * 64}
+    env = Envelope.from_signable(link)
+    signer.sign_envelope(env)
+    env.dump(str(path))
+    with pytest.raises(VerificationError, match="RuleVerificationError"):
+        _verify(records)
 
 
-def test_record_edited_after_its_stage(chained):
-    path = chained.root / "attestations" / "checks.dsse.json"
-    doc = json.loads(path.read_text())
-    doc["payloadType"] = doc["payloadType"] + " "
-    path.write_text(json.dumps(doc))
-    with pytest.raises(VerificationError, match="attestations/checks.dsse.json differs"):
-        intoto_links.verify(chained.root, chained.signer.signer.public_key)
+def test_record_edited_after_its_stage(records):
+    path = records.root / "submission.json"
+    path.write_text(path.read_text().replace('"memory_gib": 1', '"memory_gib": 2', 1))
+    with pytest.raises(VerificationError, match="submission.json differs from the product its stage recorded"):
+        _verify(records)
 
 
-def test_submission_edited_after_its_stage(chained):
-    path = chained.root / "submission.json"
-    path.write_text(path.read_text().replace('"tasks": []', '"tasks": [1]'))
-    with pytest.raises(VerificationError, match="submission.json differs"):
-        intoto_links.verify(chained.root, chained.signer.signer.public_key)
+def test_link_signed_by_another_key(records):
+    from securesystemslib.signer import CryptoSigner
+
+    path = next((records.root / "attestations" / "links").glob("vendor.*.link"))
+    env = Envelope.from_signable(Metadata.load(str(path)).get_payload())
+    env.create_signature(CryptoSigner.generate_ed25519())
+    env.dump(str(path))
+    with pytest.raises(VerificationError, match="ThresholdVerificationError"):
+        _verify(records)
 
 
-def test_link_signed_by_another_key(chained):
-    intoto_links.record("vendor", chained.root, CryptoSigner.generate_ed25519())
-    for p in (chained.root / "attestations" / "links").glob("vendor.*.link"):
-        if not p.name.startswith(f"vendor.{chained.signer.signer.public_key.keyid[:8]}"):
-            p.rename(chained.root / "attestations" / "links" /
-                     f"vendor.{chained.signer.signer.public_key.keyid[:8]}.link")
-    with pytest.raises(VerificationError):
-        intoto_links.verify(chained.root, chained.signer.signer.public_key)
+def test_unsigned_links_are_rule_checked_in_sigstore_mode(records):
+    """Without a key (sigstore mode: the release statement binds the files) the rules still bite."""
+    assert intoto_links.verify(records.root, key=None, released_on=RELEASED)
+    (records.root / "provenance.json").write_text("{}")
+    with pytest.raises(VerificationError, match="provenance.json differs"):
+        intoto_links.verify(records.root, key=None, released_on=RELEASED)
 
 
-def test_missing_link(chained):
-    next((chained.root / "attestations" / "links").glob("sbom.*.link")).unlink()
-    with pytest.raises(VerificationError, match="missing"):
-        intoto_links.verify(chained.root, chained.signer.signer.public_key)
-    rows = {c.name: c for c in audit.audit(chained.root)}
-    assert not rows["in-toto layout and stage links"].ok
+def test_a_failed_stage_records_nothing_and_an_unrecorded_stage_stops_the_layout(tmp_path, records):
+    rec = intoto_links.StageRecorder(tmp_path, tmp_path, ["python", "-m", "pipeline", "release"], ".dsse.json")
+    with pytest.raises(RuntimeError):
+        with rec.step("vendor"):
+            raise RuntimeError("the stage failed")
+    assert rec.links == {}
+    with pytest.raises(VerificationError, match="stages were not recorded"):
+        rec.write(tmp_path / "attestations", records.signer.functionary(), sign=records.signer.sign_envelope,
+                  released_on=RELEASED, days=1)
+
+
+def test_materials_are_hashed_when_the_stage_starts(tmp_path):
+    (tmp_path / "release.toml").write_text("before")
+    rec = intoto_links.StageRecorder(tmp_path, tmp_path / "staging", ["x"], ".dsse.json")
+    with rec.step("vendor"):
+        (tmp_path / "release.toml").write_text("changed during the stage")
+        (tmp_path / "vendor").mkdir()
+        (tmp_path / "vendor" / "f").write_text("product")
+    link = rec.links["vendor"]
+    import hashlib
+
+    assert link.materials["release.toml"]["sha256"] == hashlib.sha256(b"before").hexdigest()
+    assert set(link.products) == {"vendor/f"}
+
+
+def test_layout_validity_is_a_release_toml_policy(records):
+    from pipeline import config as config_mod
+
+    cfg = config_mod.load(records.root / "release.toml")
+    assert intoto_links.valid_days(cfg) == 365
+    toml = records.root / "release.toml"
+    toml.write_text(toml.read_text().replace("layout_valid_days = 365", "layout_valid_days = 0"))
+    with pytest.raises(Exception, match="layout_valid_days"):
+        intoto_links.valid_days(config_mod.load(toml))
+
+
+def test_keyless_functionary_links_are_unsigned_and_verify_by_rules(tmp_path):
+    """Sigstore mode: the layout names the signing identity (a sigstore-oidc key); links and
+    layout carry no signature of their own (the signed release statement binds them)."""
+    from securesystemslib.signer import SigstoreKey
+    from securesystemslib.signer._utils import compute_default_keyid
+
+    keyval = {"identity": "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+              "issuer": "https://token.actions.githubusercontent.com"}
+    functionary = SigstoreKey(compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio",
+                              keyval)
+    (tmp_path / "release.toml").write_text("x")
+    rec = intoto_links.StageRecorder(tmp_path, tmp_path, ["python", "-m", "pipeline", "release"], ".sigstore.json")
+    for step in ("vendor", "build", "sbom", "verify", "attest", "submission"):
+        with rec.step(step):
+            pass
+    written = rec.write(tmp_path / "attestations", functionary, sign=lambda env: None, released_on=RELEASED, days=30)
+    assert all(Metadata.load(str(p)).signatures == {} for p in written)
+    layout = Metadata.load(str(tmp_path / "attestations" / "layout.json")).get_payload()
+    assert layout.keys[functionary.keyid]["keyval"] == keyval
+    assert intoto_links.verify(tmp_path, key=None, released_on=RELEASED, now=RELEASED,
+                               identity=keyval["identity"]).startswith("layout valid")
+    with pytest.raises(VerificationError, match="the layout names another functionary than the release signer"):
+        intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity="https://github.com/x/y")

@@ -75,3 +75,51 @@ def test_signer_for_profile_choice():
     assert isinstance(signing.signer_for("sigstore"), signing.SigstoreSigner)
     with pytest.raises(ConfigError):
         signing.signer_for("gpg")
+
+
+def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(signing.KEY_ENV, raising=False)
+    monkeypatch.setattr(signing, "DEFAULT_KEY", tmp_path / "keys" / "release.key.pem")
+    assert signing.main([]) == 0
+    out = capsys.readouterr().out
+    key = signing.load_or_create_key()
+    assert "created now" in out
+    assert f'[trust.local]\nkeyids = ["{key.public_key.keyid}"]' in out
+    pub = signing.key_from_pem((tmp_path / "keys" / "release.pub.pem").read_bytes())
+    assert pub.keyid == key.public_key.keyid
+    assert signing.main(["--profile", "arena"]) == 0
+    assert "existing" in capsys.readouterr().out
+
+
+def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
+    from pipeline import config as config_mod, trust
+
+    from .conftest import make_records
+
+    rec = make_records(tmp_path / "r")
+    cfg = config_mod.load(rec.root / "release.toml")
+    assert trust.unpinned_warning(cfg, "test", rec.signer.keyid) is None
+    other = signing.CryptoSigner.generate_ed25519().public_key.keyid
+    warning = trust.unpinned_warning(cfg, "test", other)
+    assert warning.startswith(f"WARNING: the release key {other} is not pinned in release.toml [trust.test]")
+    assert f'keyids = ["{other}"]' in warning
+
+
+def test_unpinned_sigstore_identity_warning(tmp_path):
+    from pipeline import config as config_mod, trust
+
+    from .conftest import make_records
+
+    rec = make_records(tmp_path / "r")
+    toml = rec.root / "release.toml"
+    toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
+                    "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
+                    "signing = \"sigstore\"\nexternal_tasks_required = true\n\n[profiles.test]"))
+    cfg = config_mod.load(toml)
+    workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
+    good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
+    assert trust.unpinned_identity_warning(cfg, "arena", good) is None
+    branch = signing.SigstorePolicy(f"{workflow}@refs/heads/main", good.issuer)
+    assert trust.unpinned_identity_warning(cfg, "arena", branch).startswith(
+        f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned")
+    assert trust.unpinned_identity_warning(cfg, "test", good) is not None  # test pins keys only

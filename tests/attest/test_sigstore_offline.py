@@ -1,10 +1,11 @@
 """Offline sigstore verification on a real recorded production bundle, and its tampered copies.
 
-The bundle is the GitHub artifact attestation recorded in
-`<repo>/../shared/fixtures/sigstore/` (see its README: sigstore 4.5.1 verifies it
-offline with the embedded production trust root). Tampered copies are made here
-from the original bytes. Signing keylessly needs sigstore's public services and an
-OIDC identity, so that test is marked `network`.
+The bundle is the GitHub artifact attestation copied into `tests/fixtures/sigstore/`
+(public data; its README names the source: cli/cli's test data; sigstore 4.5.1
+verifies it offline with the embedded production trust root). Tampered copies are
+made here from the original bytes. The real `sigstore` CLI is run on it too, as the
+attestations README tells an auditor to. Signing keylessly needs sigstore's public
+services and an OIDC identity, so that test is marked `network`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import base64
 import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from pipeline import attest, audit, signing
-from pipeline.config import REPO_ROOT
+from pipeline import attest, audit, signing, trust
 from pipeline.errors import VerificationError
 
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "sigstore"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sigstore"
 BUNDLE = FIXTURES / "github-attestation-reusable-workflow.sigstore.json"
 POLICY = signing.SigstorePolicy(
     identity="https://github.com/github/artifact-attestations-workflows/.github/workflows/attest.yml"
@@ -29,7 +32,6 @@ POLICY = signing.SigstorePolicy(
 )
 SUBJECT_SHA256 = "49a3aa6075e0f49f82843e74b5baa614ad2a588e6675612bf108a0a008c5ac25"
 
-pytestmark = pytest.mark.skipif(not BUNDLE.is_file(), reason=f"recorded sigstore fixture not found at {BUNDLE}")
 
 
 def _tampered(mutate) -> bytes:
@@ -91,23 +93,82 @@ def test_verification_leaves_the_home_directory_alone(tmp_path, monkeypatch):
     assert os.environ["XDG_DATA_HOME"] == str(tmp_path / "data")
 
 
-def test_audit_uses_the_identity_policy_for_bundles(records):
-    """A keyless release: the audit verifies the bundle's signature, then the subject check bites."""
+def _keyless(records):
+    """The records turned keyless: the DSSE files removed, the fixture bundle as the release statement."""
     att = records.root / "attestations"
     for p in list(att.glob("*.dsse.json")) + [att / "release.pub.pem", att / "keyid"]:
         p.unlink()
-    (att / signing.IDENTITY_FILE).write_bytes(POLICY.to_json())
-    shutil.copyfile(BUNDLE, att / "provenance.sigstore.json")
-    rows = {c.name: c for c in audit.audit(records.root)}
-    assert rows["provenance signature (sigstore)"].ok, rows["provenance signature (sigstore)"].detail
-    assert not rows["provenance subject = submission image"].ok
-    assert SUBJECT_SHA256 in rows["provenance subject = submission image"].detail
-    assert not rows["sbom signature (sigstore)"].ok and "missing" in rows["sbom signature (sigstore)"].detail
-    (att / "provenance.sigstore.json").write_bytes(_tampered(
+    shutil.copyfile(BUNDLE, att / "release.sigstore.json")
+    return att
+
+
+def test_audit_verifies_bundles_against_the_auditors_identity(records):
+    """The bundle's signature and identity verify; its content (not a release statement) is refused."""
+    _keyless(records)
+    auditor = trust.from_auditor(key_file=None, identity=POLICY.identity, issuer=POLICY.issuer)
+    rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
+    assert "predicateType" in rows["release/signature"].detail
+    assert "sigstore verification failed" not in rows["release/signature"].detail
+    prefix = trust.from_auditor(key_file=None, issuer=POLICY.issuer,
+                                identity=POLICY.identity.split("@")[0] + "@*")
+    rows = {c.id: c for c in audit.audit(records.root, trust_root=prefix)}
+    assert "predicateType" in rows["release/signature"].detail
+
+
+def test_audit_refuses_a_bundle_from_another_identity(records):
+    att = _keyless(records)
+    pinned = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml@refs/tags/*"
+    auditor = trust.from_auditor(key_file=None, identity=pinned, issuer=POLICY.issuer)
+    rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
+    assert rows["release/signature"].detail.startswith(
+        f"attestations/release.sigstore.json is signed by {POLICY.identity}, which is not the pinned identity; "
+        f"expected {pinned}")
+    # release.toml pins only keys for this profile: a bundle is refused, naming its signer
+    rows = {c.id: c for c in audit.audit(records.root)}
+    assert rows["release/signature"].detail.startswith(
+        "attestations/release.sigstore.json: no sigstore identity is pinned ([trust.test] of release.toml)")
+    assert POLICY.identity in rows["release/signature"].detail
+    (att / "release.sigstore.json").write_bytes(_tampered(
         lambda d: d["dsseEnvelope"].update(payload=_flip_b64_char(d["dsseEnvelope"]["payload"], 400))))
-    rows = {c.name: c for c in audit.audit(records.root)}
-    assert not rows["provenance signature (sigstore)"].ok
-    assert "attestations/provenance.sigstore.json" in rows["provenance signature (sigstore)"].detail
+    auditor = trust.from_auditor(key_file=None, identity=POLICY.identity, issuer=POLICY.issuer)
+    rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
+    assert "sigstore verification failed" in rows["release/signature"].detail
+
+
+@pytest.mark.parametrize("pattern,san,ok", [
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.0", True),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/heads/main", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1 x", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1", True),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v10", False),
+])
+def test_identity_rule(pattern, san, ok):
+    assert trust.identity_matches(pattern, san) is ok
+
+
+def _sigstore_cli(tmp_path, identity: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "sigstore", "verify", "identity", "--offline", "--bundle", str(BUNDLE),
+         "--cert-identity", identity, "--cert-oidc-issuer", POLICY.issuer, f"sha256:{SUBJECT_SHA256}"],
+        env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_sigstore_cli_verifies_the_fixture_offline(tmp_path):
+    """The command attestations/README.md gives an auditor, run for real on the recorded bundle."""
+    proc = _sigstore_cli(tmp_path, POLICY.identity)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"OK: SHA2_256:{SUBJECT_SHA256}" in proc.stdout + proc.stderr
+    wrong = _sigstore_cli(tmp_path, "https://github.com/x/y/.github/workflows/attest.yml@refs/heads/main")
+    assert wrong.returncode != 0
+    assert "SANs do not match" in wrong.stdout + wrong.stderr
 
 
 @pytest.mark.network
@@ -125,3 +186,24 @@ def test_keyless_signing_round_trip(tmp_path):
     signer.publish(tmp_path)
     policy = signing.SigstorePolicy.load(tmp_path / signing.IDENTITY_FILE)
     assert signing.sigstore_verify(bundle, policy, what="fresh bundle") == stmt
+
+
+def test_the_keyless_readme_command_verifies_verbatim(tmp_path):
+    """The `sigstore verify identity` line a keyless release's README prints, run as written
+    (the fixture bundle standing in for attestations/provenance.sigstore.json)."""
+    import shlex
+
+    subject = attest.Subject("demo", f"sha256:{SUBJECT_SHA256}")
+    files = [attest.AttestationFile("provenance", Path("attestations/provenance.sigstore.json"),
+                                    attest.SLSA_PROVENANCE, "0" * 64)]
+    text = attest.readme(subject, "sigstore", files, signer_id=POLICY.identity, issuer=POLICY.issuer,
+                         source_url="https://github.com/akseljoonas/openenv-arena-release").decode()
+    line = next(l for l in text.splitlines() if "--bundle attestations/provenance.sigstore.json" in l)
+    (tmp_path / "attestations").mkdir()
+    shutil.copyfile(BUNDLE, tmp_path / "attestations" / "provenance.sigstore.json")
+    argv = shlex.split(line)
+    assert argv[:4] == ["sigstore", "verify", "identity", "--offline"]
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -236,7 +236,10 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     prov = json.loads((clone / "provenance.json").read_text())
     assert prov["sources"][0]["revision"] == rev and prov["base"]["digest"] == schema2.split("@")[1]
     assert {e["status"] for e in prov["external"]} == {"verified"}
-    audit = subprocess.run([sys.executable, "-m", "pipeline", "audit"], cwd=clone, env=env,
+    subprocess.run([sys.executable, "-m", "pipeline", "key", "--profile", "arena"], cwd=clone, env=env,
+                   check=True, capture_output=True, timeout=120)
+    audit = subprocess.run([sys.executable, "-m", "pipeline", "audit", "--key",
+                            str(clone / ".release" / "keys" / "release.pub.pem")], cwd=clone, env=env,
                            capture_output=True, text=True, timeout=600)
     assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr
     shutil.rmtree(clone / "dist", ignore_errors=True)

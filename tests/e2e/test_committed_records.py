@@ -4,6 +4,7 @@ on them, from a clean checkout (CI runs exactly that)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -38,10 +39,35 @@ def test_code_reproduces_the_recorded_application_layers():
     assert len(layers) == 3 and all(" same " in l for l in layers), proc.stdout
 
 
-def test_audit_passes_on_the_committed_records():
-    proc = pipeline(REPO, "audit")
+def test_audit_passes_on_the_committed_records(tmp_path):
+    """Against release.toml's pinned trust root. A clean checkout has no image layers, so the
+    SBOM-against-layers check is skipped by name, and the table and the VSA say so."""
+    vsa = tmp_path / "vsa.json"
+    proc = pipeline(REPO, "audit", "--skip", "sbom/components", "--vsa", str(vsa))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    assert ", 0 failed" in proc.stdout
+    assert proc.stdout.startswith("AUDIT PASSED") and "1 skipped (sbom/components)" in proc.stdout
+    summary = json.loads(vsa.read_text())
+    assert summary["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    assert summary["predicate"]["verificationResult"] == "PASSED"
+    assert summary["predicate"]["notVerified"] == ["sbom/components"]
+    assert summary["subject"][0]["digest"]["sha256"] == json.loads(
+        (REPO / "submission.json").read_text())["image"].split("@sha256:")[1]
+
+
+def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes_one(tmp_path):
+    """The issue-10 attack on the real records: a copy re-signed by a fresh key that publishes
+    itself beside them is refused, naming the signer."""
+    from pipeline import signing
+
+    copy = tmp_path / "records"
+    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".nox", ".release", "dist", "__pycache__"))
+    forger = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    for path in (copy / "attestations").glob("*.dsse.json"):
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(copy / "attestations")
+    proc = pipeline(copy, "audit", "--records", str(copy), "--vsa", str(tmp_path / "vsa.json"))
+    assert proc.returncode != 0
+    assert f"signed by keyid {forger.keyid}" in proc.stdout and "pinned" in proc.stdout
 
 
 def test_reproduce_explains_an_edited_file(tmp_path):

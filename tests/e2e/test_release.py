@@ -107,8 +107,8 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
     assert len(ours) == 32 and all(t["verification"]["status"] == "verified" for t in ours)
     prov = json.loads((clone / "provenance.json").read_text())
     assert sub["image"] == f"{prov['image']['name']}@{prov['image']['digest']}"
-    for name in ("provenance.dsse.json", "sbom.dsse.json", "checks.dsse.json", "sbom.cdx.json",
-                 "release.pub.pem", "keyid"):
+    for name in ("release.dsse.json", "provenance.dsse.json", "sbom.dsse.json", "checks.dsse.json",
+                 "sbom.cdx.json", "checks.json", "layout.json", "release.pub.pem", "keyid"):
         assert (clone / "attestations" / name).is_file(), name
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
@@ -117,9 +117,19 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
 
 
 def test_audit_passes_on_the_release_records(clone, first_release):
-    proc = pipeline(clone, "audit")
+    # The clone's fresh key is not pinned in release.toml: the release says so, and how to pin it.
+    assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
+    key = pipeline(clone, "key")
+    assert key.returncode == 0, key.stderr
+    keyid = next(l.split()[-1] for l in key.stdout.splitlines() if l.startswith("keyid:"))
+    assert f'keyids = ["{keyid}"]' in first_release.stderr
+    refused = pipeline(clone, "audit")
+    assert refused.returncode != 0 and keyid in refused.stdout and "pinned" in refused.stdout
+    # With the auditor's own copy of that key (`pipeline key` wrote the public half) it passes,
+    # SBOM against the image's layers (dist/oci) included.
+    proc = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "FAIL" not in proc.stdout
+    assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
 
 
 def test_reproduce_whole_image_digest_when_the_base_is_available(clone, first_release):
