@@ -7,7 +7,8 @@ directly, that would hit other people's processes and files. `contained_argv` wr
 a command so it runs as PID 1 of new PID, mount and IPC namespaces, chrooted into an
 overlay of the host's root whose writes go to a private tmpfs: the server sees only
 its own processes and IPC objects, and everything it writes (/etc/passwd, /workspace,
-/tmp, /dev/shm, /dev/mqueue) disappears with the namespace. Only `share` (a test's
+/tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /workspace is a fresh tmpfs
+(as the image's is), whatever the host has at that path. Only `share` (a test's
 temporary directory) is the host's own, bound at the same path, for logs and inputs.
 
 `ContainedProcess.path` maps a path as the server sees it to one the test can open
@@ -38,6 +39,8 @@ mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777,nosuid,nodev contained-shm "$r/dev/shm"
 mkdir -p "$r/dev/mqueue"
 mount -t mqueue mqueue "$r/dev/mqueue"
+mkdir -p "$r/workspace"
+mount -t tmpfs -o mode=0755 contained-workspace "$r/workspace"
 mount --rbind /sys "$r/sys"
 mount -t proc proc "$r/proc"
 mkdir -p "$r$share"

@@ -75,8 +75,7 @@ def _reset_leaves_files() -> None:
         return ws_mod.rebuild_workspace(root, files, instructions, uid, gid)
 
     env_mod.rebuild_workspace = keep_and_overwrite
-    env_mod.kill_sandbox_processes = lambda uid: 0
-    env_mod.remove_sandbox_temp_files = lambda uid: None
+    env_mod.clear_sandbox = lambda config: None
 
 
 PATCHES = {
@@ -100,7 +99,7 @@ def build(fault: str):
     app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ShellAction,
                      ShellObservation, env_name="openenv-arena",
                      max_concurrent_envs=2 if fault == "two-sessions" else 1)
-    app.router.routes[:] = [r for r in app.router.routes if not app_mod._is_stateless(r)]
+    app_mod.keep_served_routes(app)
     return app
 
 
