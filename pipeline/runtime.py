@@ -9,6 +9,7 @@ explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import urllib.error
@@ -170,6 +171,16 @@ class ContainerRuntime:
         if out.returncode != 0 and self.exists(cid):
             raise ContainerError(f"cannot remove container {cid[:12]}",
                                  actual=out.stderr.decode(errors="replace").strip())
+
+    def host_root(self, container: Container) -> str | None:
+        """Where this process can read the container's filesystem (/proc/<PID>/root of its
+        init on this host), or None (a remote daemon, or no permission to look)."""
+        out = self._cli("inspect", "--format", "{{.State.Pid}}", container.id, check=False)
+        pid = out.stdout.decode().strip() if out.returncode == 0 else ""
+        root = f"/proc/{pid}/root"
+        if not pid.isdigit() or pid == "0" or not os.access(root, os.R_OK | os.X_OK):
+            return None
+        return root
 
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0

@@ -75,7 +75,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     try:
         with ThreadPoolExecutor(parallel) as pool:
             containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port), range(parallel)))
-        targets = [target_for(cfg, c.url, env) for c in containers]
+        targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c)) for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
         result = run_suite(targets, image=image)
     finally:
