@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from . import _proc
 from .config import EngineArgs, RuntimeConfig, load
 from .errors import ReleaseError, ToolError
+from .limits import ContainerLimits
 from .oci.registry import is_loopback
 from .progress import say
 
@@ -92,13 +93,16 @@ class ContainerRuntime:
 
     def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
             name: str | None = None, extra_args: Sequence[str] = (),
-            command: Sequence[str] = ()) -> Container:
+            command: Sequence[str] = (), limits: ContainerLimits | None = None) -> Container:
         """Start `image` detached, publishing `port` on a free 127.0.0.1 port.
 
-        `extra_args` go to `run` before the image, `command` replaces the image's Cmd.
+        `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
+        `limits` (the release's budget) become cgroup limits, a size-limited /workspace
+        and a user namespace of the container's own.
         """
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
-                "--publish", f"127.0.0.1::{port}", *self.args.run_args, *extra_args]
+                "--publish", f"127.0.0.1::{port}", *self.args.run_args,
+                *(limits.run_args() if limits else ()), *extra_args]
         if name:
             argv += ["--name", name]
         for key, value in sorted((env or {}).items()):

@@ -16,6 +16,7 @@ from .answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
 from .case_checks import solve_in_episode
 from .cases import Case
 from .client import ServerError, Session, http_get
+from .limit_checks import LIMIT_CHECKS, limit_checks
 from .results import CheckResult
 from .target import Target
 
@@ -257,6 +258,8 @@ def run_image_checks(session: Session, target: Target, case: Case,
     isolation_check(session, case, next(seeds), rec)
     output_cap_check(session, case, next(seeds), rec)
     one_session_check(session, target, case, next(seeds), rec)
+    if target.limits:
+        limit_checks(session, case, next(seeds), dict(target.limits), rec)
     return rec.results, served
 
 
@@ -287,4 +290,4 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
 IMAGE_CHECKS = ("health", "metadata", "schema", "uid", "protected-server-code", "protected-task-module",
                 "protected-proc-environ", "protected-vendored", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
-                "timeout", "output-cap", "one-session")
+                "timeout", "output-cap", "one-session", *LIMIT_CHECKS)

@@ -26,6 +26,9 @@ class Target:
     server_pid: int = 1
     workspace: str = "/workspace/repo"
     host_root: str | None = None
+    # The container limits the runtime applied (pipeline/limits.py `expected()`), as
+    # sorted pairs; empty: none were applied, and the limit-* checks do not run.
+    limits: tuple[tuple[str, float], ...] = ()
 
     def path(self, relative: str) -> str:
         return f"{self.app_dir.rstrip('/')}/{relative}"
@@ -42,4 +45,4 @@ class Target:
         filesystem the suite does not know: no `host_root`)."""
         return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,
                       task_module=self.task_module, vendored_file=self.vendored_file,
-                      server_pid=self.server_pid, workspace=self.workspace)
+                      server_pid=self.server_pid, workspace=self.workspace, limits=self.limits)
