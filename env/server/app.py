@@ -19,6 +19,7 @@ from env.loader import load_task_module
 from env.server.environment import Curriculum, ServerConfig, ShellEnvironment
 from env.server.models import ShellAction, ShellObservation
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
+from env.server.workspace import home_dir
 
 TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
 
@@ -36,7 +37,7 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
     curriculum = Curriculum(load_task_module(tasks_file))
     if os.geteuid() == 0:
         check_sandbox_tools()
-        ensure_sandbox_identity(config.uid, config.gid)
+        ensure_sandbox_identity(config.uid, config.gid, home_dir(config.workspace_root))
     app = create_app(
         partial(ShellEnvironment, curriculum, config),
         ShellAction,

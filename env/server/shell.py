@@ -69,7 +69,8 @@ def sandbox_environment(home: Path) -> dict[str, str]:
     return {"PATH": SCRUBBED_PATH, "HOME": str(home), "LANG": SCRUBBED_LANG}
 
 
-def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> None:
+def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID,
+                            home: Path = Path("/workspace/home")) -> None:
     """Create the sandbox group and user if the system has no entry for them.
 
     The UID drop itself works with bare numbers; the names make `id`, `ls -l` and
@@ -85,7 +86,7 @@ def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> N
     except KeyError:
         if shutil.which("useradd"):
             subprocess.run(
-                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", "/workspace/home",
+                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", str(home),
                  "-s", SHELL, SANDBOX_NAME],
                 check=True,
                 capture_output=True,

@@ -78,8 +78,9 @@ def serving(app: Path, argv: list[str], log: Path):
 def live_server(app_dir, tmp_path_factory):
     """The real server, `python -m env serve`, on a free loopback port."""
     log = tmp_path_factory.mktemp("logs") / "live.log"
+    # Host mode, contained: its namespace has a private /workspace.
     with serving(app_dir, [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1",
-                           "--port", "{port}"], log) as target:
+                           "--port", "{port}", "--host-mode", "--workspace", "/workspace"], log) as target:
         yield target
 
 
