@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+
 import pytest
 
 from env.catalog import CASE_IDS
+from tests.env.conftest import require_root, start_server
 
 pytestmark = pytest.mark.root
 
@@ -30,8 +32,6 @@ UNLISTED = "/var/lib/arena-drop"
 def attacked(tmp_path_factory):
     """A contained server with a 30 s shell timeout (building 100,000 files takes a while)
     and a world-writable directory of its own that no list in the server names."""
-    from tests.env.conftest import require_root, start_server
-
     require_root()
     live = start_server(tmp_path_factory.mktemp("attacked"), shell_timeout_s=30.0)
     try:
@@ -191,7 +191,10 @@ def test_reset_after_random_trees_across_many_episodes(attacked):
             out = script(attacked, env, text, where=place)
             assert out["exit_code"] == 0, (seed, episode, out["output"])
             env.reset(task_id=CASE)
-            assert_clean(attacked, env), (seed, episode)
+            try:
+                assert_clean(attacked, env)
+            except AssertionError as exc:
+                raise AssertionError(f"ARENA_RESET_SEED={seed}, episode {episode}: {exc}") from exc
 
 
 def test_reset_kills_setsid_and_double_forked_processes(attacked):
