@@ -125,7 +125,7 @@ def clear_sandbox(config: ServerConfig) -> None:
     deadline = time.monotonic() + PURGE_BUDGET_S
     kill_sandbox_processes(config.uid)
     try:
-        remove_sandbox_ipc(config.uid)
+        remove_sandbox_ipc(config.uid, config.gid)
     except IpcError as exc:
         raise WorkspaceError(f"reset could not remove the last episode's IPC objects: {exc}") from exc
     remove_sandbox_files(config.uid, _writable_dirs(config.uid, config.gid, config.workspace_root),

@@ -3,8 +3,11 @@
 They live in the kernel, not in any directory, so deleting files never reaches them:
 an episode could leave a message queue for the next. The kernel lists them in
 /proc/sysvipc/{msg,shm,sem} (this IPC namespace's objects); each one owned or created
-by the sandbox UID is removed with IPC_RMID. POSIX message queues and POSIX shared
-memory are files (in /dev/mqueue and /dev/shm) and go with the temporary files.
+by the sandbox UID is removed with IPC_RMID. Root may lack the capability for that (a
+container without CAP_SYS_ADMIN in its IPC namespace): then the objects are removed as
+the sandbox UID itself, their creator, with util-linux's ipcrm. POSIX message queues
+and POSIX shared memory are files (in /dev/mqueue and /dev/shm) and go with the
+temporary files.
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import subprocess
 from pathlib import Path
 
 SYSVIPC = Path("/proc/sysvipc")
 IPC_RMID = 0
 # (listing, id column, libc function); semctl takes a fourth (unused) argument.
 _KINDS = (("msg", "msqid", "msgctl"), ("shm", "shmid", "shmctl"), ("sem", "semid", "semctl"))
+_IPCRM_FLAG = {"msg": "-q", "shm": "-m", "sem": "-s"}
+IPCRM = "/usr/bin/ipcrm"
 
 
 class IpcError(RuntimeError):
@@ -43,19 +49,41 @@ def sandbox_ipc_objects(uid: int) -> list[tuple[str, int]]:
     return found
 
 
-def remove_sandbox_ipc(uid: int) -> int:
+def remove_sandbox_ipc(uid: int, gid: int) -> int:
     """Remove every SysV IPC object of ``uid``; return how many. IpcError if one stays."""
     objects = sandbox_ipc_objects(uid)
     if not objects:
         return 0
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     functions = {kind: getattr(libc, name) for kind, _, name in _KINDS}
+    refused = []
     for kind, ident in objects:
         args = (ident, 0, IPC_RMID, None) if kind == "sem" else (ident, IPC_RMID, None)
-        if functions[kind](*args) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EIDRM):  # gone
+        if functions[kind](*args) == 0:
+            continue
+        failure = ctypes.get_errno()
+        if failure == errno.EPERM:
+            refused.append((kind, ident))
+        elif failure not in (errno.EINVAL, errno.EIDRM):  # those mean it is gone already
             raise IpcError(f"SysV {kind} object {ident} of UID {uid} could not be removed: "
-                           f"errno {ctypes.get_errno()}")
+                           f"{errno.errorcode.get(failure, failure)}")
+    if refused:
+        _remove_as(uid, gid, refused)
     left = sandbox_ipc_objects(uid)
     if left:
         raise IpcError(f"SysV IPC objects of UID {uid} still present after removal: {left}")
     return len(objects)
+
+
+def _remove_as(uid: int, gid: int, objects: list[tuple[str, int]]) -> None:
+    argv = [IPCRM]
+    for kind, ident in objects:
+        argv += [_IPCRM_FLAG[kind], str(ident)]
+    try:
+        done = subprocess.run(argv, user=uid, group=gid, extra_groups=[], capture_output=True, timeout=10,
+                              env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd="/")
+    except FileNotFoundError as exc:
+        raise IpcError(f"removing {objects} as UID {uid} needs {IPCRM} (Debian package util-linux)") from exc
+    if done.returncode != 0:
+        raise IpcError(f"ipcrm as UID {uid} could not remove {objects}: "
+                       f"{done.stderr.decode(errors='replace').strip()}")

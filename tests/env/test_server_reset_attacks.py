@@ -252,7 +252,7 @@ def test_a_reset_that_cannot_clean_says_so_and_the_server_stays_healthy(start_li
             run(env, "echo must not run")
 
 
-def test_fork_bomb_output_flood_sparse_answer_and_memory_hog(attacked):
+def test_fork_bomb_output_flood_memory_hog_sparse_answer_and_killing_the_server(attacked):
     bomb = ("import os, time\n"
             "for _ in range(100000):\n"
             "    try:\n"
@@ -270,7 +270,11 @@ def test_fork_bomb_output_flood_sparse_answer_and_memory_hog(attacked):
         assert flood["output"].startswith("[output truncated")
         hog = run(env, f"{PYTHON} -c 'x = bytearray(8 * 1024**3)'; echo status=$?")
         assert "MemoryError" in hog["output"]
+        # The file size limit stops a 10 GB sparse answer; what is left is refused.
         run(env, "truncate -s 10G answer.json; ls -ls answer.json")
+        # The server (PID 1 here, as in a container) is another user's: it cannot be killed.
+        killer = run(env, "kill -9 1; kill -9 $PPID; echo tried")
+        assert "Operation not permitted" in killer["output"] and attacked.healthy()
         graded = env.step({"operation": "finish"})
         assert graded.reward == 0.0 and graded.done
         env.reset(task_id=CASE)
