@@ -263,6 +263,9 @@ def test_fork_bomb_output_flood_memory_hog_sparse_answer_and_killing_the_server(
             "        break\n")
     with attacked.session(message_timeout_s=120) as env:
         env.reset(task_id=CASE)
+        # Host mode has no cgroup limits: the process and address-space limits are what
+        # hold, so confirm them before pushing against them.
+        assert run(env, "ulimit -u; ulimit -v")["output"].split() == ["256", str(4 * 1024 * 1024)]
         script(attacked, env, bomb)
         env.reset(task_id=CASE)
         assert_clean(attacked, env)
