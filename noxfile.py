@@ -46,9 +46,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def serve(session: nox.Session) -> None:
-    """Serve the environment locally on 127.0.0.1:8000 (needs root for the UID-2000 shell)."""
-    _install(session)
-    session.run("python", "-m", "env", "serve", *(session.posargs or ["--host", "127.0.0.1", "--port", "8000"]))
+    """Serve the built image in a container (nox -s serve -- --host-mode: on this host, changing it)."""
+    _install(session, "pipeline")
+    _pipeline(session, "serve")
 
 
 @nox.session(python=PYTHON, default=False, tags=["release"])

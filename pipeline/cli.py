@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("pipeline.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
     "base": ("pipeline.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     "verify": ("pipeline.checks.commands:verify_main", "pull an image anonymously, start it and run every check of verification.md"),
+    "serve": ("pipeline.serve:main", "serve the built image in a container (or, with --host-mode, on this host)"),
     "checks": ("pipeline.checks.commands:checks_main", "the check suite against running servers (--url), one shard of it (--shard I/N), or `checks merge` of the shards"),
     "submission": ("pipeline.checks.commands:submission_main", "write submission.json from passing check results"),
     "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),

@@ -1,8 +1,11 @@
-"""The local registry: Debian's `docker-registry` on loopback, behind `nginx`.
+"""The local registry: Debian's `docker-registry` behind `nginx` on loopback.
 
 nginx lets anyone read (GET/HEAD) and demands basic auth for every write; the API
 root `/v2/` also challenges so that docker/podman clients learn to send their
-credentials (content reads stay anonymous). Everything lives under one directory
+credentials (content reads stay anonymous). docker-registry itself has no
+authentication, so it listens on a unix socket in a directory only nginx's workers
+can enter, never on a TCP port another local process could reach; started as root,
+nginx's workers run as an unprivileged user (`www-data`, else `nobody`). Everything lives under one directory
 (default `.release/registry/`): generated configs, htpasswd, the generated password
 (0600), logs, the storage and `state.json`, which other processes (tests, nox
 sessions, the release) read to find the running instance.
@@ -29,6 +32,8 @@ import shlex
 import signal
 import socket
 import subprocess
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -181,7 +186,80 @@ def _ports(root: Path) -> dict[str, int]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _registry_config(root: Path, storage: Path, port: int, token_auth: TokenAuth | None) -> Path:
+# The unprivileged user nginx's workers run as when it is started as root.
+WORKER_USERS = (("www-data", "www-data"), ("nobody", "nogroup"))
+# sockaddr_un's path is 108 bytes including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+
+
+def _worker_identity() -> tuple[str, int, int] | None:
+    """(user, uid, gid) nginx's workers drop to, or None when we are not root."""
+    import grp
+    import pwd
+
+    if os.geteuid() != 0:
+        return None
+    for user, group in WORKER_USERS:
+        try:
+            return user, pwd.getpwnam(user).pw_uid, grp.getgrnam(group).gr_gid
+        except KeyError:
+            continue
+    raise ToolError(f"no unprivileged user for nginx's workers: none of {[u for u, _ in WORKER_USERS]} exists",
+                    hint="create the www-data user (Debian's base-passwd has it)")
+
+
+RUNTIME_PREFIX = "arena-registry-"
+
+
+def _runtime_dir(root: Path, worker: tuple[str, int, int] | None) -> Path:
+    """A fresh directory for what nginx's workers must reach (the backend socket, the
+    htpasswd, nginx's temporary files): root and the workers' group only. As root it is
+    made in /tmp, since `root` may sit below directories the workers cannot enter."""
+    if worker is None:
+        directory = root / "run"
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(mode=0o700)
+    else:
+        directory = Path(tempfile.mkdtemp(prefix=RUNTIME_PREFIX, dir="/tmp"))
+        os.chown(directory, 0, worker[2])
+        os.chmod(directory, 0o750)
+    sock = directory / "registry.sock"
+    if len(os.fsencode(sock)) > _MAX_SOCKET_PATH:
+        raise ToolError("the registry directory's path is too long for a unix socket",
+                        expected=f"at most {_MAX_SOCKET_PATH} bytes", actual=str(sock),
+                        hint="set RELEASE_REGISTRY_DIR to a shorter path")
+    return directory
+
+
+def _remove_runtime_dir(state: RegistryState) -> None:
+    if not state.backend_address.startswith("unix:"):
+        return
+    directory = Path(state.backend_address[len("unix:"):]).parent
+    if directory.name.startswith(RUNTIME_PREFIX) or directory == state.root / "run":
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_socket(sock: Path, pid: int, logfile: Path, worker: tuple[str, int, int] | None) -> None:
+    """Wait until docker-registry accepts on ``sock``; then let the workers' group connect."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _alive(pid, "docker-registry"):
+            raise ToolError("docker-registry exited while starting", hint=f"log: {_tail(logfile)}")
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(sock))
+            except OSError:
+                time.sleep(0.1)
+                continue
+        os.chmod(sock, 0o660)
+        if worker is not None:
+            os.chown(sock, 0, worker[2])
+        return
+    raise ToolError(f"docker-registry did not listen on {sock} within {START_TIMEOUT_S:.0f} s",
+                    hint=f"log: {_tail(logfile)}")
+
+
+def _registry_config(root: Path, storage: Path, listen: tuple[str, str], token_auth: TokenAuth | None) -> Path:
     # JSON is valid YAML, and it keeps the generated file free of quoting pitfalls.
     config: dict = {
         "version": 0.1,
@@ -192,7 +270,8 @@ def _registry_config(root: Path, storage: Path, port: int, token_auth: TokenAuth
             "maintenance": {"uploadpurging": {"enabled": False}},
         },
         "http": {
-            "addr": f"127.0.0.1:{port}",
+            "net": listen[0],
+            "addr": listen[1],
             # A fixed secret keeps upload sessions valid across a restart.
             "secret": _secret(root / "http-secret", 32),
             "headers": {"X-Content-Type-Options": ["nosniff"]},
@@ -210,15 +289,22 @@ def _registry_config(root: Path, storage: Path, port: int, token_auth: TokenAuth
     return path
 
 
-def _nginx_config(root: Path, port: int, backend: int) -> Path:
-    tmp = root / "nginx-tmp"
+def _nginx_config(root: Path, port: int, run_dir: Path, worker: tuple[str, int, int] | None) -> Path:
+    tmp = run_dir / "nginx-tmp"
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
-    htpasswd = root / "htpasswd"
-    # As root, workers would otherwise drop to `nobody` and could not read the 0600 htpasswd.
-    user = "user root root;\n" if os.geteuid() == 0 else ""
+        if worker is not None:
+            os.chown(tmp / sub, worker[1], worker[2])
+    backend = run_dir / "registry.sock"
+    # The workers read the htpasswd on every write request: a copy readable by their group only.
+    htpasswd = run_dir / "htpasswd"
+    write_atomic(htpasswd, (root / "htpasswd").read_bytes(), mode=0o640 if worker else 0o600)
+    user = ""
+    if worker is not None:
+        os.chown(htpasswd, 0, worker[2])
+        user = f"user {worker[0]} {grp_name(worker[2])};\n"
     proxy = f"""
-            proxy_pass http://127.0.0.1:{backend};
+            proxy_pass http://unix:{backend}:;
             proxy_http_version 1.1;
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-Host $http_host;
@@ -265,6 +351,12 @@ http {{
     path = root / "nginx.conf"
     write_atomic(path, text.encode(), mode=0o600)
     return path
+
+
+def grp_name(gid: int) -> str:
+    import grp
+
+    return grp.getgrgid(gid).gr_name
 
 
 # ------------------------------------------------------------------ processes
@@ -382,6 +474,7 @@ def _stop_unlocked(root: Path) -> bool:
     # nginx first: no client should reach a half-stopped backend.
     _terminate(state.nginx_pid, "nginx")
     _terminate(state.registry_pid, "docker-registry")
+    _remove_runtime_dir(state)
     _state_path(root).unlink(missing_ok=True)
     return was_running
 
@@ -407,21 +500,35 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None) -> 
     storage.mkdir(parents=True, exist_ok=True)
     user, password, pw_file = _credentials(root)
     previous = _ports(root)
-    backend = _free_port(previous.get("backend"))
-    front = _free_port(previous.get("front")) if token_auth is None else 0
-    write_json_atomic(root / "ports.json", {"backend": backend, "front": front})
+    worker = _worker_identity()
+    if token_auth is None:
+        # Behind nginx: docker-registry has no authentication of its own, so no TCP port.
+        run_dir = _runtime_dir(root, worker)
+        backend_sock = run_dir / "registry.sock"
+        front = _free_port(previous.get("front"))
+        listen = ("unix", str(backend_sock))
+        backend_address = f"unix:{backend_sock}"
+        write_json_atomic(root / "ports.json", {"front": front})
+    else:
+        # The ghcr.io-like variant: docker-registry's own token auth guards it.
+        backend = _free_port(previous.get("backend"))
+        listen = ("tcp", f"127.0.0.1:{backend}")
+        backend_address = listen[1]
+        write_json_atomic(root / "ports.json", {"backend": backend})
 
     reg_log = root / "registry.log"
-    reg_conf = _registry_config(root, storage, backend, token_auth)
+    reg_conf = _registry_config(root, storage, listen, token_auth)
     reg_pid = _spawn([registry_bin, "serve", str(reg_conf)], reg_log)
     try:
-        _wait_healthy(f"http://127.0.0.1:{backend}/v2/", reg_pid, "docker-registry", reg_log,
-                      None, ok=(200, 401))
         nginx_pid = 0
-        address = f"127.0.0.1:{backend}"
-        if token_auth is None:
+        if token_auth is not None:
+            _wait_healthy(f"http://{backend_address}/v2/", reg_pid, "docker-registry", reg_log,
+                          None, ok=(200, 401))
+            address = backend_address
+        else:
+            _wait_socket(backend_sock, reg_pid, reg_log, worker)
             nginx_bin = which("nginx", package="nginx-light")
-            conf = _nginx_config(root, front, backend)
+            conf = _nginx_config(root, front, run_dir, worker)
             err_log = root / "nginx-error.log"
             base = [nginx_bin, "-p", str(root), "-c", str(conf), "-e", str(err_log)]
             run(base + ["-t"])
@@ -432,8 +539,10 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None) -> 
         _terminate(reg_pid, "docker-registry")
         if "nginx_pid" in locals() and nginx_pid:
             _terminate(nginx_pid, "nginx")
+        if token_auth is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    state = RegistryState(root=root, address=address, backend_address=f"127.0.0.1:{backend}",
+    state = RegistryState(root=root, address=address, backend_address=backend_address,
                           registry_pid=reg_pid, nginx_pid=nginx_pid, user=user,
                           password_file=pw_file, storage=storage)
     _write_state(state)

@@ -9,6 +9,7 @@ explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import urllib.error
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from . import _proc
 from .config import EngineArgs, RuntimeConfig, load
 from .errors import ReleaseError, ToolError
+from .limits import ContainerLimits
 from .oci.registry import is_loopback
 from .progress import say
 
@@ -91,13 +93,16 @@ class ContainerRuntime:
 
     def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
             name: str | None = None, extra_args: Sequence[str] = (),
-            command: Sequence[str] = ()) -> Container:
+            command: Sequence[str] = (), limits: ContainerLimits | None = None) -> Container:
         """Start `image` detached, publishing `port` on a free 127.0.0.1 port.
 
-        `extra_args` go to `run` before the image, `command` replaces the image's Cmd.
+        `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
+        `limits` (the release's budget) become cgroup limits, a size-limited /workspace
+        and a user namespace of the container's own.
         """
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
-                "--publish", f"127.0.0.1::{port}", *self.args.run_args, *extra_args]
+                "--publish", f"127.0.0.1::{port}", *self.args.run_args,
+                *(limits.run_args() if limits else ()), *extra_args]
         if name:
             argv += ["--name", name]
         for key, value in sorted((env or {}).items()):
@@ -170,6 +175,16 @@ class ContainerRuntime:
         if out.returncode != 0 and self.exists(cid):
             raise ContainerError(f"cannot remove container {cid[:12]}",
                                  actual=out.stderr.decode(errors="replace").strip())
+
+    def host_root(self, container: Container) -> str | None:
+        """Where this process can read the container's filesystem (/proc/<PID>/root of its
+        init on this host), or None (a remote daemon, or no permission to look)."""
+        out = self._cli("inspect", "--format", "{{.State.Pid}}", container.id, check=False)
+        pid = out.stdout.decode().strip() if out.returncode == 0 else ""
+        root = f"/proc/{pid}/root"
+        if not pid.isdigit() or pid == "0" or not os.access(root, os.R_OK | os.X_OK):
+            return None
+        return root
 
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0

@@ -19,14 +19,17 @@ from env.loader import load_task_module
 from env.server.environment import Curriculum, ServerConfig, ShellEnvironment
 from env.server.models import ShellAction, ShellObservation
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
+from env.server.workspace import home_dir
 
 TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
 
-# openenv-core's stateless HTTP routes build a fresh environment per request. Here every
-# environment shares the one workspace and the UID 2000 process table, so a POST /reset
-# would wipe the live WebSocket session's workspace and kill its processes, bypassing
-# the one-session limit. The episode is served over /ws only.
-STATELESS_ROUTES = frozenset({"/reset", "/step", "/state"})
+# Only what a trainer needs is served. openenv-core's stateless HTTP routes (/reset,
+# /step, /state) and its MCP routes (/mcp over HTTP and WebSocket) each build a fresh
+# environment per request or session; here every environment shares the one workspace
+# and the UID 2000 process table, so they would wipe the live session's workspace and
+# kill its processes, bypassing the one-session limit. The API docs are not needed
+# either. The episode is served over /ws only.
+SERVED_ROUTES = frozenset({"/health", "/metadata", "/schema", "/ws"})
 
 
 def create_server_app(tasks_file: str | None = None, config: ServerConfig = ServerConfig()) -> FastAPI:
@@ -34,7 +37,7 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
     curriculum = Curriculum(load_task_module(tasks_file))
     if os.geteuid() == 0:
         check_sandbox_tools()
-        ensure_sandbox_identity(config.uid, config.gid)
+        ensure_sandbox_identity(config.uid, config.gid, home_dir(config.workspace_root))
     app = create_app(
         partial(ShellEnvironment, curriculum, config),
         ShellAction,
@@ -42,7 +45,7 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
         env_name="openenv-arena",
         max_concurrent_envs=1,
     )
-    app.router.routes[:] = [route for route in app.router.routes if not _is_stateless(route)]
+    keep_served_routes(app)
     app.add_middleware(_QuietClientClose)
     return app
 
@@ -69,8 +72,13 @@ class _QuietClientClose:
             pass
 
 
-def _is_stateless(route: BaseRoute) -> bool:
-    return getattr(route, "path", None) in STATELESS_ROUTES
+def keep_served_routes(app: FastAPI) -> None:
+    """Drop every route of ``app`` but SERVED_ROUTES."""
+    app.router.routes[:] = [route for route in app.router.routes if _served(route)]
+
+
+def _served(route: BaseRoute) -> bool:
+    return getattr(route, "path", None) in SERVED_ROUTES
 
 
 def __getattr__(name: str) -> FastAPI:

@@ -9,9 +9,11 @@ module's ``make_task`` for the case, never from the files the agent can edit.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from openenv.core.env_server.types import EnvironmentMetadata, State
 
 from env.catalog import CASE_IDS, make_case, parse_case_id
 from env.server.answer import ANSWER_NAME, MAX_ANSWER_BYTES, read_answer
+from env.server.ipc import IpcError, remove_sandbox_ipc
 from env.server.models import MAX_OUTPUT_CHARS, ShellAction, ShellObservation
 from env.server.shell import (
     DEFAULT_TIMEOUT_S,
@@ -34,11 +37,14 @@ from env.server.shell import (
 from env.server.workspace import (
     DEFAULT_ROOT,
     INSTRUCTIONS_NAME,
+    PURGE_BUDGET_S,
+    WorkspaceError,
     home_dir,
     kill_sandbox_processes,
     rebuild_workspace,
-    remove_sandbox_temp_files,
+    remove_sandbox_files,
     repo_dir,
+    sandbox_writable_dirs,
 )
 
 MAX_ACTIONS = 16
@@ -102,6 +108,30 @@ def instructions_for(task: dict[str, Any], config: ServerConfig) -> str:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def _writable_dirs(uid: int, gid: int, workspace_root: Path) -> tuple[Path, ...]:
+    # Scanned once per server: the directories the sandbox can write to are fixed by
+    # the image (or host), and a scan of a large host tree takes seconds.
+    return sandbox_writable_dirs(uid, gid, exclude=(workspace_root,))
+
+
+def clear_sandbox(config: ServerConfig) -> None:
+    """Remove every trace of the last episode outside the workspace: its processes, its
+    files in every directory it could write to, its System V IPC objects.
+
+    A reset that cannot clean raises WorkspaceError (the client gets the message as
+    an error; the server stays up and the next reset tries again).
+    """
+    deadline = time.monotonic() + PURGE_BUDGET_S
+    kill_sandbox_processes(config.uid)
+    try:
+        remove_sandbox_ipc(config.uid, config.gid)
+    except IpcError as exc:
+        raise WorkspaceError(f"reset could not remove the last episode's IPC objects: {exc}") from exc
+    remove_sandbox_files(config.uid, _writable_dirs(config.uid, config.gid, config.workspace_root),
+                         deadline=deadline)
+
+
 class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
     """One agent at a time drives a shell in /workspace/repo and is graded on answer.json."""
 
@@ -134,8 +164,7 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
             )
         self._episode = None
         instructions = instructions_for(task, self._config)
-        kill_sandbox_processes(self._config.uid)
-        remove_sandbox_temp_files(self._config.uid)
+        clear_sandbox(self._config)
         rebuild_workspace(
             self._config.workspace_root, task["files"], instructions, self._config.uid, self._config.gid
         )

@@ -31,6 +31,10 @@ SCRUBBED_LANG = "C.UTF-8"
 # dominant cost of a trivial command (about 20 ms against 2 ms).
 SETPRIV = "/usr/bin/setpriv"
 PRLIMIT = "/usr/bin/prlimit"
+CHOOM = "/usr/bin/choom"
+# When the container's memory limit is reached, the kernel's OOM killer picks the
+# sandbox's processes first, never the server.
+OOM_SCORE_ADJ = 1000
 
 # Soft = hard limits. The per-UID process count stops fork bombs; the file size stops
 # runaway writes (SIGXFSZ); the address space keeps one process from eating the host.
@@ -65,7 +69,8 @@ def sandbox_environment(home: Path) -> dict[str, str]:
     return {"PATH": SCRUBBED_PATH, "HOME": str(home), "LANG": SCRUBBED_LANG}
 
 
-def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> None:
+def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID,
+                            home: Path = Path("/workspace/home")) -> None:
     """Create the sandbox group and user if the system has no entry for them.
 
     The UID drop itself works with bare numbers; the names make `id`, `ls -l` and
@@ -81,7 +86,7 @@ def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> N
     except KeyError:
         if shutil.which("useradd"):
             subprocess.run(
-                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", "/workspace/home",
+                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", str(home),
                  "-s", SHELL, SANDBOX_NAME],
                 check=True,
                 capture_output=True,
@@ -90,7 +95,7 @@ def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> N
 
 def check_sandbox_tools() -> None:
     """Raise FileNotFoundError naming what is missing if the UID drop or limits cannot be applied."""
-    missing = [tool for tool in (SETPRIV, PRLIMIT, SHELL) if not os.access(tool, os.X_OK)]
+    missing = [tool for tool in (SETPRIV, PRLIMIT, CHOOM, SHELL) if not os.access(tool, os.X_OK)]
     if missing:
         raise FileNotFoundError(
             f"the sandbox shell needs {', '.join(missing)} (Debian packages util-linux and bash)"
@@ -99,11 +104,12 @@ def check_sandbox_tools() -> None:
 
 def sandbox_argv(command: str, uid: int, gid: int) -> list[str]:
     """The exec chain: drop to ``uid``/``gid`` without supplementary groups or new privileges,
-    lower the resource limits, then ``bash -c command``."""
+    lower the resource limits, become the OOM killer's first choice, then ``bash -c command``."""
     limits = [f"--{name}={value}:{value}" for name, value in RESOURCE_LIMITS]
     return [
         SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--",
         PRLIMIT, *limits, "--",
+        CHOOM, "-n", str(OOM_SCORE_ADJ), "--",
         SHELL, "-c", command,
     ]
 

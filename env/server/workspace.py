@@ -1,22 +1,37 @@
 """Reset isolation: end every sandbox process and rebuild /workspace from the case's inputs.
 
 Nothing an earlier episode did survives a reset: its processes are killed, the whole
-workspace is discarded, and files it left in the shared temporary directories are removed.
+workspace is discarded, the files it left in any directory it could write to are
+removed (those directories are found by scanning the filesystem, see
+`sandbox_writable_dirs`) and its System V IPC objects are removed. Deletion is
+non-recursive and bounded in time (env/server/purge.py); a reset that cannot clean
+raises WorkspaceError saying what is left.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import stat
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
+from env.server.purge import PurgeError, is_trash, purge
+
 DEFAULT_ROOT = Path("/workspace")
 INSTRUCTIONS_NAME = "INSTRUCTIONS.md"
-# World-writable places where a sandbox process could leave state for the next episode.
-SHARED_TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+# Always cleaned, even if a scan missed them: the usual shared temporary directories
+# (/dev/mqueue holds the POSIX message queues, /dev/shm POSIX shared memory).
+SHARED_TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/dev/mqueue"))
+# Pseudo filesystems the scan does not enter: nothing there is a place to leave files.
+_SCAN_SKIP = (Path("/proc"), Path("/sys"))
+# The scan of the filesystem for writable directories runs once per server; on a host
+# with a huge tree it stops after this many directories and says so.
+SCAN_MAX_DIRS = 500_000
+# How long one reset may spend deleting before it reports what is left.
+PURGE_BUDGET_S = 30.0
 
 # A fork bomb may spawn new processes while we kill; rescan until a scan finds none.
 _KILL_ROUNDS = 200
@@ -110,23 +125,84 @@ def _reap_orphans() -> None:
             return
 
 
-def remove_sandbox_temp_files(uid: int, dirs: tuple[Path, ...] = SHARED_TEMP_DIRS) -> None:
-    """Remove the top-level entries owned by ``uid`` from the shared temporary directories."""
-    for directory in dirs:
+def sandbox_writable_dirs(uid: int, gid: int, *, exclude: tuple[Path, ...] = (),
+                          start: Path = Path("/"), max_dirs: int = SCAN_MAX_DIRS) -> tuple[Path, ...]:
+    """Every directory ``uid``/``gid`` (without supplementary groups) can create entries in
+    but does not own, reachable by it, plus SHARED_TEMP_DIRS; ``exclude`` trees are skipped.
+
+    Breadth-first and iterative (no depth limit); only directories the sandbox can
+    enter are entered, so root-only trees (container storage, the server's code) are
+    not walked. Directories the sandbox owns are its own files and go with their parent.
+    """
+    skip = {*_SCAN_SKIP, *exclude}
+    found: list[Path] = []
+    pending = deque([start])
+    seen = 0
+    while pending and seen < max_dirs:
+        directory = pending.popleft()
+        seen += 1
         try:
             entries = list(os.scandir(directory))
-        except FileNotFoundError:
+        except OSError:
             continue
         for entry in entries:
+            path = Path(entry.path)
             try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
+                if not entry.is_dir(follow_symlinks=False) or path in skip:
                     continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except FileNotFoundError:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
                 continue
+            if info.st_uid == uid:
+                continue
+            if _sandbox_may(info, gid, write=True):
+                found.append(path)
+            if _sandbox_may(info, gid, write=False):
+                pending.append(path)
+    if pending:
+        print(f"arena: the scan for directories UID {uid} can write stopped after {max_dirs} "
+              f"directories; deeper ones are not cleaned at reset", flush=True)
+    return tuple(dict.fromkeys([*SHARED_TEMP_DIRS, *found]))
+
+
+def _sandbox_may(info: os.stat_result, gid: int, *, write: bool) -> bool:
+    bits = (stat.S_IWOTH | stat.S_IXOTH) if write else stat.S_IXOTH
+    group_bits = (stat.S_IWGRP | stat.S_IXGRP) if write else stat.S_IXGRP
+    if info.st_gid == gid:
+        return info.st_mode & group_bits == group_bits
+    return info.st_mode & bits == bits
+
+
+def remove_sandbox_files(uid: int, dirs: tuple[Path, ...] = SHARED_TEMP_DIRS, *,
+                         deadline: float | None = None) -> int:
+    """Remove the entries owned by ``uid`` (and unfinished purges' trash) from ``dirs``;
+    return how many were removed. WorkspaceError if some could not be, past ``deadline``."""
+    deadline = deadline if deadline is not None else time.monotonic() + PURGE_BUDGET_S
+    removed = 0
+    problems = []
+    for directory in dirs:
+        try:
+            with os.scandir(directory) as entries:
+                names = [os.fsencode(e.name) for e in entries if _left_by(e, uid)]
+        except OSError:
+            continue
+        if not names:
+            continue
+        try:
+            removed += purge(directory, names, deadline=deadline)
+        except (PurgeError, OSError) as exc:
+            problems.append(str(exc))
+    if problems:
+        raise WorkspaceError("reset could not remove the last episode's files: " + "; ".join(problems))
+    return removed
+
+
+def _left_by(entry: os.DirEntry, uid: int) -> bool:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return info.st_uid == uid or is_trash(os.fsencode(entry.name), info)
 
 
 def rebuild_workspace(
@@ -141,11 +217,13 @@ def rebuild_workspace(
         raise WorkspaceError(f"workspace root {root} is not a directory")
     # The root may be a mount point (a volume for the workspace), so it is emptied, not removed.
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
-    for entry in list(os.scandir(root)):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+    with os.scandir(root) as entries:
+        names = [os.fsencode(e.name) for e in entries]
+    if names:
+        try:
+            purge(root, names, deadline=time.monotonic() + PURGE_BUDGET_S)
+        except (PurgeError, OSError) as exc:
+            raise WorkspaceError(f"reset could not empty the workspace: {exc}") from exc
     os.chown(root, 0, 0)
     os.chmod(root, 0o755)
     repo = repo_dir(root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +20,14 @@ from .answers import Variant, graded_variants
 from .cases import Case
 from .client import Reply, ServerError, Session
 from .results import CheckResult
+from .target import Target
 
 INSTRUCTIONS = "INSTRUCTIONS.md"
 SHELL_UID = "2000"
 CACHED_SLEEP_S = 2
+# How long the marker of an action after done is looked for: a server that replays the
+# cached reply at once but runs the command in the background creates it within this.
+MARKER_WAIT_S = 0.5
 # Check names in report order; partial-<component> names come from the answer itself.
 ORDER = ("reset", "identity-across-seeds", "correct", "partial-*", "all-but-one", "wrong",
          "unknown-key", "edited-inputs", "cached-terminal")
@@ -51,8 +56,26 @@ def solve_in_episode(session: Session, case: Case, seed: int) -> tuple[Reply, Re
     return first, run, cmd.last_json_line(run.output)
 
 
-def run_case(session: Session, case: Case, seeds: Iterator[int]) -> list[CheckResult]:
-    """All per-case checks of `case`; results are `<case>/<check>`."""
+def _marker_appears(target: Target | None, path: str) -> bool | None:
+    """Whether the file ``path`` shows up on the server within MARKER_WAIT_S (None: the
+    suite cannot see the server's filesystem)."""
+    if target is None or target.peek(path) is None:
+        return None
+    deadline = time.monotonic() + MARKER_WAIT_S
+    while True:
+        if target.peek(path):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target | None = None) -> list[CheckResult]:
+    """All per-case checks of `case`; results are `<case>/<check>`.
+
+    With a `target` whose filesystem the suite can see, the cached-terminal check also
+    looks for the marker file the action after done would create, before any reset.
+    """
     rec = Recorder(case.id)
     files = solvers.input_files(case.family)
     hashes: list[tuple[int, dict[str, str]]] = []
@@ -75,6 +98,7 @@ def run_case(session: Session, case: Case, seeds: Iterator[int]) -> list[CheckRe
 
     after: Reply | None = None
     terminal: Reply | None = None
+    marker_seen: bool | None = None
     stage = "correct"
     try:
         run = session.shell(solvers.shell_command(case.family))
@@ -85,11 +109,15 @@ def run_case(session: Session, case: Case, seeds: Iterator[int]) -> list[CheckRe
                 expected={"reward": 1.0, "done": True})
         stage = "cached-terminal"
         probe_token = cmd.token()
-        # Three witnesses of execution: the marker file, the computed echo, and the
-        # time a sleep takes (for a server that runs the command but replays the reply).
-        after = session.shell(f"touch /tmp/arena-cached-{marker} 2>/dev/null; sleep {CACHED_SLEEP_S}; "
+        # Three witnesses of execution: the computed echo, the time a sleep takes (for a
+        # server that runs the command but replays the reply) and the marker file, looked
+        # for on the server before the next reset deletes it (for a server that replies
+        # at once and runs the command in the background).
+        marker_path = f"{target.workspace if target else '/workspace/repo'}/arena-cached-{marker}"
+        after = session.shell(f"touch {marker_path} 2>/dev/null; sleep {CACHED_SLEEP_S}; "
                               f"echo cached-$((6*7))-{probe_token}")
         executed = f"cached-42-{probe_token}" in after.output or after.seconds >= CACHED_SLEEP_S
+        marker_seen = _marker_appears(target, marker_path)
     except ServerError as exc:
         rec.error(stage, exc)
         if stage == "correct":
@@ -101,19 +129,14 @@ def run_case(session: Session, case: Case, seeds: Iterator[int]) -> list[CheckRe
     episodes = [(v.check, v.answer, v.expected, "") for v in variants]
     if answer:
         episodes.append(("edited-inputs", answer, 1.0, edit))
-    marker_seen = None
     for name, ans, expected, extra in episodes:
         seed = next(seeds)
         try:
             session.reset(case.id, seed=seed)
-            check_marker = (f"test -e /tmp/arena-cached-{marker} && echo MARKER-PRESENT; "
-                            if marker_seen is None else "")
-            steps = [check_marker + cmd.hashes_only(files), cmd.write_bytes("answer.json", cmd.answer_bytes(ans))]
+            steps = [cmd.hashes_only(files), cmd.write_bytes("answer.json", cmd.answer_bytes(ans))]
             if extra:
                 steps.append(extra)
             out = session.shell("; ".join(steps))
-            if marker_seen is None:
-                marker_seen = "MARKER-PRESENT" in out.output
             hashes.append((seed, cmd.parse_probe(out.output)[1]))
             graded = session.finish()
             rec.add(name, _reward_is(graded, expected), observed=graded.brief(),
@@ -128,7 +151,8 @@ def run_case(session: Session, case: Case, seeds: Iterator[int]) -> list[CheckRe
         rec.add("cached-terminal",
                 after.done and after.reward == terminal.reward and not executed and not marker_seen,
                 observed={"after_done": after.brief(), "executed": executed,
-                          "marker_file_created": marker_seen},
+                          "marker_file_created": "not observable (the suite cannot see the server's files)"
+                          if marker_seen is None else marker_seen},
                 expected={"reward": terminal.reward, "done": True, "executed": False,
                           "marker_file_created": False})
 

@@ -79,6 +79,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     from ..oci.image import parse_config
     from ..oci.layout import Layout
     from ..pull import pull
+    from ..limits import ContainerLimits
     from ..runtime import ContainerRuntime
 
     if parallel < 1:
@@ -90,11 +91,15 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     env = image_config.config.env_map()
     runtime = ContainerRuntime(cfg.runtime)
     runtime.pull(image)
+    # The containers run under the procedural budget, and the suite checks it is in force.
+    limits = ContainerLimits.from_budgets(cfg.budgets["procedural"])
     containers = []
     try:
         with ThreadPoolExecutor(parallel) as pool:
-            containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port), range(parallel)))
-        targets = [target_for(cfg, c.url, env) for c in containers]
+            containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port, limits=limits),
+                                       range(parallel)))
+        targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c),
+                           limits=tuple(sorted(limits.expected().items()))) for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
         result = run_suite(targets, image=image, shard=shard)
     finally:

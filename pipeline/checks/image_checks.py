@@ -16,6 +16,7 @@ from .answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
 from .case_checks import solve_in_episode
 from .cases import Case
 from .client import ServerError, Session, http_get
+from .limit_checks import LIMIT_CHECKS, limit_checks
 from .results import CheckResult
 from .target import Target
 
@@ -26,6 +27,17 @@ EPISODE_ACTIONS = 16
 TIMEOUT_SLACK_S = 20
 _TIMEOUT_WORDS = re.compile(r"time[ds]?[ -]?out|timeout|killed", re.I)
 CAPACITY_CODE = "CAPACITY_REACHED"
+# What every terminal reply may say without giving a reason: the episode is over and
+# its reward. A stated reason is what is left, and it must speak of the answer.
+_BOILERPLATE = re.compile(r"episode( is)? (finished|over|done|ended)|reward\s*[:=]?\s*[-+0-9.e]*|"
+                          r"\[action \d+ of \d+[^\]]*\]|done", re.I)
+
+
+def states_reason(output: str) -> bool:
+    """Whether a terminal reply says why it scored what it did (beyond "episode finished,
+    reward 0"): at least three words about the answer."""
+    rest = _BOILERPLATE.sub(" ", output)
+    return bool(re.search(r"answer", rest, re.I)) and len(re.findall(r"[A-Za-z]{2,}", rest)) >= 3
 
 
 def http_checks(target: Target, rec: Recorder) -> dict[str, Any]:
@@ -123,10 +135,12 @@ def answer_checks(session: Session, target: Target, case: Case, correct: dict[st
             session.shell(plant)
             graded = session.finish()
             healthy = _healthy(target)
+            reason = states_reason(graded.output)
             ok = (graded.done and graded.reward is not None and float(graded.reward) == 0.0
-                  and graded.output.strip() != "" and healthy)
-            rec.add(name, ok, observed={**graded.brief(), "healthy_after": healthy},
-                    expected={"reward": 0.0, "done": True, "output": "a stated reason", "healthy_after": True})
+                  and reason and healthy)
+            rec.add(name, ok, observed={**graded.brief(), "reason_stated": reason, "healthy_after": healthy},
+                    expected={"reward": 0.0, "done": True, "reason_stated": "why, naming the answer",
+                              "healthy_after": True})
         except ServerError as exc:
             rec.error(name, exc, expected={"reward": 0.0, "done": True})
 
@@ -154,20 +168,28 @@ def isolation_check(session: Session, case: Case, seed: int, rec: Recorder) -> N
     marker = f"iso-{cmd.token()}"
     try:
         session.reset(case.id, seed=seed)
+        # Both witnesses must first be seen in place: a count of 0 processes or a listing
+        # without the files proves nothing if they were never made or the listing failed.
         start = session.shell(
-            f"touch left-{marker} ../left-{marker} /tmp/left-{marker} 2>/dev/null; "
+            f"touch left-{marker} /tmp/left-{marker} 2>/dev/null; "
             f"setsid python3 -c 'import time; time.sleep(600)' {marker} </dev/null >/dev/null 2>&1 & "
-            f"sleep 0.3; {cmd.count_processes(marker)}")
-        started = start.output.strip().splitlines()[-1:] != ["0"]
+            f"sleep 0.3; echo files=$(ls left-{marker} /tmp/left-{marker} 2>/dev/null | wc -l) "
+            f"processes=$({cmd.count_processes(marker)})")
+        made = re.search(r"files=(\d+) processes=(\d+)", start.output)
+        started = made is not None and made.group(1) == "2" and int(made.group(2)) >= 1
         session.reset(case.id, seed=seed + 1)
-        after = session.shell(f"ls -a . .. /tmp; echo processes=$({cmd.count_processes(marker)})")
+        after = session.shell(f"ls -a . /tmp && echo listing-done; "
+                              f"echo processes=$({cmd.count_processes(marker)})")
+        listed = "listing-done" in after.output
         files_left = f"left-{marker}" in after.output
         procs = re.search(r"processes=(\d+)", after.output)
         procs_left = procs is None or procs.group(1) != "0"
-        rec.add("reset-isolation", started and not files_left and not procs_left,
-                observed={"background_started": started, "file_left": files_left,
+        rec.add("reset-isolation", started and listed and not files_left and not procs_left,
+                observed={"made_before_reset": start.output[-200:] if not started else True,
+                          "listed_after": listed, "file_left": files_left,
                           "process_left": procs_left, "listing": after.output[-300:]},
-                expected={"background_started": True, "file_left": False, "process_left": False})
+                expected={"made_before_reset": True, "listed_after": True, "file_left": False,
+                          "process_left": False})
     except ServerError as exc:
         rec.error("reset-isolation", exc)
 
@@ -236,6 +258,8 @@ def run_image_checks(session: Session, target: Target, case: Case,
     isolation_check(session, case, next(seeds), rec)
     output_cap_check(session, case, next(seeds), rec)
     one_session_check(session, target, case, next(seeds), rec)
+    if target.limits:
+        limit_checks(session, case, next(seeds), dict(target.limits), rec)
     return rec.results, served
 
 
@@ -266,4 +290,4 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
 IMAGE_CHECKS = ("health", "metadata", "schema", "uid", "protected-server-code", "protected-task-module",
                 "protected-proc-environ", "protected-vendored", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
-                "timeout", "output-cap", "one-session")
+                "timeout", "output-cap", "one-session", *LIMIT_CHECKS)

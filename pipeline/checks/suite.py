@@ -134,7 +134,7 @@ class _Worker(threading.Thread):
             return image_checks.timeout_check(self.session, job.case, next(self.seeds)), {}
         if job.kind == "image":
             return image_checks.run_image_checks(self.session, self.target, job.case, self.seeds)
-        return case_checks.run_case(self.session, job.case, self.seeds), {}
+        return case_checks.run_case(self.session, job.case, self.seeds, self.target), {}
 
 
 class _Sink:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -11,7 +12,10 @@ class Target:
 
     Paths are what the server sees: `app_dir` holds the environment code (root-only),
     the others are relative to it. `server_pid` is the server's PID in its own PID
-    namespace (1 in a container).
+    namespace (1 in a container). `host_root`, when set, is where the suite itself can
+    read the server's filesystem (/proc/<host PID>/root, for a container or a contained
+    server on this host); checks that must see a file no later episode could show
+    (cached-terminal's marker, deleted by the next reset) look there.
     """
 
     url: str
@@ -21,12 +25,24 @@ class Target:
     vendored_file: str | None = None
     server_pid: int = 1
     workspace: str = "/workspace/repo"
+    host_root: str | None = None
+    # The container limits the runtime applied (pipeline/limits.py `expected()`), as
+    # sorted pairs; empty: none were applied, and the limit-* checks do not run.
+    limits: tuple[tuple[str, float], ...] = ()
 
     def path(self, relative: str) -> str:
         return f"{self.app_dir.rstrip('/')}/{relative}"
 
+    def peek(self, inside: str) -> bool | None:
+        """Whether ``inside`` (a path as the server sees it) exists; None if the suite
+        cannot see the server's filesystem."""
+        if self.host_root is None:
+            return None
+        return os.path.lexists(f"{self.host_root.rstrip('/')}/{inside.lstrip('/')}")
+
     def with_url(self, url: str) -> "Target":
-        """The same layout reached at another URL (another container of the image)."""
+        """The same layout reached at another URL (another container of the image, whose
+        filesystem the suite does not know: no `host_root`)."""
         return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,
                       task_module=self.task_module, vendored_file=self.vendored_file,
-                      server_pid=self.server_pid, workspace=self.workspace)
+                      server_pid=self.server_pid, workspace=self.workspace, limits=self.limits)

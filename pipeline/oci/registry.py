@@ -141,6 +141,9 @@ class RegistryClient:
         self.attempts, self.backoff, self.timeout = max(1, attempts), backoff, timeout
         self.chunk_size = chunk_size
         self.session = requests.Session()
+        # An anonymous client sends nothing the environment holds: requests would otherwise
+        # add ~/.netrc credentials (and honour proxy and CA settings from the environment).
+        self.session.trust_env = credentials is not None
         self.session.headers["User-Agent"] = "openenv-arena-release"
         self._tokens: dict[str, str] = {}
         self._basic = False

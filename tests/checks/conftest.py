@@ -1,8 +1,9 @@
 """Live servers for the check-suite tests, each isolated like a container.
 
-A server runs as root in its own PID and mount namespace (`unshare`), with a private
-tmpfs at /workspace, from a root-only copy of `env/` — the image's layout on the
-host: UID 2000 cannot read the code, and the server is PID 1 of its namespace.
+A server runs as root, PID 1 of its own PID, mount and IPC namespaces over an overlay
+of the host's root (tests/contained.py: its /etc/passwd, /workspace and temporary
+directories are private), from a root-only copy of `env/` — the image's layout on the
+host: UID 2000 cannot read the code.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.checks.target import Target
+from tests.contained import ContainedProcess, contained_argv, require_containment
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = Path(__file__).resolve().parent / "broken" / "launch.py"
-# Mount a private /workspace, then become the server (PID 1 of the new namespace).
-_ISOLATE = ("mount --make-rprivate / && mkdir -p /workspace && "
-            "mount -t tmpfs -o mode=0755 tmpfs /workspace && exec \"$@\"")
 
 
 def _free_port() -> int:
@@ -35,8 +34,7 @@ def _free_port() -> int:
 
 
 def _needs_root() -> None:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("live servers need root and unshare (util-linux)")
+    require_containment()
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +51,8 @@ def serving(app: Path, argv: list[str], log: Path):
     """Run `argv` (a server on 127.0.0.1) isolated; yield its Target; stop it."""
     _needs_root()
     port = _free_port()
-    cmd = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", _ISOLATE, "sh",
-           *[a.replace("{port}", str(port)) for a in argv]]
+    cmd = contained_argv(log.parent / f"ns-{port}", log.parent,
+                         [a.replace("{port}", str(port)) for a in argv])
     env = {**os.environ, "PYTHONPATH": str(app), "NO_PROXY": "127.0.0.1,localhost"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=app, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -70,20 +68,19 @@ def serving(app: Path, argv: list[str], log: Path):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-2000:]}")
                 time.sleep(0.2)
-        yield Target(url=url, app_dir=str(app), server_pid=1)
+        contained = ContainedProcess(proc)
+        yield Target(url=url, app_dir=str(app), server_pid=1, host_root=f"/proc/{contained.init_pid()}/root")
     finally:
-        # unshare ignores SIGTERM while it waits; killing it sends its child (the
-        # namespace's init, the server) SIGKILL (--kill-child), which ends the namespace.
-        proc.kill()
-        proc.wait()
+        ContainedProcess(proc).stop()
 
 
 @pytest.fixture(scope="module")
 def live_server(app_dir, tmp_path_factory):
     """The real server, `python -m env serve`, on a free loopback port."""
     log = tmp_path_factory.mktemp("logs") / "live.log"
+    # Host mode, contained: its namespace has a private /workspace.
     with serving(app_dir, [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1",
-                           "--port", "{port}"], log) as target:
+                           "--port", "{port}", "--host-mode", "--workspace", "/workspace"], log) as target:
         yield target
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import pytest
 
 from pipeline.checks.cases import all_cases
+from pipeline.checks.image_checks import IMAGE_CHECKS
 from pipeline.checks.suite import run_suite
 
 pytestmark = [pytest.mark.root]
 CASES = [all_cases()[0], all_cases()[5]]
+ANSWER_CHECKS = [n for n in IMAGE_CHECKS if n.startswith("answer-")]
 
 
 def _failed(target) -> set[str]:
@@ -30,6 +32,13 @@ def _failed(target) -> set[str]:
     ("reset-leaves-files", {"image/reset-isolation", *(f"{c.id}/reset" for c in CASES)}, {"image/uid"}),
     ("runs-after-done", {f"{c.id}/cached-terminal" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
     ("two-sessions", {"image/one-session"}, {"image/reset-isolation"}),
+    # The three witnesses that could not fail: each alone catches its broken server.
+    ("runs-after-done-quietly", {f"{c.id}/cached-terminal" for c in CASES},
+     {f"{c.id}/correct" for c in CASES}),
+    ("grades-without-reason", {f"image/{n}" for n in ANSWER_CHECKS},
+     {"image/final-action", *(f"{c.id}/correct" for c in CASES)}),
+    ("loses-output-with-background", {"image/reset-isolation"},
+     {"image/uid", "image/output-cap", *(f"{c.id}/correct" for c in CASES)}),
 ])
 def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, must_pass):
     with broken_server(fault) as target:

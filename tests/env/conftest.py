@@ -1,16 +1,18 @@
 """Live environment servers for the server tests.
 
 `start_server` runs the real app under uvicorn in a child process on a free loopback
-port (as root: the shell drops to UID 2000) and `LiveServer.session()` drives it with
-openenv-core's own WebSocket client (GenericEnvClient and its sync wrapper).
-The `server` fixture is one such process with a 3 s shell timeout, shared by a module.
+port (as root: the shell drops to UID 2000), contained in its own PID, mount and IPC
+namespaces over an overlay of the host's root (tests/contained.py): its resets kill,
+delete and add users only inside. `LiveServer.session()` drives it with openenv-core's
+own WebSocket client (GenericEnvClient and its sync wrapper); `LiveServer.path` and
+`.pid_alive` look into the server's namespace. The `server` fixture is one such process
+with a 3 s shell timeout, shared by a module.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +26,8 @@ from pathlib import Path
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.sync_client import SyncEnvClient
+
+from tests.contained import ContainedProcess, contained_argv, require_containment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_SHELL_TIMEOUT_S = 3.0
@@ -68,6 +72,18 @@ class LiveServer:
     log_path: Path
     modules_path: Path
 
+    @property
+    def contained(self) -> ContainedProcess:
+        return ContainedProcess(self.process)
+
+    def path(self, inside: str | os.PathLike) -> Path:
+        """A path as the server sees it (e.g. /workspace/repo), openable by the test."""
+        return self.contained.path(inside)
+
+    def pid_alive(self, pid: int) -> bool:
+        """Whether the server's namespace has a live (non-zombie) process ``pid``."""
+        return self.contained.pid_alive(pid)
+
     def client(self, message_timeout_s: float = 60.0) -> SyncEnvClient:
         """A connected sync client (its session is the server's one session)."""
         return GenericEnvClient(base_url=self.url, message_timeout_s=message_timeout_s).sync().connect()
@@ -105,13 +121,7 @@ class LiveServer:
 
     def stop(self) -> list[str]:
         """Stop the server; return the modules it had imported."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self.contained.stop()
         if self.modules_path.exists():
             return json.loads(self.modules_path.read_text())
         return []
@@ -132,9 +142,10 @@ def start_server(
     env = {k: v for k, v in os.environ.items() if k != "ARENA_TASKS_FILE"}
     env["PYTHONPATH"] = pythonpath if pythonpath is not None else str(REPO_ROOT)
     with open(log_path, "wb") as log:
+        argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
+                tasks_file or "", str(modules_path)]
         process = subprocess.Popen(
-            [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
-             tasks_file or "", str(modules_path)],
+            contained_argv(workdir / f"ns-{port}", workdir, argv),
             cwd=workdir,
             env=env,
             stdout=log,
@@ -156,8 +167,7 @@ def start_server(
 
 
 def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the environment server needs root to drop commands to UID 2000")
+    require_containment()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 
 import pytest
 
@@ -21,26 +20,28 @@ def shell(env, command: str):
     return env.step({"operation": "shell", "command": command})
 
 
-def snapshot() -> dict[str, str]:
+def snapshot(server) -> dict[str, str]:
     """sha256 of every file in the workspace, read from the test (root) side."""
+    repo = server.path(REPO)
     return {
-        name: hashlib.sha256(open(os.path.join(REPO, name), "rb").read()).hexdigest()
-        for name in sorted(os.listdir(REPO))
+        name: hashlib.sha256((repo / name).read_bytes()).hexdigest()
+        for name in sorted(os.listdir(repo))
     }
 
 
 def test_reset_writes_inputs_and_instructions_owned_by_2000(server):
     with server.session() as env:
         result = env.reset(task_id=CASE)
-        names = sorted(os.listdir(REPO))
+        repo_path = server.path(REPO)
+        names = sorted(os.listdir(repo_path))
         assert len(names) == 4 and "INSTRUCTIONS.md" in names
         for name in names:
-            info = os.lstat(os.path.join(REPO, name))
+            info = os.lstat(repo_path / name)
             assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (2000, 2000, 0o644)
-        repo = os.stat(REPO)
+        repo = os.stat(repo_path)
         assert (repo.st_uid, repo.st_gid) == (2000, 2000)
-        assert os.stat("/workspace").st_uid == 0
-        instructions = open(os.path.join(REPO, "INSTRUCTIONS.md")).read()
+        assert os.stat(server.path("/workspace")).st_uid == 0
+        instructions = (repo_path / "INSTRUCTIONS.md").read_text()
         assert result.observation["output"] == instructions
         assert "answer.json" in instructions and "16 actions" in instructions
         listing = shell(env, "stat -c '%u:%g %n' *").observation["output"].split("\n")
@@ -50,24 +51,24 @@ def test_reset_writes_inputs_and_instructions_owned_by_2000(server):
 def test_same_case_gives_same_files_whatever_the_seed(server):
     with server.session() as env:
         env.reset(task_id=CASE, seed=1)
-        first = snapshot()
+        first = snapshot(server)
         env.reset(task_id=CASE, seed=987654321, episode_id="other")
-        assert snapshot() == first
+        assert snapshot(server) == first
         env.reset(task_id=CASE)
-        assert snapshot() == first
+        assert snapshot(server) == first
         env.reset(task_id=CASE_IDS[0], seed=1)
-        assert snapshot() != first
+        assert snapshot(server) != first
 
 
 def test_reset_discards_the_workspace_and_sandbox_temp_files(server):
     with server.session() as env:
         env.reset(task_id=CASE)
         shell(env, "mkdir -p junk/deep && touch junk/deep/f extra.txt /tmp/arena-leftover && echo x >> graph.json")
-        assert os.path.exists("/tmp/arena-leftover")
+        assert server.path("/tmp/arena-leftover").exists()
         env.reset(task_id=CASE)
-        assert sorted(os.listdir(REPO)) == sorted(snapshot())
-        assert not os.path.exists(os.path.join(REPO, "junk"))
-        assert not os.path.exists("/tmp/arena-leftover")
+        assert sorted(os.listdir(server.path(REPO))) == sorted(snapshot(server))
+        assert not server.path(REPO + "/junk").exists()
+        assert not server.path("/tmp/arena-leftover").exists()
 
 
 def test_reset_kills_a_background_process(server):
@@ -75,20 +76,9 @@ def test_reset_kills_a_background_process(server):
         env.reset(task_id=CASE)
         out = shell(env, "nohup setsid sleep 1000 >/dev/null 2>&1 & echo $!").observation
         pid = int(out["output"])
-        assert os.path.exists(f"/proc/{pid}")
+        assert server.pid_alive(pid)
         env.reset(task_id=CASE)
-        deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z"
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
+        assert not server.pid_alive(pid)
 
 
 def test_correct_answer_scores_one_and_finish_ends_the_episode(server, oracle_json):
@@ -157,8 +147,8 @@ def test_terminal_result_is_cached_and_nothing_runs_after_done(server):
             again = env.step(action)
             assert (again.done, again.reward) == (True, 0.0)
             assert again.observation == final.observation
-        assert not os.path.exists(os.path.join(REPO, "marker"))
-        assert not os.path.exists(os.path.join(REPO, "answer.json"))
+        assert not server.path(REPO + "/marker").exists()
+        assert not server.path(REPO + "/answer.json").exists()
         assert env.state()["step_count"] == 1
         # A reset starts a fresh episode.
         env.reset(task_id=CASE)

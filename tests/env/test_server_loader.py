@@ -56,3 +56,35 @@ def test_serve_refuses_to_start_without_root(monkeypatch, capsys):
     monkeypatch.setattr(cli.os, "geteuid", lambda: 2000)
     assert cli.main(["serve", "--port", "1"]) == 2
     assert "must run as root" in capsys.readouterr().err
+
+
+def test_serve_outside_a_container_needs_host_mode(monkeypatch, capsys):
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli, "in_container", lambda: False)
+    assert cli.main(["serve", "--port", "1"]) == 2
+    assert "--host-mode" in capsys.readouterr().err
+
+
+def test_host_mode_refuses_code_readable_by_uid_2000(monkeypatch, capsys):
+    # This checkout is world-readable: the sandbox could import the task module.
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    assert cli.main(["serve", "--port", "1", "--host-mode"]) == 2
+    err = capsys.readouterr().err
+    assert "could read the server code or task module" in err and "families" in err
+
+
+def test_readable_by_follows_every_parent(tmp_path):
+    inner = tmp_path / "a" / "b"
+    inner.mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    (tmp_path / "a").chmod(0o755)
+    target = inner / "f.py"
+    target.write_text("x")
+    target.chmod(0o644)
+    inner.chmod(0o755)
+    assert cli.readable_by(target, 2000, 2000) == cli.readable_by(tmp_path, 2000, 2000)
+    (tmp_path / "a").chmod(0o700)
+    assert not cli.readable_by(target, 2000, 2000)
+    (tmp_path / "a").chmod(0o755)
+    target.chmod(0o600)
+    assert not cli.readable_by(target, 2000, 2000)

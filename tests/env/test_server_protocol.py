@@ -30,14 +30,27 @@ def test_health_schema_metadata(server):
     assert status == 200 and metadata["name"] == "openenv-arena"
 
 
-@pytest.mark.parametrize("path", ["/reset", "/step"])
-def test_stateless_http_episode_routes_are_not_served(server, path):
+@pytest.mark.parametrize("path", ["/reset", "/step", "/mcp"])
+def test_stateless_http_episode_and_mcp_routes_are_not_served(server, path):
     request = urllib.request.Request(server.url + path, data=b"{}", method="POST",
                                      headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code in (404, 405)
     assert server.get("/state")[0] in (404, 405)
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/redoc", "/mcp"])
+def test_only_the_trainer_routes_answer_http_get(server, path):
+    assert server.get(path)[0] in (404, 405)
+
+
+def test_mcp_websocket_is_not_served(server):
+    # The one WebSocket route is the episode session; /mcp's handshake is refused.
+    with pytest.raises((websockets.exceptions.InvalidStatus, websockets.exceptions.InvalidHandshake)):
+        with websockets.sync.client.connect(server.url.replace("http", "ws") + "/mcp", open_timeout=10) as ws:
+            ws.send(json.dumps({"jsonrpc": "2.0", "method": "tools/list", "id": 1}))
+            ws.recv(timeout=5)
 
 
 def test_reset_defaults_to_first_case_and_accepts_every_case(server):

@@ -8,6 +8,7 @@ never in the production server; each one must make specific suite checks fail.
 from __future__ import annotations
 
 import sys
+import threading
 from functools import partial
 from pathlib import Path
 
@@ -43,6 +44,43 @@ class RunsAfterDone(env_mod.ShellEnvironment):
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
 
+class RunsAfterDoneQuietly(env_mod.ShellEnvironment):
+    """Replays the cached terminal reply at once and runs the action in the background:
+    neither the reply's text nor its timing shows it, only the file it makes."""
+
+    def step(self, action, timeout_s=None, **kwargs):
+        episode = self._episode
+        if episode is not None and episode.terminal is not None and action.operation == "shell":
+            root = self._config.workspace_root
+            threading.Thread(target=shell_mod.run_command, args=(action.command,), daemon=True,
+                             kwargs={"cwd": ws_mod.repo_dir(root), "home": ws_mod.home_dir(root)}).start()
+        return super().step(action, timeout_s=timeout_s, **kwargs)
+
+
+class GradesWithoutReason(env_mod.ShellEnvironment):
+    """Scores a refused answer 0.0 but never says why."""
+
+    def _finish(self, episode, prefix, exit_code):
+        observation = super()._finish(episode, prefix, exit_code)
+        if observation.reward == 0.0:
+            observation = observation.model_copy(update={"output": "Episode finished, reward 0.0.\n",
+                                                         "metadata": {}})
+            episode.terminal = observation
+        return observation
+
+
+class LosesOutputWithBackground(env_mod.ShellEnvironment):
+    """Returns no output when a command leaves a background process (as a server reading
+    until end of file with a timeout would): what the command made cannot be shown, so
+    the isolation check must not pass on what it then fails to find."""
+
+    def step(self, action, timeout_s=None, **kwargs):
+        observation = super().step(action, timeout_s=timeout_s, **kwargs)
+        if not observation.done and ws_mod.sandbox_pids(self._config.uid):
+            observation = observation.model_copy(update={"output": ""})
+        return observation
+
+
 class TwoSessions(env_mod.ShellEnvironment):
     """Claims to support concurrent sessions, so a second session is not refused."""
 
@@ -75,8 +113,7 @@ def _reset_leaves_files() -> None:
         return ws_mod.rebuild_workspace(root, files, instructions, uid, gid)
 
     env_mod.rebuild_workspace = keep_and_overwrite
-    env_mod.kill_sandbox_processes = lambda uid: 0
-    env_mod.remove_sandbox_temp_files = lambda uid: None
+    env_mod.clear_sandbox = lambda config: None
 
 
 PATCHES = {
@@ -86,7 +123,8 @@ PATCHES = {
     "reset-leaves-files": _reset_leaves_files,
 }
 CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone,
-           "two-sessions": TwoSessions}
+           "runs-after-done-quietly": RunsAfterDoneQuietly, "grades-without-reason": GradesWithoutReason,
+           "loses-output-with-background": LosesOutputWithBackground, "two-sessions": TwoSessions}
 FAULTS = sorted({*PATCHES, *CLASSES})
 
 
@@ -100,7 +138,7 @@ def build(fault: str):
     app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ShellAction,
                      ShellObservation, env_name="openenv-arena",
                      max_concurrent_envs=2 if fault == "two-sessions" else 1)
-    app.router.routes[:] = [r for r in app.router.routes if not app_mod._is_stateless(r)]
+    app_mod.keep_served_routes(app)
     return app
 
 

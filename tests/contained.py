@@ -1,0 +1,111 @@
+"""Run a host-mode environment server contained, so tests never change the host.
+
+The server resets by killing every UID-2000 process it sees, deleting UID-2000 files
+in every world-writable directory, removing UID-2000 IPC objects and rebuilding
+/workspace; at start it may add the sandbox user to /etc/passwd. Run on the host
+directly, that would hit other people's processes and files. `contained_argv` wraps
+a command so it runs as PID 1 of new PID, mount and IPC namespaces, chrooted into an
+overlay of the host's root whose writes go to a private tmpfs: the server sees only
+its own processes and IPC objects, and everything it writes (/etc/passwd, /workspace,
+/tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /workspace is a fresh tmpfs
+(as the image's is), whatever the host has at that path. Only `share` (a test's
+temporary directory) is the host's own, bound at the same path, for logs and inputs.
+
+`ContainedProcess.path` maps a path as the server sees it to one the test can open
+(through /proc/PID/root of the server), and `.pid_in` to the server's PIDs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# $1: a host directory to hold the namespace's tmpfs; $2: the shared directory; then argv.
+_SETUP = r"""
+set -eu
+scratch=$1 share=$2
+shift 2
+mount -t tmpfs -o mode=0700 arena-contained "$scratch"
+mkdir "$scratch/upper" "$scratch/work" "$scratch/root"
+r=$scratch/root
+mount -t overlay overlay -o "lowerdir=/,upperdir=$scratch/upper,workdir=$scratch/work" "$r"
+mount --rbind /dev "$r/dev"
+mount -t tmpfs -o mode=1777,nosuid,nodev contained-shm "$r/dev/shm"
+mkdir -p "$r/dev/mqueue"
+mount -t mqueue mqueue "$r/dev/mqueue"
+mkdir -p "$r/workspace"
+mount -t tmpfs -o mode=0755 contained-workspace "$r/workspace"
+mount --rbind /sys "$r/sys"
+mount -t proc proc "$r/proc"
+mkdir -p "$r$share"
+mount --bind "$share" "$r$share"
+exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$share" "$@"
+"""
+
+
+def require_containment() -> None:
+    """Skip unless this process can make the namespaces (root, util-linux, overlayfs)."""
+    if os.geteuid() != 0:
+        pytest.skip("the environment server needs root to drop commands to UID 2000")
+    missing = [tool for tool in ("unshare", "chroot", "mount") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"containing the server needs {', '.join(missing)} (util-linux, coreutils)")
+
+
+def contained_argv(scratch: Path, share: Path, argv: list[str]) -> list[str]:
+    """``argv`` run as PID 1 of private PID/mount/IPC namespaces over an overlay of /."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--propagation", "private",
+            "/bin/sh", "-c", _SETUP, "contained", str(scratch), str(share), *argv]
+
+
+@dataclass
+class ContainedProcess:
+    """The `unshare` process (what the test started) and a view of the server's namespace."""
+
+    process: subprocess.Popen
+
+    def init_pid(self, timeout_s: float = 10.0) -> int:
+        """The host PID of the namespace's PID 1 (the server after its exec)."""
+        deadline = time.monotonic() + timeout_s
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        while True:
+            try:
+                pids = children.read_text().split()
+            except FileNotFoundError:
+                pids = []
+            if pids:
+                return int(pids[0])
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the contained server's namespace has no process")
+            time.sleep(0.02)
+
+    def path(self, inside: str | os.PathLike) -> Path:
+        """``inside`` (absolute, as the server sees it) as a path the test can open."""
+        return Path(f"/proc/{self.init_pid()}/root") / os.fspath(inside).lstrip("/")
+
+    def pid_alive(self, pid: int) -> bool:
+        """Whether PID ``pid`` of the namespace exists and is not a zombie."""
+        try:
+            stat = self.path(f"/proc/{pid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM the server (PID 1 of the namespace) for a clean shutdown, then end it all."""
+        if self.process.poll() is None:
+            try:
+                os.kill(self.init_pid(timeout_s=1.0), 15)
+                self.process.wait(timeout=timeout_s)
+            except (RuntimeError, ProcessLookupError, subprocess.TimeoutExpired):
+                # Killing unshare makes it SIGKILL its child (--kill-child), the namespace's
+                # init; the kernel then kills everything left in the namespace.
+                self.process.kill()
+                self.process.wait()

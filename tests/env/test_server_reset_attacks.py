@@ -1,0 +1,284 @@
+"""The attack battery: what a hostile agent leaves behind, and the reset that must undo it.
+
+Each test makes one shape (or trace) as UID 2000 in the workspace and in the shared
+temporary directories, resets, and requires the next episode to start clean: only
+the case's files in the workspace, no UID-2000 file in any directory the sandbox can
+write, no UID-2000 process, no IPC object, the server healthy. The server runs
+contained (tests/contained.py), so all this happens in its namespace only.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+
+import pytest
+
+from env.catalog import CASE_IDS
+from tests.env.conftest import require_root, start_server
+
+pytestmark = pytest.mark.root
+
+CASE = CASE_IDS[3]
+PYTHON = "/usr/bin/python3"
+SANDBOX_UID = 2000
+SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+# A world-writable directory no list names: the server must find it by scanning.
+UNLISTED = "/var/lib/arena-drop"
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """A contained server with a 30 s shell timeout (building 100,000 files takes a while)
+    and a world-writable directory of its own that no list in the server names."""
+    require_root()
+    live = start_server(tmp_path_factory.mktemp("attacked"), shell_timeout_s=30.0)
+    try:
+        drop = live.path(UNLISTED)
+        drop.mkdir()
+        os.chmod(drop, 0o1777)
+        yield live
+    finally:
+        live.stop()
+
+
+def run(env, command: str) -> dict:
+    return env.step({"operation": "shell", "command": command}).observation
+
+
+def script(server, env, text: str, *, where: str = ".") -> dict:
+    """Run ``text`` with python3 as UID 2000, from ``where``."""
+    return run(env, server.write_command("/workspace/home/attack.py", text) + f"\ncd {where} && {PYTHON} /workspace/home/attack.py")
+
+
+def assert_clean(server, env) -> None:
+    """The state right after a reset: nothing of the last episode anywhere."""
+    assert server.healthy()
+    repo = server.path("/workspace/repo")
+    names = sorted(os.listdir(repo))
+    assert len(names) == 4 and "INSTRUCTIONS.md" in names, names
+    assert os.listdir(server.path("/workspace/home")) == []
+    assert sorted(os.listdir(server.path("/workspace"))) == ["home", "repo"]
+    for directory in (*SHARED, UNLISTED):
+        left = [n for n in os.listdir(server.path(directory))
+                if os.lstat(server.path(directory) / n).st_uid == SANDBOX_UID]
+        assert left == [], f"{directory}: {left}"
+    assert sandbox_processes(server) == []
+    out = run(env, "echo alive; ipcs -q -m -s | grep -c '^0x' ; ls -A /dev/mqueue | wc -l")
+    assert out["output"].split() == ["alive", "0", "0"], out["output"]
+
+
+def sandbox_processes(server) -> list[int]:
+    found = []
+    for name in os.listdir(server.path("/proc")):
+        if name.isdigit():
+            try:
+                status = server.path(f"/proc/{name}/status").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:4]
+            if str(SANDBOX_UID) in uids and "Z (zombie)" not in status:
+                found.append(int(name))
+    return found
+
+
+def attack_then_reset(server, text: str, *, places=("/workspace/repo", "/tmp", UNLISTED)) -> None:
+    with server.session(message_timeout_s=120) as env:
+        env.reset(task_id=CASE)
+        for place in places:
+            out = script(server, env, text, where=place)
+            assert out["exit_code"] == 0, out["output"]
+        env.reset(task_id=CASE)
+        assert_clean(server, env)
+
+
+DEEP = """
+import os
+for _ in range(10_000):
+    os.mkdir("d")
+    os.chdir("d")
+open("bottom", "w").close()
+"""
+
+WIDE = """
+import os
+os.mkdir("wide")
+for i in range(100_000):
+    os.close(os.open(f"wide/{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+"""
+
+LINKS_AND_LOOPS = """
+import os
+os.mkdir("links")
+open("links/file", "w").close()
+for i in range(50):
+    os.link("links/file", f"links/hard{i}")
+os.symlink("loop-b", "links/loop-a")
+os.symlink("loop-a", "links/loop-b")
+os.symlink(".", "links/self")
+os.symlink("/", "links/root")
+os.symlink("/etc/passwd", "links/passwd")
+os.symlink("/workspace", "links/workspace")
+"""
+
+UNREADABLE = """
+import os
+os.makedirs("locked/a/b")
+open("locked/a/b/x", "w").close()
+for path in ("locked/a/b", "locked/a", "locked"):
+    os.chmod(path, 0)
+"""
+
+SPECIAL = """
+import os, socket
+os.mkdir("special")
+os.mkfifo("special/fifo")
+s = socket.socket(socket.AF_UNIX)
+s.bind("special/sock")
+os.mkfifo("top-fifo")
+"""
+
+ODD_NAMES = """
+import os
+os.mkdir(b"bad\\xff\\nname")
+open(b"bad\\xff\\nname/in\\nner\\xfe", "w").close()
+open(b"\\n", "w").close()
+open(b"-rf *", "w").close()
+"""
+
+HELD_OPEN = """
+import os, signal, sys
+open("held", "w").write("x")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        f = open("held", "a")
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        signal.pause()
+    os._exit(0)
+os.wait()
+"""
+
+
+@pytest.mark.parametrize(("shape", "text"), [
+    ("depth-10000", DEEP), ("width-100000", WIDE), ("links-and-loops", LINKS_AND_LOOPS),
+    ("chmod-000", UNREADABLE), ("fifo-and-socket", SPECIAL), ("odd-names", ODD_NAMES),
+    ("held-open-ignoring-sigterm", HELD_OPEN),
+])
+def test_reset_survives_every_shape(attacked, shape, text):
+    places = ("/workspace/repo", "/tmp") if shape == "width-100000" else ("/workspace/repo", "/tmp", UNLISTED)
+    attack_then_reset(attacked, text, places=places)
+    assert attacked.path("/etc/passwd").read_text().startswith("root:")
+
+
+def test_reset_after_random_trees_across_many_episodes(attacked):
+    seed = int(os.environ.get("ARENA_RESET_SEED", random.SystemRandom().randrange(2**32)))
+    rng = random.Random(seed)
+    with attacked.session(message_timeout_s=120) as env:
+        env.reset(task_id=CASE)
+        for episode in range(8):
+            place = rng.choice(["/workspace/repo", "/tmp", "/dev/shm", "/var/tmp", UNLISTED, "/workspace/home"])
+            parts = rng.sample([DEEP.replace("10_000", str(rng.randrange(1, 800))), LINKS_AND_LOOPS,
+                                UNREADABLE, SPECIAL, ODD_NAMES], k=rng.randrange(1, 4))
+            text = "import os\nbase = os.getcwd()\n" + "\n".join(
+                f"os.chdir(base)\nos.makedirs('r{i}', exist_ok=True)\nos.chdir('r{i}')\n{part}"
+                for i, part in enumerate(parts))
+            out = script(attacked, env, text, where=place)
+            assert out["exit_code"] == 0, (seed, episode, out["output"])
+            env.reset(task_id=CASE)
+            try:
+                assert_clean(attacked, env)
+            except AssertionError as exc:
+                raise AssertionError(f"ARENA_RESET_SEED={seed}, episode {episode}: {exc}") from exc
+
+
+def test_reset_kills_setsid_and_double_forked_processes(attacked):
+    with attacked.session() as env:
+        env.reset(task_id=CASE)
+        out = run(env, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; "
+                       "( ( sleep 1000 </dev/null >/dev/null 2>&1 & echo $! ) & ); sleep 0.2")
+        pids = [int(p) for p in out["output"].split()]
+        assert len(pids) == 2 and all(attacked.pid_alive(p) for p in pids)
+        env.reset(task_id=CASE)
+        assert not any(attacked.pid_alive(p) for p in pids)
+        assert_clean(attacked, env)
+
+
+def test_reset_removes_sysv_ipc_and_posix_message_queues(attacked):
+    mq = ("import ctypes, os\n"
+          "rt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+          "rt.mq_open.restype = ctypes.c_int\n"
+          "fd = rt.mq_open(b'/arena-mq', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+          "assert fd >= 0, ctypes.get_errno()\n")
+    with attacked.session() as env:
+        env.reset(task_id=CASE)
+        made = run(env, "ipcmk -Q && ipcmk -M 4096 && ipcmk -S 2 && ipcs -q -m -s | grep -c '^0x'")
+        assert made["output"].split()[-1] == "3", made["output"]
+        assert script(attacked, env, mq)["exit_code"] == 0
+        assert run(env, "ls /dev/mqueue")["output"] == "arena-mq\n"
+        env.reset(task_id=CASE)
+        assert_clean(attacked, env)
+
+
+def test_reset_removes_files_in_a_world_writable_directory_found_by_scanning(attacked):
+    with attacked.session() as env:
+        env.reset(task_id=CASE)
+        assert run(env, f"touch {UNLISTED}/left && mkdir -p {UNLISTED}/tree/x")["exit_code"] == 0
+        env.reset(task_id=CASE)
+        assert_clean(attacked, env)
+
+
+def test_a_reset_that_cannot_clean_says_so_and_the_server_stays_healthy(start_live_server):
+    # Something the sandbox cannot make but an operator could: a mount point inside the
+    # workspace. The reset refuses to cross it, says so, and the server goes on serving
+    # (its own server: this one stays unable to clean; recovery is in test_purge.py).
+    live = start_live_server()
+    with live.session() as env:
+        env.reset(task_id=CASE)
+        run(env, "mkdir mnt && touch mnt/under")
+        pid = live.contained.init_pid()
+        subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "--", "mount", "-t", "tmpfs", "stuck",
+                        "/workspace/repo/mnt"], check=True)
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="could not empty the workspace.*mount point"):
+                env.reset(task_id=CASE)
+            assert live.healthy() and live.get("/schema")[0] == 200
+        with pytest.raises(RuntimeError, match="no episode in progress"):
+            run(env, "echo must not run")
+
+
+def test_fork_bomb_output_flood_memory_hog_sparse_answer_and_killing_the_server(attacked):
+    bomb = ("import os, time\n"
+            "for _ in range(100000):\n"
+            "    try:\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(100)\n"
+            "            os._exit(0)\n"
+            "    except OSError:\n"
+            "        break\n")
+    with attacked.session(message_timeout_s=120) as env:
+        env.reset(task_id=CASE)
+        # Host mode has no cgroup limits: the process and address-space limits are what
+        # hold, so confirm them before pushing against them.
+        assert run(env, "ulimit -u; ulimit -v")["output"].split() == ["256", str(4 * 1024 * 1024)]
+        script(attacked, env, bomb)
+        env.reset(task_id=CASE)
+        assert_clean(attacked, env)
+        flood = run(env, "yes | head -c 50M; echo")
+        assert flood["output"].startswith("[output truncated")
+        hog = run(env, f"{PYTHON} -c 'x = bytearray(8 * 1024**3)'; echo status=$?")
+        assert "MemoryError" in hog["output"]
+        # The file size limit stops a 10 GB sparse answer; what is left is refused.
+        run(env, "truncate -s 10G answer.json; ls -ls answer.json")
+        # The server (PID 1 here, as in a container) is another user's: it cannot be killed.
+        killer = run(env, "kill -9 1; kill -9 $PPID; echo tried")
+        assert "Operation not permitted" in killer["output"] and attacked.healthy()
+        graded = env.step({"operation": "finish"})
+        assert graded.reward == 0.0 and graded.done
+        env.reset(task_id=CASE)
+        assert_clean(attacked, env)

@@ -1,0 +1,108 @@
+"""The attack battery of tests/env/test_server_reset_attacks.py against the server in a
+container under limits, as the image runs: every shape and trace, then a reset, then
+the next episode must be clean, seen from inside by the sandbox user itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import runtime
+from pipeline.checks.cases import all_cases
+from pipeline.checks.client import Session
+from pipeline.limits import ContainerLimits
+from tests.env import test_server_reset_attacks as battery
+
+pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+LIMITS = ContainerLimits(memory_bytes=1024 * MIB, pids=1024, cpus=1.0, workspace_bytes=256 * MIB)
+SERVE = ["/opt/arena-python/bin/python3", "-m", "env", "serve", "--host", "0.0.0.0", "--port", "8000"]
+MOUNT = ["--volume", f"{REPO / 'env'}:/opt/arena/env:ro", "--workdir", "/opt/arena",
+         "--env", "PYTHONPATH=/opt/arena"]
+CASE = all_cases()[3]
+SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+
+# Run as UID 2000 right after a reset: what of the last episode it can still find.
+CLEAN_PROBE = r"""
+import json, os
+def owned(d):
+    try:
+        return [n for n in os.listdir(d) if os.lstat(os.path.join(d, n)).st_uid == 2000]
+    except FileNotFoundError:
+        return []
+procs = []
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            status = open("/proc/" + p + "/status").read()
+            cmd = open("/proc/" + p + "/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        uid = [l for l in status.splitlines() if l.startswith("Uid:")][0].split()[1]
+        if uid == "2000" and "CLEAN" + "PROBE" not in cmd:
+            procs.append(cmd)
+ipc = {k: len(open("/proc/sysvipc/" + k).read().splitlines()) - 1 for k in ("msg", "shm", "sem")}
+print("CLEANPROBE " + json.dumps({"repo": len(os.listdir("/workspace/repo")), "home": os.listdir("/workspace/home"),
+      "shared": {d: owned(d) for d in SHARED}, "procs": procs, "ipc": ipc}))
+""".replace("SHARED", repr(list(SHARED)))
+
+
+@pytest.fixture(scope="module")
+def server(base_image, local_registry):
+    rt = runtime.ContainerRuntime()
+    image = rt.pull(base_image.pull_reference(local_registry.address))
+    container = rt.start(image, extra_args=MOUNT, command=SERVE, limits=LIMITS)
+    try:
+        yield container
+    finally:
+        rt.remove(container)
+
+
+def _clean(session: Session) -> dict:
+    out = session.shell("python3 -c " + _quote(CLEAN_PROBE)).output
+    line = next(l for l in out.splitlines() if l.startswith("CLEANPROBE "))
+    return json.loads(line[len("CLEANPROBE "):])
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+CLEAN = {"repo": 4, "home": [], "shared": dict.fromkeys(SHARED, []), "procs": [],
+         "ipc": {"msg": 0, "shm": 0, "sem": 0}}
+
+
+@pytest.mark.parametrize(("shape", "text"), [
+    ("depth-10000", battery.DEEP), ("width-100000", battery.WIDE), ("links-and-loops", battery.LINKS_AND_LOOPS),
+    ("chmod-000", battery.UNREADABLE), ("fifo-and-socket", battery.SPECIAL), ("odd-names", battery.ODD_NAMES),
+    ("held-open-ignoring-sigterm", battery.HELD_OPEN),
+])
+def test_every_shape_is_gone_after_reset_in_the_container(server, shape, text):
+    with Session(server.url) as session:
+        session.reset(CASE.id, seed=1)
+        for place in ("/workspace/repo", "/tmp", "/dev/shm"):
+            write = f"cat > /workspace/home/attack.py <<'ARENA_EOF'\n{text}\nARENA_EOF\n"
+            out = session.shell(write + f"cd {place} && python3 /workspace/home/attack.py; echo rc=$?")
+            assert "rc=0" in out.output, out.output
+        session.reset(CASE.id, seed=2)
+        assert _clean(session) == CLEAN
+
+
+def test_processes_and_ipc_are_gone_after_reset_in_the_container(server):
+    with Session(server.url) as session:
+        session.reset(CASE.id, seed=3)
+        out = session.shell("setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
+                            "( ( sleep 1000 </dev/null >/dev/null 2>&1 & ) & ); "
+                            "ipcmk -Q >/dev/null && ipcmk -M 4096 >/dev/null && ipcmk -S 2 >/dev/null; "
+                            "python3 -c 'import ctypes, os; rt = ctypes.CDLL(\"librt.so.1\"); "
+                            "assert rt.mq_open(b\"/arena-mq\", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0'; "
+                            "sleep 0.2; ls /dev/mqueue; echo made")
+        assert "arena-mq" in out.output and "made" in out.output, out.output
+        before = _clean(session)
+        assert len(before["procs"]) >= 2 and sum(before["ipc"].values()) == 3
+        session.reset(CASE.id, seed=4)
+        assert _clean(session) == CLEAN
