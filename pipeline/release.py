@@ -133,8 +133,10 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     try:
         with timings.stage("preflight"):
             revision = provenance.project_revision(repo, allow_dirty=allow_dirty)
+            inputs = provenance.image_inputs(repo)
             sde = provenance.source_date_epoch(repo)
-            say(f"    source {revision.commit} (dirty: {revision.dirty}), SOURCE_DATE_EPOCH {sde}")
+            say(f"    source {revision.commit} (dirty: {revision.dirty}); image inputs last "
+                f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
         if profile.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
@@ -144,19 +146,16 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("base"):
             if profile.base == "local":
                 base_record, what = base.ensure(client)
-                base_ref = base_record.pull_reference(client.registry)
-                base_pin = provenance.Base(base_record.name, base_record.digest)
-                say(f"    base {what}: {base_ref}")
-            else:
-                base_ref = profile.base
-                base_pin = provenance.Base(*base_ref.split("@", 1))
+                say(f"    base {what}: {base_record.pull_reference(client.registry)}")
+            base_src = build.base_source(profile, registry=client.registry)
+            base_pin = provenance.Base(base_src.name, base_src.digest)
         with timings.stage("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
         task_file = build.vendored_task_file(cfg, profile, vendor_dir)
         with timings.stage("build"):
-            record = build.build(cfg, repo=repo, base_ref=base_ref, repository=image_name,
-                                 tag=profile.tag, source_revision=revision.commit,
+            record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
+                                 tag=profile.tag, source_revision=inputs.commit,
                                  source_date_epoch=sde, vendored=task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
@@ -169,7 +168,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("push"):
             pushed = push_layout(client, profile.repository, Path(record.layout),
                                  ref_name=record.tag, tag=profile.tag,
-                                 mount_from=build.same_registry_repos(client, base_ref))
+                                 mount_from=build.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"):
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel)
             checks_results.write(dist / "checks.json", suite)
@@ -189,7 +188,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                 name=image_name, digest=record.manifest_digest, media_type=record.media_type,
                 config_digest=record.config_digest, compressed_size=record.compressed_size,
                 layer_count=len(record.base_layers) + len(record.app_layers),
-                app_layers=record.app_layers)
+                app_layers=record.app_layers, config=record.config)
             prov = provenance.assemble(
                 repo, profile, base=base_pin,
                 sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
