@@ -16,6 +16,18 @@ from .conftest import (REPO, VENDORED, VENDORED_TOML, fresh_clone, git, make_rec
 
 pytestmark = [pytest.mark.slow]
 
+REMOTE_TOML = """
+[profiles.remote]
+description = "test: a base pinned in a remote registry"
+registry = "registry.invalid"
+repository = "arena/remote"
+tag = "remote"
+base = "{base}"
+tasks = "first-party"
+signing = "key"
+external_tasks_required = false
+"""
+
 
 def test_fresh_clone_reproduces_the_whole_image_digest(released, local_registry, tmp_path):
     clone = fresh_clone(released, tmp_path / "rebuilder" / "clone")
@@ -103,17 +115,13 @@ def test_base_nobody_serves_is_not_rebuilt_and_fails(released, local_registry, t
     """A remote base (host `registry.invalid`: a name that never resolves, standing in for an
     unreachable ghcr.io) cannot be rebuilt here: "not rebuilt" fails; --layers-only is PARTIAL."""
     clone = fresh_clone(released, tmp_path / "clone")
-    toml = (clone / "release.toml").read_text()
     lock = json.loads((clone / "locks" / "base.json").read_text())
-    remote = f"registry.invalid/arena/base@{lock['digest']}"
-    toml = toml.replace('base = "ghcr.io/akseljoonas/mimo-openenv-software@sha256:'
-                        '2031f3313b3a94474fcb8f9d0b2d416eb0bb86346dd32d8dbf177384c7a681c9"',
-                        f'base = "{remote}"')
-    (clone / "release.toml").write_text(toml)
-    git(clone, "commit", "-q", "-am", "arena profile on an unreachable base")
+    with open(clone / "release.toml", "a") as f:
+        f.write(REMOTE_TOML.format(base=f"registry.invalid/arena/base@{lock['digest']}"))
+    git(clone, "commit", "-q", "-am", "a profile on an unreachable remote base")
     source = build.BaseSource(name="registry.invalid/arena/base", digest=lock["digest"],
                               registry=local_registry.address, repository="arena/base")
-    make_records(clone, local_registry.address, profile_name="arena",
+    make_records(clone, local_registry.address, profile_name="remote",
                  vendor_dir=None, base_source=source)
     proc = reproduce(clone)
     assert proc.returncode != 0
