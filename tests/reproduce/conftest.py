@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import base, build, config, provenance
+from pipeline.oci.registry import Credentials, RegistryClient
+from pipeline.publish import push_layout
 
 from ..base.basefixtures import base_image  # noqa: F401
 
@@ -67,9 +69,9 @@ def vendor(dest: Path, data: bytes = VENDORED) -> Path:
     return dest
 
 
-def make_records(clone: Path, registry: str, *, profile_name: str = "local",
+def make_records(clone: Path, registry: str, *, credentials: Credentials | None = None, profile_name: str = "local",
                  vendor_dir: Path | None = None, base_source: build.BaseSource | None = None,
-                 commit: bool = True) -> provenance.Provenance:
+                 commit: bool = True, push: bool = False) -> provenance.Provenance:
     """Build the image of `clone`'s HEAD and commit provenance.json for it, as a release does
     (the check suite and signatures are another stage's business)."""
     cfg = config.load(clone / "release.toml")
@@ -91,6 +93,10 @@ def make_records(clone: Path, registry: str, *, profile_name: str = "local",
     prov = provenance.assemble(clone, profile, base=provenance.Base(source.name, source.digest),
                                sources=(), external=(), image=image)
     provenance.write(clone / "provenance.json", prov)
+    if push:
+        client = RegistryClient(registry, credentials=credentials)
+        push_layout(client, profile.repository, Path(record.layout), ref_name=record.tag,
+                    tag=record.tag)
     if commit:
         git(clone, "add", "provenance.json")
         git(clone, "commit", "-q", "-m", "release records")

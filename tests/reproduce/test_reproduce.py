@@ -5,11 +5,13 @@ byte or vendored file, a base nobody can serve, a commit the clone does not hold
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pipeline import build
+from pipeline.oci.registry import Credentials
 
 from .conftest import (REPO, VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,
                        vendor)
@@ -71,6 +73,9 @@ def _forge(clone: Path, old: dict) -> None:
 @pytest.mark.parametrize("change", ["chmod", "byte"])
 def test_changed_env_file_fails_and_names_it(change, released, local_registry, tmp_path):
     clone = fresh_clone(released, tmp_path / "clone")
+    # The recorded image is in the registry, so diffoscope can read the recorded blobs.
+    make_records(clone, local_registry.address, commit=False, push=True,
+                 credentials=Credentials(local_registry.user, local_registry.password))
     old = json.loads((clone / "provenance.json").read_text())
     target = clone / "env" / "server" / "app.py"
     if change == "chmod":
@@ -90,6 +95,10 @@ def test_changed_env_file_fails_and_names_it(change, released, local_registry, t
         assert "opt/arena/env/server/app.py: content differs" in proc.stdout
     assert "image DIFFERS" in proc.stdout
     assert "does not reproduce" in proc.stderr
+    if shutil.which("diffoscope"):
+        assert "diffoscope sha256:" in proc.stdout
+        assert ("-rw-------" in proc.stdout and "-rwx------" in proc.stdout) if change == "chmod" \
+            else "app.py" in proc.stdout.split("diffoscope sha256:", 1)[1]
 
 
 def test_vendored_file_with_a_changed_byte_fails_and_names_it(released, local_registry, tmp_path):
