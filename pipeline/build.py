@@ -297,16 +297,25 @@ def same_registry_repos(client: RegistryClient, base: BaseSource) -> tuple[str, 
     return (base.repository,) if base.repository and base.registry == client.registry else ()
 
 
-def base_source(profile: _config.Profile, *, registry: str | None = None) -> BaseSource:
-    """The base to build on: the profile's pinned digest, or the local base lock's read
-    from `registry` (default: the local registry)."""
+def pinned_base(profile: _config.Profile) -> tuple[str, str]:
+    """The recorded name and digest of the profile's base (release.toml or locks/base.json)."""
     if profile.base != "local":
-        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
+        ref = Reference.parse(profile.base)
+        return ref.name, ref.digest or ""
     record = _base.load_record()
     if record is None:
         raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
                           hint="run `nox -s base` first")
-    return BaseSource(name=record.name, digest=record.digest, repository=record.name,
+    return record.name, record.digest
+
+
+def base_source(profile: _config.Profile, *, registry: str | None = None) -> BaseSource:
+    """The base to build on, read from a registry: the profile's pinned digest, or the
+    local base lock's from `registry` (default: the local registry)."""
+    if profile.base != "local":
+        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
+    name, digest = pinned_base(profile)
+    return BaseSource(name=name, digest=digest, repository=name,
                       registry=registry or localregistry.endpoint().address)
 
 
@@ -337,8 +346,7 @@ def main(argv: list[str]) -> int:
     if args.base:
         source = BaseSource.from_registry(args.base)
     elif args.base_layout:
-        pinned = base_source(profile, registry="")
-        source = BaseSource.from_layout(args.base_layout, pinned.name, pinned.digest)
+        source = BaseSource.from_layout(args.base_layout, *pinned_base(profile))
     else:
         source = base_source(profile)
     record = build(
