@@ -493,7 +493,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--source-date-epoch", type=int, default=SOURCE_DATE_EPOCH)
     ap.add_argument("--registry", default=None,
                     help="push to this registry (host:port) instead of the local one")
+    ap.add_argument("--oci-layout", type=Path, default=None,
+                    help="only build the base into this directory's oci/ (no registry, "
+                         "locks/base.json untouched) and print its digest")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="rootfs and wheel caches (default: .release/base/rootfs, .release/wheels)")
     args = ap.parse_args(argv)
+    if args.oci_layout:
+        spec = BaseSpec(mirror=args.mirror, source_date_epoch=args.source_date_epoch)
+        built = build(spec, runtime_lock.load_lock(), python=load().python,
+                      state_dir=args.oci_layout, use_cache=not args.no_cache,
+                      rootfs_cache=args.cache_dir / "rootfs" if args.cache_dir else None,
+                      wheel_cache=args.cache_dir / "wheels" if args.cache_dir else
+                      runtime_lock.WHEEL_CACHE)
+        print(f"{REPOSITORY}@{built.manifest_digest}")
+        return 0
     if args.registry:
         client = RegistryClient(args.registry, credentials=Credentials.from_env(args.registry))
     else:
