@@ -38,9 +38,9 @@ RECORD_VERSION = 2
 BLOB_CACHE = _config.REPO_ROOT / ".release" / "cache" / "blobs"
 
 
-def _loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") \
-        else host
+def _loopback(registry: str) -> bool:
+    """Whether `host[:port]` (or `[v6]:port`) names this machine's loopback interface."""
+    name = registry[1:registry.find("]")] if registry.startswith("[") else registry.split(":")[0]
     if name == "localhost":
         return True
     try:
@@ -81,11 +81,6 @@ class BaseSource:
     @classmethod
     def from_layout(cls, layout: Path, name: str, digest: str) -> "BaseSource":
         return cls(name=name, digest=digest, layout=Path(layout))
-
-    @property
-    def reference(self) -> str | None:
-        """`registry/repository@digest` for a registry source."""
-        return None if self.layout else f"{self.registry}/{self.repository}@{self.digest}"
 
     def __str__(self) -> str:
         where = f"registry {self.registry}" if self.layout is None else f"OCI layout {self.layout}"

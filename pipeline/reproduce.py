@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import base as _base
@@ -97,11 +97,9 @@ class Reproduction:
     base: BaseOutcome | None
     config_differences: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    diffoscope: tuple[str, ...] = field(default=())
-
-    @property
-    def partial(self) -> bool:
-        return self.image_rebuilt is None and self.base is None
+    diffoscope: tuple[str, ...] = ()
+    # --layers-only: the base and the image were deliberately not rebuilt.
+    partial: bool = False
 
     @property
     def ok(self) -> bool:
@@ -236,8 +234,9 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
                                 expected=record.runtime_lock_sha256, actual=lock.sha256)
     say(f"reproduce: rebuilding the base from locks/base.json (Debian snapshot "
         f"{record.debian_snapshot}, packages from {mirror}; about a minute)")
+    # No rootfs cache: a cached tree would hide a drift of the snapshot's packages.
     built = _base.build(record.spec(mirror), lock, python=record.python, state_dir=work,
-                        rootfs_cache=_base.STATE_DIR / "rootfs")
+                        rootfs_cache=work / "rootfs", use_cache=False)
     how = f"rebuilt from locks/base.json (snapshot {record.debian_snapshot_url})"
     if built.manifest_digest == record.digest:
         return (BaseSource.from_layout(built.layout, record.name, record.digest),
@@ -307,8 +306,9 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
     if prov.project.dirty:
         notes.append(f"the release was made from a dirty checkout ({', '.join(prov.project.dirty_paths)}); "
                      "the commit does not hold those changes")
-    with tempfile.TemporaryDirectory(prefix="reproduce-", dir=_base.STATE_DIR.parent.parent
-                                     if _base.STATE_DIR.parent.exists() else None) as tmp:
+    scratch = _config.REPO_ROOT / ".release"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="reproduce-", dir=scratch) as tmp:
         tmp = Path(tmp)
         with worktree(repo, commit, tmp) as checkout:
             cfg = _config.load(checkout / "release.toml")
@@ -326,7 +326,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
             layers = compare_app_layers(checkout, cfg, vendored, prov.image, sde, tmp / "layers")
             if layers_only:
                 return Reproduction(commit, stale, tuple(layers), prov.image.digest, None, None,
-                                    notes=tuple(notes))
+                                    notes=tuple(notes), partial=True)
             source, reasons = _registry_base(prov, profile, registry)
             if source is not None:
                 outcome = BaseOutcome(prov.base.digest, prov.base.digest, f"read from {source}")
