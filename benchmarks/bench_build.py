@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, base, build, localregistry, provenance, pull, publish  # noqa: E402
+from pipeline import _proc, base, basesource, build, localregistry, provenance, pull, publish  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
 from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
 from pipeline.runtime import ContainerRuntime  # noqa: E402
@@ -47,7 +47,7 @@ def main() -> int:
     client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
     record, _ = base.ensure(client)
     base_ref = record.pull_reference(ep.address)
-    source = build.BaseSource.from_registry(base_ref, name=record.name)
+    source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)
     sde = provenance.source_date_epoch(REPO_ROOT)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import base, build, config, localregistry, provenance  # noqa: E402
+from pipeline import base, basesource, build, config, localregistry, provenance  # noqa: E402
 from pipeline.config import REPO_ROOT  # noqa: E402
 from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
 
@@ -39,7 +39,7 @@ def released_clone(dest: Path, registry: str) -> None:
     cfg = config.load(dest / "release.toml")
     profile = cfg.profile("local")
     lock = base.load_record(dest / "locks" / "base.json")
-    source = build.BaseSource(name=lock.name, digest=lock.digest, registry=registry,
+    source = basesource.BaseSource(name=lock.name, digest=lock.digest, registry=registry,
                               repository=lock.name)
     inputs = provenance.image_inputs(dest)
     record = build.build(cfg, repo=dest, base=source, repository=profile.image_name,

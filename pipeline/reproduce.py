@@ -33,7 +33,8 @@ from . import base as _base
 from . import config as _config
 from . import git, localregistry, provenance
 from . import lock as runtime_lock
-from .build import BaseSource, build, vendored_task_file
+from .basesource import BaseSource
+from .build import build, vendored_task_file
 from .errors import ReleaseError, SourceError, VerificationError
 from .imageconfig import ImageConfigValues
 from .layerdiff import AppLayer, explain, members_of_blob

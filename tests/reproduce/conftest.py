@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, build, config, provenance
+from pipeline import base, basesource, build, config, provenance
 from pipeline.oci.registry import Credentials, RegistryClient
 from pipeline.publish import push_layout
 
@@ -70,14 +70,14 @@ def vendor(dest: Path, data: bytes = VENDORED) -> Path:
 
 
 def make_records(clone: Path, registry: str, *, credentials: Credentials | None = None, profile_name: str = "local",
-                 vendor_dir: Path | None = None, base_source: build.BaseSource | None = None,
+                 vendor_dir: Path | None = None, base_source: basesource.BaseSource | None = None,
                  commit: bool = True, push: bool = False) -> provenance.Provenance:
     """Build the image of `clone`'s HEAD and commit provenance.json for it, as a release does
     (the check suite and signatures are another stage's business)."""
     cfg = config.load(clone / "release.toml")
     profile = cfg.profile(profile_name)
     lock = base.load_record(clone / "locks" / "base.json")
-    source = base_source or build.BaseSource(name=lock.name, digest=lock.digest,
+    source = base_source or basesource.BaseSource(name=lock.name, digest=lock.digest,
                                              registry=registry, repository=lock.name)
     inputs = provenance.image_inputs(clone)
     sde = provenance.source_date_epoch(clone)

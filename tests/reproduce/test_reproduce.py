@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import build
+from pipeline import basesource
 from pipeline.oci.registry import Credentials
 
-from .conftest import (REPO, VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,
+from .conftest import (VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,
                        vendor)
 
 pytestmark = [pytest.mark.slow]
@@ -128,7 +128,7 @@ def test_base_nobody_serves_is_not_rebuilt_and_fails(released, local_registry, t
     with open(clone / "release.toml", "a") as f:
         f.write(REMOTE_TOML.format(base=f"registry.invalid/arena/base@{lock['digest']}"))
     git(clone, "commit", "-q", "-am", "a profile on an unreachable remote base")
-    source = build.BaseSource(name="registry.invalid/arena/base", digest=lock["digest"],
+    source = basesource.BaseSource(name="registry.invalid/arena/base", digest=lock["digest"],
                               registry=local_registry.address, repository="arena/base")
     make_records(clone, local_registry.address, profile_name="remote",
                  vendor_dir=None, base_source=source)
