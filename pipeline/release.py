@@ -96,7 +96,8 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"- image: `{image}`",
         f"- pushed and pulled back anonymously: `{pushed}`",
         f"- base: `{record.base}`",
-        f"- source revision: `{record.source_revision}` (SOURCE_DATE_EPOCH {record.source_date_epoch})",
+        f"- image inputs last changed in: `{record.source_revision}` (the revision label; "
+        f"SOURCE_DATE_EPOCH {record.source_date_epoch})",
         f"- compressed size: {record.compressed_size:,} bytes in "
         f"{len(record.base_layers) + len(record.app_layers)} layers "
         f"(application layers {record.app_size:,} bytes)",
