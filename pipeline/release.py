@@ -26,12 +26,13 @@ from pathlib import Path
 from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
 from . import signing, sources, submission
 from . import config as _config
+from . import lock as runtime_lock
 from ._io import sha256_file, write_atomic
 from .checks import external as checks_external
 from .checks import report as checks_report
 from .checks import results as checks_results
 from .checks.commands import verify_image
-from .errors import CheckFailure, ReleaseError
+from .errors import CheckFailure, ReleaseError, SourceError
 from .progress import say
 from .publish import push_layout
 
@@ -119,6 +120,20 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     write_atomic(path, "\n".join(lines).encode())
 
 
+def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
+    """Stop before any work when the committed locks/base.json does not describe the base
+    these inputs and this code build: the release would rewrite it, and its records
+    would then name a dirty checkout."""
+    record = base.load_record()
+    lock = runtime_lock.load_lock()
+    if record is None or not record.built_from(base.BaseSpec(), lock.sha256, cfg.python):
+        raise SourceError(
+            "locks/base.json is not the base of this commit's inputs and base-builder code",
+            expected="a current, committed base lock",
+            actual="missing" if record is None else f"pinned {record.digest}, made from other inputs or code",
+            hint="run `nox -s base` and commit locks/base.json, then release")
+
+
 def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
             allow_dirty: bool = False, mirror: Path | None = None, parallel: int = 2,
             signing_kind: str | None = None) -> Outcome:
@@ -138,6 +153,8 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
             sde = provenance.source_date_epoch(repo)
             say(f"    source {revision.commit} (dirty: {revision.dirty}); image inputs last "
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
+            if profile.base == "local" and not allow_dirty:
+                _check_base_lock(cfg)
         if profile.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
