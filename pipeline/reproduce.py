@@ -35,7 +35,7 @@ from . import git, localregistry, provenance
 from . import lock as runtime_lock
 from .basesource import BaseSource
 from .build import build, vendored_task_file
-from .errors import ReleaseError, SourceError, VerificationError
+from .errors import ConfigError, ReleaseError, SourceError, VerificationError
 from .imageconfig import ImageConfigValues
 from .layerdiff import AppLayer, explain, members_of_blob
 from .oci.layer import write_layer, zlib_version
@@ -221,7 +221,15 @@ def _registry_base(prov: provenance.Provenance, profile: _config.Profile,
 def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
                  work: Path) -> tuple[BaseSource | None, BaseOutcome]:
     """Rebuild the local base from the recorded commit's lock into an OCI layout."""
-    record = _base.load_record(checkout / "locks" / "base.json")
+    try:
+        record = _base.load_record(checkout / "locks" / "base.json")
+    except ConfigError as exc:
+        raise VerificationError(
+            f"the base lock at {prov.project.commit[:12]} cannot be rebuilt by this code",
+            expected="locks/base.json with the Debian snapshot and every .deb",
+            actual=exc.one_line(),
+            hint="serve the recorded base by digest (--base-registry), or reproduce records "
+                 "made by a release of this code") from None
     if record is None:
         raise SourceError(f"no locks/base.json at {prov.project.commit}",
                           hint="the recorded commit must pin the local base")
@@ -386,8 +394,7 @@ def render(result: Reproduction) -> str:
         lines += [f"  {d}" for d in l.differences]
     lines += result.config_differences
     if result.partial:
-        lines.append("PARTIAL: --layers-only compared the application layers only; the base and "
-                     "the image digest were not rebuilt")
+        lines.append("image not rebuilt (--layers-only)")
     elif result.image_rebuilt is None:
         lines.append(f"image NOT REBUILT: recorded {result.image_recorded} (the base could not be "
                      "obtained)")
@@ -429,8 +436,8 @@ def main(argv: list[str]) -> int:
                     f"{', '.join(bad) or 'none'}"),
             hint="the lines above name each differing file, config field or .deb")
     if result.partial:
-        print("PARTIAL: the application layers are identical; run without --layers-only to "
-              "compare the whole image digest")
+        print("PARTIAL: the application layers are identical, but --layers-only compared neither "
+              "the base nor the image digest; run without it for the whole image")
         return 0
     print(f"reproduced: image {result.image_recorded} is bit-identical")
     return 0
