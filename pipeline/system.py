@@ -29,6 +29,8 @@ TOOLS: dict[str, str] = {
     "reprotest": "reprotest",
     "disorderfs": "disorderfs",
     "diffoscope": "diffoscope-minimal",
+    # reprotest's user_group variation runs the build as another user through sudo
+    "sudo": "sudo",
 }
 # packages without a tool of their own that podman needs for rootful networking
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")
