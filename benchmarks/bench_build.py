@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, base, build, localregistry, provenance, pull, publish  # noqa: E402
+from pipeline import _proc, base, basesource, build, localregistry, provenance, pull, publish  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
 from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
 from pipeline.runtime import ContainerRuntime  # noqa: E402
@@ -47,6 +47,7 @@ def main() -> int:
     client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
     record, _ = base.ensure(client)
     base_ref = record.pull_reference(ep.address)
+    source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)
     sde = provenance.source_date_epoch(REPO_ROOT)
 
@@ -54,7 +55,7 @@ def main() -> int:
         tmp = Path(tmp)
 
         def ours():
-            return build.build(cfg, repo=REPO_ROOT, base_ref=base_ref, repository=profile.image_name,
+            return build.build(cfg, repo=REPO_ROOT, base=source, repository=profile.image_name,
                                tag="bench", source_revision="bench", source_date_epoch=sde,
                                out=tmp / "dist")
 
@@ -81,7 +82,7 @@ def main() -> int:
         stamp = str(int(time.time()))
         push_s, pushed = timed(lambda: publish.push_layout(
             client, f"bench/ours-{stamp}", Path(rec.layout), ref_name="bench",
-            mount_from=build.same_registry_repos(client, base_ref)))
+            mount_from=build.same_registry_repos(client, source)))
         pull_s, _ = timed(lambda: pull.pull(pushed.reference, tmp / "pulled"))
         creds = f"{ep.user}:{ep.password}"
         skopeo_push, _ = timed(lambda: _proc.run(

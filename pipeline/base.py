@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -40,10 +41,20 @@ STATE_DIR = REPO_ROOT / ".release" / "base"
 REPOSITORY = "arena/base"
 TAG = "bookworm"
 SUITE = "bookworm"
-# This machine's apt sources use deb.debian.org (a snapshot of 2025-05-20).
+# The point in time the base is pinned to: the Debian archive as snapshot.debian.org
+# served it at 2025-05-20T00:00:00Z. The image names only the snapshot, never the mirror
+# that served the packages: this machine's deb.debian.org serves exactly that snapshot,
+# and RELEASE_DEBIAN_MIRROR / --mirror can point elsewhere without moving the digest.
+SNAPSHOT = "20250520T000000Z"
+
+
+def snapshot_url(snapshot: str) -> str:
+    return f"https://snapshot.debian.org/archive/debian/{snapshot}/"
+
+
+SNAPSHOT_URL = snapshot_url(SNAPSHOT)
 MIRROR = "http://deb.debian.org/debian"
-# 2025-05-20T00:00:00Z: the date of the Debian snapshot the apt sources name.
-SOURCE_DATE_EPOCH = 1747699200
+SOURCE_DATE_EPOCH = 1747699200  # the snapshot's time
 VARIANT = "essential"
 PACKAGES = ("python3", "passwd")
 # mmdebstrap's merged-usr hooks lay out /usr-merged symlinks and install
@@ -68,6 +79,9 @@ _CLEANUP_HOOK = (
     'find "$1"/usr -depth -name __pycache__ -type d -exec rm -rf {} +; '
     'printf "arena\\n" > "$1"/etc/hostname'
 )
+# Beside the rootfs (never in it): the apt indexes the packages were resolved from, so
+# the lock can record every .deb's sha256.
+_INDEX_SUFFIX = ".Packages"
 
 
 _BUILDER_MODULES = ("base.py", "lock.py", "oci/layer.py", "oci/image.py")
@@ -78,16 +92,19 @@ class BaseSpec:
     """Every input of the OS rootfs; equal specs give equal rootfs caches."""
 
     suite: str = SUITE
-    mirror: str = MIRROR
+    snapshot: str = SNAPSHOT
     source_date_epoch: int = SOURCE_DATE_EPOCH
     variant: str = VARIANT
     packages: tuple[str, ...] = PACKAGES
+    # Where the snapshot's packages are downloaded from: not an input of the image.
+    mirror: str = MIRROR
 
     def cache_key(self, mmdebstrap_version: str) -> str:
         fields = {**asdict(self), "packages": list(self.packages),
                   "dpkg": list(_DPKG_EXCLUDES), "hook": _CLEANUP_HOOK,
                   "hook_dir": MERGED_USR_HOOKS,
                   "mmdebstrap": mmdebstrap_version}
+        del fields["mirror"]
         return sha256_bytes(canonical_json(fields))[:32]
 
 
@@ -99,6 +116,19 @@ class LayerRecord:
     digest: str
     diff_id: str
     size: int
+
+
+@dataclass(frozen=True)
+class Deb:
+    """One Debian package that went into the OS layer."""
+
+    name: str
+    version: str
+    architecture: str
+    sha256: str
+
+    def __str__(self) -> str:
+        return f"{self.name}_{self.version}_{self.architecture}.deb"
 
 
 @dataclass(frozen=True)
@@ -114,8 +144,10 @@ class BaseRecord:
     python: str
     python_version: str
     debian_suite: str
-    debian_mirror: str
+    debian_snapshot: str
+    debian_snapshot_url: str
     packages: tuple[str, ...]
+    debs: tuple[Deb, ...]
     source_date_epoch: int
     mmdebstrap_version: str
     zlib_version: str
@@ -135,10 +167,16 @@ class BaseRecord:
 
     def built_from(self, spec: BaseSpec, lock_sha256: str, python: str) -> bool:
         """Whether this record was built from exactly these inputs, by this code."""
-        return (self.debian_suite, self.debian_mirror, self.source_date_epoch, self.packages,
+        return (self.debian_suite, self.debian_snapshot, self.source_date_epoch, self.packages,
                 self.runtime_lock_sha256, self.python, self.builder_sha256) == (
-            spec.suite, spec.mirror, spec.source_date_epoch, spec.packages, lock_sha256, python,
+            spec.suite, spec.snapshot, spec.source_date_epoch, spec.packages, lock_sha256, python,
             builder_sha256())
+
+    def spec(self, mirror: str = MIRROR) -> BaseSpec:
+        """The rootfs inputs this record was built from (packages fetched from `mirror`)."""
+        return BaseSpec(suite=self.debian_suite, snapshot=self.debian_snapshot,
+                        source_date_epoch=self.source_date_epoch, packages=self.packages,
+                        mirror=mirror)
 
 
 def builder_sha256() -> str:
@@ -161,7 +199,9 @@ def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
             layers=tuple(LayerRecord(**layer) for layer in raw["layers"]),
             runtime_lock_sha256=raw["runtime_lock_sha256"], python=raw["python"],
             python_version=raw["python_version"], debian_suite=raw["debian_suite"],
-            debian_mirror=raw["debian_mirror"], packages=tuple(raw["packages"]),
+            debian_snapshot=raw["debian_snapshot"],
+            debian_snapshot_url=raw["debian_snapshot_url"], packages=tuple(raw["packages"]),
+            debs=tuple(Deb(**d) for d in raw["debs"]),
             source_date_epoch=raw["source_date_epoch"],
             mmdebstrap_version=raw["mmdebstrap_version"], zlib_version=raw["zlib_version"],
             builder_sha256=raw["builder_sha256"],
@@ -194,7 +234,14 @@ def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
         '--aptopt=APT::Install-Recommends "false"', f"--hook-dir={MERGED_USR_HOOKS}",
     ]
     argv += [f"--dpkgopt={opt}" for opt in _DPKG_EXCLUDES]
-    argv += [f"--customize-hook={_CLEANUP_HOOK}", spec.suite, target, spec.mirror]
+    index = shlex.quote(str(target) + _INDEX_SUFFIX)
+    argv += [f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
+             f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
+             f"--customize-hook={_CLEANUP_HOOK}",
+             # mmdebstrap writes the mirror it used; the image names the snapshot instead.
+             f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
+             '> "$1"/etc/apt/sources.list',
+             spec.suite, target, spec.mirror]
     env = {"PATH": os.environ.get("PATH", PATH_ENV), "LC_ALL": "C.UTF-8", "TZ": "UTC",
            "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
     _proc.run(argv, env=env, timeout=3600)
@@ -219,6 +266,8 @@ def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
         f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
     started = time.monotonic()
     _mmdebstrap(spec, partial)
+    os.replace(partial.with_name(partial.name + _INDEX_SUFFIX),
+               target.with_name(target.name + _INDEX_SUFFIX))
     os.replace(partial, target)
     # The marker lives beside the tree, so it never ends up in the layer.
     marker.touch()
@@ -236,6 +285,52 @@ def _in_rootfs(rel: str) -> bool:
     """Whether a rootfs path belongs in the OS layer (`dev` itself stays, empty)."""
     return not any(rel.startswith(d + "/") for d in _NOT_IN_LAYER) and \
         rel not in _NOT_IN_LAYER[1:]
+
+
+def _stanzas(text: str) -> list[dict[str, str]]:
+    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line)."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields:
+            out.append(fields)
+    return out
+
+
+def installed_debs(root: Path) -> tuple[Deb, ...]:
+    """Every package installed in the rootfs with the sha256 of the .deb apt resolved."""
+    root = Path(root)
+    index_path = root.with_name(root.name + _INDEX_SUFFIX)
+    if not index_path.is_file():
+        raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
+                           hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
+    index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
+             for p in _stanzas(index_path.read_text(encoding="utf-8"))}
+    debs = []
+    for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8")):
+        if not pkg.get("Status", "").endswith(" installed"):
+            continue
+        key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
+        if key not in index:
+            raise ReleaseError(f"installed package {key[0]} {key[1]} is not in the apt index",
+                               hint="the rootfs and its index do not match: rebuild with --no-cache")
+        debs.append(Deb(*key, sha256=index[key]))
+    return tuple(sorted(debs, key=lambda d: d.name))
+
+
+def changed_debs(recorded: tuple[Deb, ...], rebuilt: tuple[Deb, ...]) -> list[str]:
+    """What differs between two package sets, one line per package."""
+    old, new = {d.name: d for d in recorded}, {d.name: d for d in rebuilt}
+    lines = [f"{old[n]}: missing from the rebuild" for n in sorted(old.keys() - new.keys())]
+    lines += [f"{new[n]}: not in the lock" for n in sorted(new.keys() - old.keys())]
+    lines += [f"{n}: recorded {old[n]} sha256 {old[n].sha256[:16]}, rebuilt {new[n]} "
+              f"sha256 {new[n].sha256[:16]}"
+              for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
+    return lines
 
 
 def debian_python_version(root: Path) -> str:
@@ -287,6 +382,7 @@ def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
 class BuiltBase:
     layout: Path
     ref_name: str
+    debs: tuple[Deb, ...]
     manifest_digest: str
     media_type: str
     config_digest: str
@@ -319,7 +415,7 @@ def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_
     layers = (
         NewLayer(os_layer.digest, os_layer.diff_id, os_layer.size,
                  created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
-                 comment=f"mirror {spec.mirror}"),
+                 comment=f"debian snapshot {snapshot_url(spec.snapshot)}"),
         NewLayer(py_layer.digest, py_layer.diff_id, py_layer.size,
                  created_by=f"installer: locks/runtime.txt -> {python_prefix(python)}",
                  comment=f"runtime lock sha256:{lock.sha256}"),
@@ -330,7 +426,7 @@ def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_
     ref_name = f"{REPOSITORY}:{TAG}"
     layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=ref_name)
     return BuiltBase(
-        layout=layout.root, ref_name=ref_name, manifest_digest=image.manifest_digest,
+        layout=layout.root, ref_name=ref_name, debs=installed_debs(root), manifest_digest=image.manifest_digest,
         media_type=image.media_type, config_digest=image.config_digest,
         layers=(LayerRecord("os", os_layer.digest, os_layer.diff_id, os_layer.size),
                 LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size)),
@@ -378,7 +474,8 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         name=name, digest=result.manifest_digest, media_type=built.media_type,
         config_digest=built.config_digest, layers=built.layers,
         runtime_lock_sha256=lock.sha256, python=python, python_version=built.python_version,
-        debian_suite=spec.suite, debian_mirror=spec.mirror, packages=spec.packages,
+        debian_suite=spec.suite, debian_snapshot=spec.snapshot,
+        debian_snapshot_url=snapshot_url(spec.snapshot), packages=spec.packages, debs=built.debs,
         source_date_epoch=spec.source_date_epoch, mmdebstrap_version=mmdebstrap_version(),
         zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(),
     )
@@ -396,7 +493,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--source-date-epoch", type=int, default=SOURCE_DATE_EPOCH)
     ap.add_argument("--registry", default=None,
                     help="push to this registry (host:port) instead of the local one")
+    ap.add_argument("--oci-layout", type=Path, default=None,
+                    help="only build the base into this directory's oci/ (no registry, "
+                         "locks/base.json untouched) and print its digest")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="rootfs and wheel caches (default: .release/base/rootfs, .release/wheels)")
     args = ap.parse_args(argv)
+    if args.oci_layout:
+        spec = BaseSpec(mirror=args.mirror, source_date_epoch=args.source_date_epoch)
+        built = build(spec, runtime_lock.load_lock(), python=load().python,
+                      state_dir=args.oci_layout, use_cache=not args.no_cache,
+                      rootfs_cache=args.cache_dir / "rootfs" if args.cache_dir else None,
+                      wheel_cache=args.cache_dir / "wheels" if args.cache_dir else
+                      runtime_lock.WHEEL_CACHE)
+        print(f"{REPOSITORY}@{built.manifest_digest}")
+        return 0
     if args.registry:
         client = RegistryClient(args.registry, credentials=Credentials.from_env(args.registry))
     else:

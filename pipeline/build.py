@@ -1,9 +1,12 @@
 """Daemonless derived-image build: base@digest + application layers + config.
 
-The image is a pure function of the base's manifest and config (fetched by digest),
-the application layers (`pipeline.payload`) and SOURCE_DATE_EPOCH. Output: a complete
-OCI image layout under `dist/oci/` (base blobs included, so later stages never need
-the registry) and the build record `dist/build.json`.
+The image is a pure function of the base's manifest and config (read by digest from a
+`BaseSource`: a registry or an OCI image layout), the base's recorded name, the
+application layers (`pipeline.payload`), the image-input revision and
+SOURCE_DATE_EPOCH. Nothing about where the base was read from (a loopback registry's
+port, a layout's path) reaches the image. Output: a complete OCI image layout under
+`dist/oci/` (base blobs included, so later stages never need the registry) and the
+build record `dist/build.json`, which holds every value written into the config.
 """
 
 from __future__ import annotations
@@ -12,25 +15,24 @@ import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import base as _base
 from . import config as _config
 from . import localregistry, provenance
 from ._io import read_json, write_json_atomic
+from .basesource import BaseSource, read_base
 from .errors import ConfigError
+from .imageconfig import ImageConfigValues, image_config
 from .layerdiff import AppLayer, members_of_blob
-from .oci.image import (BaseImage, ConfigChanges, Index, NewLayer, UnsupportedPlatform, derive,
-                        parse, parse_config, rfc3339)
+from .oci.image import NewLayer, derive
 from .oci.layer import write_layer, zlib_version
 from .oci.layout import Layout
-from . import base as _base
 from .oci.registry import Credentials, Reference, RegistryClient
-from .payload import VendoredTaskFile, app_layers, tasks_file_in_image
-from .progress import Progress, say
+from .payload import VendoredTaskFile, app_layers
+from .progress import say
 from .publish import push_layout
 from .sources import check_vendored
 
-RECORD_VERSION = 1
-# Base layer blobs, content-addressed and shared by every build of this checkout.
-BLOB_CACHE = _config.REPO_ROOT / ".release" / "cache" / "blobs"
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class BuildRecord:
     source_date_epoch: int
     zlib: str
     layout: str
+    config: ImageConfigValues
 
     @property
     def compressed_size(self) -> int:
@@ -63,6 +66,7 @@ class BuildRecord:
         data["version"] = RECORD_VERSION
         data["base_layers"] = [{"digest": d, "size": s} for d, s in self.base_layers]
         data["app_layers"] = [l.to_json() for l in self.app_layers]
+        data["config"] = self.config.to_json()
         return data
 
     @classmethod
@@ -78,6 +82,7 @@ class BuildRecord:
             app_layers=tuple(AppLayer.from_json(l) for l in data["app_layers"]),
             source_revision=data["source_revision"], source_date_epoch=data["source_date_epoch"],
             zlib=data["zlib"], layout=data["layout"],
+            config=ImageConfigValues.from_json(data["config"]),
         )
 
 
@@ -92,54 +97,11 @@ def load_record(path: Path) -> BuildRecord:
         raise ConfigError(f"no build record at {path}", hint="run `nox -s build` first") from None
 
 
-def fetch_base(client: RegistryClient, ref: Reference, layout: Layout) -> BaseImage:
-    """The base's manifest and config by digest; its layer blobs into `layout`.
-
-    Blobs already in the layout (verified when written) are not fetched again, so a
-    no-op rebuild touches the registry for two small documents only.
-    """
-    if ref.digest is None:
-        raise ConfigError(f"base {ref} must be pinned by digest", expected="name@sha256:...",
-                          actual=str(ref))
-    fetched = client.get_manifest(ref.repository, ref.digest)
-    parsed = parse(fetched.raw, fetched.media_type)
-    if isinstance(parsed, Index):
-        chosen = parsed.select()
-        fetched = client.get_manifest(ref.repository, chosen.digest)
-        parsed = parse(fetched.raw, fetched.media_type)
-        if isinstance(parsed, Index):
-            raise UnsupportedPlatform(f"base {ref} index points to another index")
-    manifest = parsed
-    if layout.has_blob(manifest.config.digest):
-        config_bytes = layout.read_blob(manifest.config.digest, size=manifest.config.size)
-    else:
-        config_bytes = client.get_blob_bytes(ref.repository, manifest.config.digest)
-        layout.put_bytes(config_bytes)
-    config = parse_config(config_bytes)
-    platform = f"{config.os}/{config.architecture}"
-    if platform != "linux/amd64":
-        raise UnsupportedPlatform(f"base {ref} is not a linux/amd64 image", expected="linux/amd64",
-                                  actual=platform, hint="pin the amd64 image (or its index)")
-    missing = [l for l in manifest.layers if not layout.has_blob(l.digest)]
-    fetch = [l for l in missing if not (BLOB_CACHE / l.digest[7:]).is_file()]
-    if fetch:
-        BLOB_CACHE.mkdir(parents=True, exist_ok=True)
-        progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in fetch), unit="B")
-        for layer in fetch:
-            client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:],
-                            size=layer.size, progress=progress)
-        progress.finish()
-    for layer in missing:
-        # Cached blobs were digest-checked when fetched; a layout gets a hard link (or copy).
-        layout.put_file(BLOB_CACHE / layer.digest[7:], layer.digest, link=True)
-    return BaseImage(manifest=manifest, config_bytes=config_bytes)
-
-
 def build(
     cfg: _config.ReleaseConfig,
     *,
     repo: Path,
-    base_ref: str,
+    base: BaseSource,
     repository: str,
     tag: str,
     source_revision: str,
@@ -147,53 +109,37 @@ def build(
     vendored: VendoredTaskFile | None = None,
     out: Path,
 ) -> BuildRecord:
-    """Build the derived image into `out/oci` and return its record (not yet written)."""
-    ref = Reference.parse(base_ref)
+    """Build the derived image into `out/oci` and return its record (not yet written).
+
+    `source_revision` is the image-input commit (`provenance.image_inputs`)."""
+    base_source = base
     layout = Layout.init(Path(out) / "oci")
-    # The base is read anonymously, as anyone rebuilding the image would read it.
-    base = fetch_base(RegistryClient(ref.registry), ref, layout)
+    base_image = read_base(base_source, layout)
     blobs_dir = layout.root / "blobs" / "sha256"
     built_layers: list[AppLayer] = []
     for spec in app_layers(repo, cfg.app_dir, vendored):
         layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
         built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
                                      tuple(members_of_blob(layer.path))))
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
-    tasks_file = tasks_file_in_image(cfg.app_dir, vendored)
-    if tasks_file:
-        env["ARENA_TASKS_FILE"] = tasks_file
-    changes = ConfigChanges(
-        cmd=(cfg.python, "-m", "uvicorn", "env.server.app:app",
-             "--host", "0.0.0.0", "--port", str(cfg.port)),
-        entrypoint=(),
-        env=env,
-        working_dir=cfg.app_dir,
-        exposed_ports=(f"{cfg.port}/tcp",),
-        user="0",
-        labels={
-            "org.opencontainers.image.source": cfg.source_url,
-            "org.opencontainers.image.revision": source_revision,
-            "org.opencontainers.image.created": rfc3339(source_date_epoch),
-            "org.opencontainers.image.base.digest": ref.digest or "",
-            "org.opencontainers.image.base.name": ref.name,
-            "org.opencontainers.image.title": cfg.name,
-        },
-    )
-    image = derive(base, [NewLayer(l.digest, l.diff_id, l.size, f"pipeline.build: {l.name} layer")
+    values = image_config(cfg, base_name=base_source.name, base_digest=base_source.digest,
+                          revision=source_revision,
+                          source_date_epoch=source_date_epoch, vendored=vendored)
+    image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"pipeline.build: {l.name} layer")
                           for l in built_layers],
-                   changes, source_date_epoch=source_date_epoch)
+                   values.changes(), source_date_epoch=source_date_epoch)
     layout.put_bytes(image.config_bytes)
     layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=tag)
     record = BuildRecord(
         repository=repository, tag=tag, manifest_digest=image.manifest_digest,
         media_type=image.media_type, config_digest=image.config_digest,
-        base=f"{ref.name}@{ref.digest}",
-        base_layers=tuple((l.digest, l.size) for l in base.manifest.layers),
+        base=f"{base_source.name}@{base_source.digest}",
+        base_layers=tuple((l.digest, l.size) for l in base_image.manifest.layers),
         app_layers=tuple(built_layers), source_revision=source_revision,
         source_date_epoch=source_date_epoch, zlib=zlib_version(), layout=str(layout.root),
+        config=values,
     )
     say(f"built {repository}@{image.manifest_digest}")
-    say(f"  base {record.base}; {len(built_layers)} app layers, {record.app_size:,} bytes "
+    say(f"  base {base_source}; {len(built_layers)} app layers, {record.app_size:,} bytes "
         f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})")
     return record
 
@@ -218,22 +164,32 @@ def push_client(profile: _config.Profile) -> RegistryClient:
     return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry))
 
 
-def same_registry_repos(client: RegistryClient, base_ref: str) -> tuple[str, ...]:
+def same_registry_repos(client: RegistryClient, base: BaseSource) -> tuple[str, ...]:
     """The base's repository when it lives in the push registry: its blobs are mounted,
     not uploaded again."""
-    ref = Reference.parse(base_ref)
-    return (ref.repository,) if ref.registry == client.registry else ()
+    return (base.repository,) if base.repository and base.registry == client.registry else ()
 
 
-def base_reference(profile: _config.Profile) -> str:
-    """The base to build on: the profile's pinned digest, or the local base lock's."""
+def pinned_base(profile: _config.Profile) -> tuple[str, str]:
+    """The recorded name and digest of the profile's base (release.toml or locks/base.json)."""
     if profile.base != "local":
-        return profile.base
+        ref = Reference.parse(profile.base)
+        return ref.name, ref.digest or ""
     record = _base.load_record()
     if record is None:
         raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
                           hint="run `nox -s base` first")
-    return record.pull_reference(localregistry.endpoint().address)
+    return record.name, record.digest
+
+
+def base_source(profile: _config.Profile, *, registry: str | None = None) -> BaseSource:
+    """The base to build on, read from a registry: the profile's pinned digest, or the
+    local base lock's from `registry` (default: the local registry)."""
+    if profile.base != "local":
+        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
+    name, digest = pinned_base(profile)
+    return BaseSource(name=name, digest=digest, repository=name,
+                      registry=registry or localregistry.endpoint().address)
 
 
 def main(argv: list[str]) -> int:
@@ -243,7 +199,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--profile", default="local")
     ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
     ap.add_argument("--repo", type=Path, default=Path.cwd(), help="the project checkout to build")
-    ap.add_argument("--base", default=None, help="override the base (name@sha256:...)")
+    ap.add_argument("--base", default=None,
+                    help="override the base: registry/name@sha256:... (read from that registry)")
+    ap.add_argument("--base-layout", type=Path, default=None,
+                    help="read the profile's base (by its pinned digest) from this OCI layout "
+                         "instead of a registry")
     ap.add_argument("--out", type=Path, default=Path("dist"))
     ap.add_argument("--vendor-dir", type=Path, default=Path("vendor"))
     ap.add_argument("--no-push", action="store_true", help="build the layout only")
@@ -253,21 +213,27 @@ def main(argv: list[str]) -> int:
     cfg = _config.load(args.config)
     profile = cfg.profile(args.profile)
     repo = args.repo.resolve()
-    revision = provenance.project_revision(repo, allow_dirty=args.allow_dirty)
+    provenance.project_revision(repo, allow_dirty=args.allow_dirty)
+    inputs = provenance.image_inputs(repo)
     sde = provenance.source_date_epoch(repo)
-    client = push_client(profile)
+    if args.base:
+        source = BaseSource.from_registry(args.base)
+    elif args.base_layout:
+        source = BaseSource.from_layout(args.base_layout, *pinned_base(profile))
+    else:
+        source = base_source(profile)
     record = build(
-        cfg, repo=repo, base_ref=args.base or base_reference(profile),
-        repository=profile.image_name, tag=profile.tag,
-        source_revision=revision.commit, source_date_epoch=sde,
+        cfg, repo=repo, base=source, repository=profile.image_name, tag=profile.tag,
+        source_revision=inputs.commit, source_date_epoch=sde,
         vendored=vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
     )
     reference = f"{record.repository}@{record.manifest_digest}"
     if not args.no_push:
+        client = push_client(profile)
         # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
         reference = push_layout(client, profile.repository, Path(record.layout),
                                 ref_name=record.tag, tag=record.tag,
-                                mount_from=same_registry_repos(client, record.base)).reference
+                                mount_from=same_registry_repos(client, source)).reference
     write_record(record, args.out / "build.json")
     print(reference)
     return 0

@@ -168,11 +168,6 @@ def head_tree(repo: Path) -> str:
     return _git("-C", repo, "rev-parse", "--verify", "HEAD^{tree}").stdout.decode().strip()
 
 
-def head_commit_time(repo: Path) -> int:
-    """The committer time of HEAD, in seconds since the epoch."""
-    return int(_git("-C", repo, "log", "-1", "--format=%ct", "HEAD").stdout.decode().strip())
-
-
 def changed_paths(repo: Path) -> list[str]:
     """Paths that differ from HEAD (modified, staged, deleted or untracked, not ignored)."""
     out = _git("-C", repo, "status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
@@ -190,3 +185,33 @@ def changed_paths(repo: Path) -> list[str]:
             paths.append(entries[i])
             i += 1
     return paths
+
+
+def last_change(repo: Path, paths: tuple[str, ...]) -> tuple[str, int]:
+    """The last commit (id, committer time) reachable from HEAD that changed any of `paths`."""
+    out = _git("-C", repo, "log", "-1", "--format=%H %ct", "HEAD", "--", *paths).stdout.decode()
+    if not out.strip():
+        raise SourceError(f"no commit in {repo} touches {', '.join(paths)}",
+                          hint="commit the image inputs first")
+    commit, time = out.split()
+    return commit, int(time)
+
+
+def changed_between(repo: Path, old: str, new: str, paths: tuple[str, ...]) -> list[str]:
+    """Paths under `paths` whose content or mode differs between commits `old` and `new`."""
+    out = _git("-C", repo, "diff", "--name-only", "-z", old, new, "--", *paths).stdout
+    return sorted(p for p in out.decode(errors="surrogateescape").split("\0") if p)
+
+
+def is_shallow(repo: Path) -> bool:
+    return _git("-C", repo, "rev-parse", "--is-shallow-repository").stdout.decode().strip() == "true"
+
+
+def worktree_add(repo: Path, path: Path, commit: str) -> None:
+    """A detached worktree of `commit` at `path` (the repository's objects, no copy)."""
+    _git("-C", repo, "worktree", "add", "--quiet", "--detach", path, commit)
+
+
+def worktree_remove(repo: Path, path: Path) -> None:
+    _git("-C", repo, "worktree", "remove", "--force", path, check=False)
+    _git("-C", repo, "worktree", "prune", check=False)

@@ -9,12 +9,15 @@ when a profile serves one):
 3. `licenses` - the project's licence (and the vendored file's licence).
 
 Everything lives under the root-only app dir (0700 directories, 0600 files, owned by
-root) so that UID 2000 can neither list nor read it.
+root) so that UID 2000 can neither list nor read it. A checkout file whose owner
+executable bit is set (git's 100755) becomes 0700: the bit is part of the commit, so a
+mode change changes the image (and `reproduce` names the file).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -23,6 +26,7 @@ from .oci.layer import FileEntry, parents_of
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+EXEC_MODE = 0o700
 _CODE_SUFFIXES = (".py", ".md", ".json", ".txt")
 _SKIP_DIRS = {"__pycache__"}
 
@@ -70,7 +74,8 @@ def _files(root: Path, dest: str, *, exclude: set[str] = frozenset()) -> list[Fi
                 continue
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
-            found.append(FileEntry(path=f"{dest}/{rel}", type="file", mode=FILE_MODE,
+            mode = EXEC_MODE if full.stat().st_mode & stat.S_IXUSR else FILE_MODE
+            found.append(FileEntry(path=f"{dest}/{rel}", type="file", mode=mode,
                                    source=full.read_bytes()))
     return found
 

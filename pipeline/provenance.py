@@ -2,8 +2,14 @@
 
 It names every pinned input (git sources with their licences, external task
 records, the base by digest, the wheel lock by hash), the project's own revision,
-the builder, the profile and SOURCE_DATE_EPOCH. It holds no wall-clock time, so the
-same inputs give byte-identical files.
+the image-input commit, the builder, the profile, SOURCE_DATE_EPOCH and every value
+written into the image config. It holds no wall-clock time, so the same inputs give
+byte-identical files.
+
+The image-input commit is the last commit that changed a path of `IMAGE_INPUTS`: the
+image's revision label and (unless SOURCE_DATE_EPOCH is set explicitly, which is then
+recorded as such) its SOURCE_DATE_EPOCH come from it, so a commit that only adds
+release records moves no digest.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from ._io import pretty_json, read_json, sha256_file, write_atomic
 from .config import Profile
 from .errors import ConfigError, ReleaseError, SourceError
 from .external import ExternalRecord
+from .imageconfig import ImageConfigValues
 from .layerdiff import AppLayer
 from .oci.layer import zlib_version
 from .sources import VendoredFile
@@ -27,6 +34,8 @@ SCHEMA = "openenv-arena-release/provenance/v1"
 WHEEL_LOCK = "locks/runtime.txt"
 # The release writes these records itself, so their changes do not make the checkout dirty.
 RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
+# Every path of the checkout that the derived image is built from (the one list).
+IMAGE_INPUTS = ("env/", "LICENSE", "locks/", "release.toml")
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,15 @@ class ProjectRevision:
     dirty: bool
     dirty_paths: tuple[str, ...]
     allow_dirty: bool
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """The last commit that changed an image input, and its committer time."""
+
+    commit: str
+    time: int
+    paths: tuple[str, ...] = IMAGE_INPUTS
 
 
 @dataclass(frozen=True)
@@ -71,11 +89,22 @@ class Image:
     compressed_size: int
     layer_count: int
     app_layers: tuple[AppLayer, ...]
+    # None only in records written before the config was recorded.
+    config: ImageConfigValues | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["app_layers"] = [l.to_json() for l in self.app_layers]
+        data["config"] = self.config.to_json() if self.config else None
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> "Image":
+        data = {"config": None, **data} if isinstance(data, dict) else data
         fields = dict(_build(cls, data, "image").__dict__)
         fields["app_layers"] = tuple(AppLayer.from_json(l) for l in data["app_layers"])
+        if data["config"] is not None:
+            fields["config"] = ImageConfigValues.from_json(data["config"])
         return cls(**fields)
 
 
@@ -91,6 +120,8 @@ class Provenance:
     sources: tuple[VendoredFile, ...]
     external: tuple[ExternalRecord, ...]
     image: Image | None = None
+    # None only in records written before image inputs were recorded.
+    image_inputs: ImageInputs | None = None
 
 
 def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
@@ -117,15 +148,26 @@ def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRev
                            allow_dirty=allow_dirty)
 
 
+def image_inputs(repo_dir: Path) -> ImageInputs:
+    """The last commit of `repo_dir` that changed an image input, and its time."""
+    try:
+        commit, time = git.last_change(repo_dir, IMAGE_INPUTS)
+    except ReleaseError as exc:
+        raise SourceError(f"{repo_dir} has no commit of the image inputs",
+                          expected="a committed git checkout", actual=exc.one_line()) from None
+    return ImageInputs(commit=commit, time=time)
+
+
 def source_date_epoch(repo_dir: Path) -> int:
-    """SOURCE_DATE_EPOCH from the environment if set, else the HEAD commit's time."""
+    """SOURCE_DATE_EPOCH from the environment if set (recorded in provenance.json beside
+    the image-input commit's time), else the time of the image-input commit."""
     value = os.environ.get("SOURCE_DATE_EPOCH")
     if value is not None and value != "":
         if not value.isdigit():
             raise ConfigError("SOURCE_DATE_EPOCH is not a number of seconds",
                               expected="a non-negative integer", actual=value)
         return int(value)
-    return git.head_commit_time(repo_dir)
+    return image_inputs(repo_dir).time
 
 
 def wheel_lock(repo_dir: Path) -> WheelLock:
@@ -151,13 +193,16 @@ def assemble(repo_dir: Path, profile: Profile, *, base: Base, sources: tuple[Ven
         schema=SCHEMA, profile=profile.name, source_date_epoch=source_date_epoch(repo_dir),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external), image=image,
+        external=tuple(external), image=image, image_inputs=image_inputs(repo_dir),
     )
 
 
 def to_json(record: Provenance) -> bytes:
     """The exact bytes of provenance.json (sorted keys, stable indentation)."""
-    return pretty_json(asdict(record))
+    data = asdict(record)
+    if record.image is not None:
+        data["image"] = record.image.to_json()
+    return pretty_json(data)
 
 
 def write(path: Path, record: Provenance) -> None:
@@ -173,6 +218,15 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where} has unexpected fields", expected=sorted(names),
                           actual=sorted(data))
     return cls(**data)
+
+
+def _image_inputs(data: Any) -> ImageInputs | None:
+    if data is None:
+        return None
+    data = dict(data) if isinstance(data, dict) else data
+    if isinstance(data, dict):
+        data["paths"] = tuple(data.get("paths", ()))
+    return _build(ImageInputs, data, "image_inputs")
 
 
 def load(path: Path) -> Provenance:
@@ -194,5 +248,6 @@ def load(path: Path) -> Provenance:
         external=tuple(_build(ExternalRecord, e, f"external[{i}]")
                        for i, e in enumerate(data.get("external") or [])),
         image=Image.from_json(data["image"]) if data.get("image") is not None else None,
+        image_inputs=_image_inputs(data.get("image_inputs")),
     )
     return _build(Provenance, fields, str(path))

@@ -31,12 +31,13 @@ from pathlib import Path
 from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
 from . import release_statement, signing, sources, submission, trust
 from . import config as _config
+from . import lock as runtime_lock
 from ._io import write_atomic
 from .checks import external as checks_external
 from .checks import report as checks_report
 from .checks import results as checks_results
 from .checks.commands import references_of, verify_image
-from .errors import CheckFailure, ReleaseError
+from .errors import CheckFailure, ReleaseError, SourceError
 from .progress import say
 from .publish import push_layout
 
@@ -101,7 +102,8 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"- image: `{image}`",
         f"- pushed and pulled back anonymously: `{pushed}`",
         f"- base: `{record.base}`",
-        f"- source revision: `{record.source_revision}` (SOURCE_DATE_EPOCH {record.source_date_epoch})",
+        f"- image inputs last changed in: `{record.source_revision}` (the revision label; "
+        f"SOURCE_DATE_EPOCH {record.source_date_epoch})",
         f"- compressed size: {record.compressed_size:,} bytes in "
         f"{len(record.base_layers) + len(record.app_layers)} layers "
         f"(application layers {record.app_size:,} bytes)",
@@ -124,6 +126,20 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     write_atomic(path, "\n".join(lines).encode())
 
 
+def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
+    """Stop before any work when the committed locks/base.json does not describe the base
+    these inputs and this code build: the release would rewrite it, and its records
+    would then name a dirty checkout."""
+    record = base.load_record()
+    lock = runtime_lock.load_lock()
+    if record is None or not record.built_from(base.BaseSpec(), lock.sha256, cfg.python):
+        raise SourceError(
+            "locks/base.json is not the base of this commit's inputs and base-builder code",
+            expected="a current, committed base lock",
+            actual="missing" if record is None else f"pinned {record.digest}, made from other inputs or code",
+            hint="run `nox -s base` and commit locks/base.json, then release")
+
+
 def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path, staging: Path,
                    signer, links: intoto_links.StageRecorder, record: build.BuildRecord, image_name: str,
                    base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
@@ -138,7 +154,7 @@ def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo
             name=image_name, digest=record.manifest_digest, media_type=record.media_type,
             config_digest=record.config_digest, compressed_size=record.compressed_size,
             layer_count=len(record.base_layers) + len(record.app_layers),
-            app_layers=record.app_layers)
+            app_layers=record.app_layers, config=record.config)
         prov = provenance.assemble(
             repo, profile, base=base_pin,
             sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
@@ -189,8 +205,12 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         att_dir.mkdir(parents=True)
         with timings.stage("preflight"):
             revision = provenance.project_revision(repo, allow_dirty=allow_dirty)
+            inputs = provenance.image_inputs(repo)
             sde = provenance.source_date_epoch(repo)
-            say(f"    source {revision.commit} (dirty: {revision.dirty}), SOURCE_DATE_EPOCH {sde}")
+            say(f"    source {revision.commit} (dirty: {revision.dirty}); image inputs last "
+                f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
+            if profile.base == "local" and not allow_dirty:
+                _check_base_lock(cfg)
         if profile.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
@@ -200,19 +220,16 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("base"):
             if profile.base == "local":
                 base_record, what = base.ensure(client)
-                base_ref = base_record.pull_reference(client.registry)
-                base_pin = provenance.Base(base_record.name, base_record.digest)
-                say(f"    base {what}: {base_ref}")
-            else:
-                base_ref = profile.base
-                base_pin = provenance.Base(*base_ref.split("@", 1))
+                say(f"    base {what}: {base_record.pull_reference(client.registry)}")
+            base_src = build.base_source(profile, registry=client.registry)
+            base_pin = provenance.Base(base_src.name, base_src.digest)
         with timings.stage("vendor"), links.step("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
         task_file = build.vendored_task_file(cfg, profile, vendor_dir)
         with timings.stage("build"), links.step("build"):
-            record = build.build(cfg, repo=repo, base_ref=base_ref, repository=image_name,
-                                 tag=profile.tag, source_revision=revision.commit,
+            record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
+                                 tag=profile.tag, source_revision=inputs.commit,
                                  source_date_epoch=sde, vendored=task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
@@ -226,7 +243,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("push"):
             pushed = push_layout(client, profile.repository, Path(record.layout),
                                  ref_name=record.tag, tag=profile.tag,
-                                 mount_from=build.same_registry_repos(client, base_ref))
+                                 mount_from=build.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))

@@ -25,6 +25,12 @@ TOOLS: dict[str, str] = {
     "mmdebstrap": "mmdebstrap",
     # only the reproducibility tests use it: the same build an hour later
     "faketime": "faketime",
+    # the independent variation harness (tests) and reproduce's explanation of a mismatch
+    "reprotest": "reprotest",
+    "disorderfs": "disorderfs",
+    "diffoscope": "diffoscope-minimal",
+    # reprotest's user_group variation runs the build as another user through sudo
+    "sudo": "sudo",
 }
 # packages without a tool of their own that podman needs for rootful networking
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")

@@ -156,3 +156,39 @@ def test_bad_base_is_one_line_error_and_no_record(case, tmp_path, source_repo, l
     assert {"missing-digest": "0" * 64, "wrong-arch": "arm64", "unreachable": "127.0.0.1:9"}[case] \
         in errors[0]
     assert not rec.exists()
+
+
+def test_two_fresh_clones_with_their_own_registries_build_one_digest(
+        tmp_path, source_repo, local_registry, oci_base):
+    """Each clone has its own registry (another loopback port) holding the same base, its own
+    path, TZ, umask and locale: the image digest is the same, and neither the config nor
+    the manifest carries a loopback address, a port, a temporary path or the checkout path."""
+    from pipeline import localregistry
+
+    from .conftest import _push_base
+
+    second = localregistry.start(tmp_path / "registry-2")
+    try:
+        other_base = _push_base(second, tmp_path / "base-2", oci_image.OCI)
+        assert other_base.digest == oci_base.digest
+        assert second.address != local_registry.address
+        a = clone(source_repo, tmp_path / "one" / "checkout")
+        b = clone(source_repo, tmp_path / "two" / "much" / "deeper" / "clone")
+        proc_a, rec_a = run_build(a, local_registry, oci_base.reference, push=False,
+                                  env_extra={"TZ": "UTC", "LC_ALL": "C"}, umask="022")
+        proc_b, rec_b = run_build(b, second, other_base.reference, push=False,
+                                  env_extra={"TZ": "Asia/Kathmandu", "LC_ALL": "C.UTF-8",
+                                             "LANG": "fr_FR.UTF-8"}, umask="077")
+    finally:
+        localregistry.stop(tmp_path / "registry-2")
+    assert proc_a.returncode == 0 and proc_b.returncode == 0, proc_a.stderr + proc_b.stderr
+    ra, rb = build_mod.load_record(rec_a), build_mod.load_record(rec_b)
+    assert ra.manifest_digest == rb.manifest_digest
+    img = Layout.open(Path(rb.layout)).image(rb.tag)
+    text = (img.config_bytes + img.manifest_bytes).decode()
+    ports = {":" + a.rsplit(":", 1)[1] for a in (local_registry.address, second.address)}
+    forbidden = ["127.0.0.1", "localhost", "::1", str(tmp_path), str(b), "/tmp/", *ports]
+    found = [f for f in forbidden if f in text]
+    assert not found, f"machine-specific bytes in the image config/manifest: {found}"
+    labels = json.loads(img.config_bytes)["config"]["Labels"]
+    assert labels["org.opencontainers.image.base.name"] == "test/base-oci-amd64"

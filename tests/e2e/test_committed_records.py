@@ -1,6 +1,7 @@
-"""The records committed in this repository are the output of a real local release:
-the code still reproduces their application-layer digests, and the offline audit passes
-on them, from a clean checkout (CI runs exactly that)."""
+"""The records committed in this repository are the output of a real local release of
+their commit, and CI reproduces them from scratch: a fresh clone, no registry, the base
+rebuilt from locks/base.json, the whole image digest compared (`python -m pipeline
+reproduce` with nothing else present); the offline audit passes on them."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def pipeline(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RELEASE_") and k != "SOURCE_DATE_EPOCH"}
     # A registry directory that does not exist: only what the records themselves say counts.
     env["RELEASE_REGISTRY_DIR"] = str(cwd / ".no-registry")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1200)
 
 
 def test_committed_records_are_a_complete_local_release():
@@ -32,11 +37,15 @@ def test_committed_records_are_a_complete_local_release():
     assert (REPO / "attestations" / "provenance.dsse.json").is_file()
 
 
-def test_code_reproduces_the_recorded_application_layers():
-    proc = pipeline(REPO, "reproduce", "--records", str(REPO))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    layers = [l for l in proc.stdout.splitlines() if l.startswith("layer ")]
-    assert len(layers) == 3 and all(" same " in l for l in layers), proc.stdout
+@pytest.mark.slow
+def test_fresh_clone_reproduces_the_committed_records_from_scratch(tmp_path):
+    clone = tmp_path / "ci" / "clone"
+    subprocess.run(["git", "clone", "-q", f"file://{REPO}", str(clone)], check=True)
+    proc = pipeline(clone, "reproduce")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    digest = json.loads((clone / "provenance.json").read_text())["image"]["digest"]
+    assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
+    assert "base  same" in proc.stdout
 
 
 def test_audit_passes_on_the_committed_records(tmp_path):
@@ -68,17 +77,3 @@ def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes
     proc = pipeline(copy, "audit", "--records", str(copy), "--vsa", str(tmp_path / "vsa.json"))
     assert proc.returncode != 0
     assert f"signed by keyid {forger.keyid}" in proc.stdout and "pinned" in proc.stdout
-
-
-def test_reproduce_explains_an_edited_file(tmp_path):
-    """The same check fails, naming the file, once one byte of the code changes."""
-    copy = tmp_path / "checkout"
-    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".nox", ".release", "dist",
-                                                              "__pycache__"))
-    target = copy / "env" / "server" / "answer.py"
-    target.write_bytes(target.read_bytes() + b"\n")
-    proc = pipeline(copy, "reproduce", "--repo", str(copy), "--records", str(copy))
-    assert proc.returncode != 0
-    assert "layer env       DIFFERS" in proc.stdout
-    assert "opt/arena/env/server/answer.py: content differs" in proc.stdout
-    assert "opt/arena/env/server/answer.py: size differs" in proc.stdout

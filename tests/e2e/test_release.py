@@ -143,6 +143,21 @@ def test_reproduce_whole_image_digest_when_the_base_is_available(clone, first_re
     assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
 
 
+def test_committed_records_reproduce_from_scratch_in_a_fresh_clone(clone, first_release, tmp_path):
+    """The release engineer commits the records; CI clones that commit and reproduces with
+    nothing else present: no registry runs, so the base is rebuilt from locks/base.json."""
+    _git(clone, "add", "provenance.json", "submission.json", "attestations")
+    _git(clone, "commit", "-q", "-m", "release records")
+    fresh = tmp_path / "ci" / "clone"
+    subprocess.run(["git", "clone", "-q", f"file://{clone}", str(fresh)], check=True)
+    proc = pipeline(fresh, "reproduce")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    prov = json.loads((fresh / "provenance.json").read_text())
+    assert "base  same" in proc.stdout and "rebuilt from locks/base.json" in proc.stdout
+    assert f"image same: recorded {prov['image']['digest']}" in proc.stdout
+    assert "records are current" in proc.stdout
+
+
 def test_second_release_reuses_the_base_and_reproduces_the_digest(clone, first_release):
     before = json.loads((clone / "submission.json").read_text())["image"]
     proc = pipeline(clone, "release", "--allow-dirty")

@@ -79,7 +79,7 @@ def test_not_a_checkout_is_refused(tmp_path):
         provenance.project_revision(tmp_path / "plain")
 
 
-def test_source_date_epoch_is_head_time_unless_overridden(project, monkeypatch):
+def test_source_date_epoch_is_the_image_input_commit_time_unless_overridden(project, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     assert provenance.source_date_epoch(project) == 1_700_000_000
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1234")
@@ -87,6 +87,16 @@ def test_source_date_epoch_is_head_time_unless_overridden(project, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
         provenance.source_date_epoch(project)
+
+
+def test_image_inputs_are_the_last_commit_of_an_input_so_records_move_nothing(project):
+    first = provenance.image_inputs(project)
+    assert first.commit == run_git("rev-parse", "HEAD", cwd=project)
+    assert first.paths == ("env/", "LICENSE", "locks/", "release.toml")
+    commit_files(project, {"provenance.json": b"{}\n", "README.md": b"notes\n"}, "records")
+    assert provenance.image_inputs(project) == first
+    changed = commit_files(project, {"env/app.py": b"print('bye')\n"}, "an input changes")
+    assert provenance.image_inputs(project).commit == changed
 
 
 def test_missing_wheel_lock_is_refused(project):
