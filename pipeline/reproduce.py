@@ -302,8 +302,11 @@ def _diffoscope(prov: provenance.Provenance, profile: _config.Profile, registry:
 
 def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
               registry: str | None = None, mirror: str = _base.MIRROR,
-              vendor_dir: Path | None = None) -> Reproduction:
-    """Rebuild what `records/provenance.json` describes from its commit in `repo`."""
+              vendor_dir: Path | None = None, keep: Path | None = None) -> Reproduction:
+    """Rebuild what `records/provenance.json` describes from its commit in `repo`.
+
+    With `keep`, a rebuilt image whose digest equals the recorded one is left there as an
+    OCI layout (what `audit` reads to check the SBOM against the image's layers)."""
     prov = provenance.load(records / "provenance.json")
     if prov.image is None:
         raise VerificationError("provenance.json records no image to reproduce",
@@ -365,6 +368,13 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                 if record.config_digest != prov.image.config_digest:
                     pairs.append((prov.image.config_digest, blobs / record.config_digest[7:]))
                 report = _diffoscope(prov, profile, registry, pairs, tmp)
+            elif keep is not None:
+                keep = Path(keep)
+                if keep.exists():
+                    shutil.rmtree(keep)
+                keep.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(record.layout, keep)
+                notes.append(f"the rebuilt image is kept as an OCI layout in {keep}")
     return Reproduction(commit, stale, tuple(layers), prov.image.digest, record.manifest_digest,
                         outcome, tuple(config_diffs), tuple(notes), tuple(report))
 
@@ -421,11 +431,14 @@ def main(argv: list[str]) -> int:
                     help="Debian mirror serving the lock's snapshot (not an image input)")
     ap.add_argument("--vendor-dir", type=Path, default=None,
                     help="verified vendored sources (default: <repo>/vendor)")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="keep the reproduced image as an OCI layout in DIR (e.g. dist/oci, where "
+                         "`audit` checks the SBOM against its layers)")
     args = ap.parse_args(argv)
     repo = args.repo.resolve()
     result = reproduce(repo, (args.records or repo).resolve(), layers_only=args.layers_only,
                        registry=args.base_registry, mirror=args.mirror,
-                       vendor_dir=args.vendor_dir)
+                       vendor_dir=args.vendor_dir, keep=args.keep.resolve() if args.keep else None)
     print(render(result))
     if not result.ok:
         bad = [l.name for l in result.layers if not l.same]

@@ -41,11 +41,16 @@ def test_committed_records_are_a_complete_local_release():
 def test_fresh_clone_reproduces_the_committed_records_from_scratch(tmp_path):
     clone = tmp_path / "ci" / "clone"
     subprocess.run(["git", "clone", "-q", f"file://{REPO}", str(clone)], check=True)
-    proc = pipeline(clone, "reproduce")
+    proc = pipeline(clone, "reproduce", "--keep", "dist/oci")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     digest = json.loads((clone / "provenance.json").read_text())["image"]["digest"]
     assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
     assert "base  same" in proc.stdout
+    # With the image rebuilt from scratch, nothing of the audit is skipped: the SBOM is
+    # checked against the rebuilt layers.
+    audit = pipeline(clone, "audit", "--vsa", str(tmp_path / "vsa.json"))
+    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr
+    assert audit.stdout.startswith("AUDIT PASSED") and "skipped" not in audit.stdout.split("\n")[0]
 
 
 def test_audit_passes_on_the_committed_records(tmp_path):
