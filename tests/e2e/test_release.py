@@ -77,10 +77,18 @@ def clone(tmp_path_factory) -> Path:
     localregistry.stop(dest / ".release" / "registry")
 
 
+def _left_behind(before: set[str]) -> list[str]:
+    """Our-labelled containers that were not there before: those a release left running.
+    (Containers other processes on this host started before it are not its to remove.)"""
+    return sorted(set(ContainerRuntime().ours()) - before)
+
+
 @pytest.fixture(scope="module")
 def first_release(clone):
+    before = set(ContainerRuntime().ours())
     proc = pipeline(clone, "release")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    proc.containers_before = before
     return proc
 
 
@@ -113,7 +121,7 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
     assert localregistry.status(clone / ".release" / "registry") is None
-    assert ContainerRuntime().ours() == []
+    assert _left_behind(first_release.containers_before) == []
 
 
 def test_audit_passes_on_the_release_records(clone, first_release):
@@ -168,6 +176,7 @@ def test_second_release_reuses_the_base_and_reproduces_the_digest(clone, first_r
 
 def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, first_release):
     before = records_digest(clone)
+    containers = set(ContainerRuntime().ours())
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
                             cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -178,11 +187,11 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, f
         if "checks: " in line and "done in" in line:  # the suite is running in containers
             break
         assert time.monotonic() < deadline, "".join(seen[-20:])
-    assert ContainerRuntime().ours(), "containers should be running mid-suite"
+    assert _left_behind(containers), "containers should be running mid-suite"
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=180)
     assert proc.returncode != 0
-    assert ContainerRuntime().ours() == []
+    assert _left_behind(containers) == []
     assert localregistry.status(clone / ".release" / "registry") is None
     assert records_digest(clone) == before
 
@@ -190,6 +199,7 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, f
 def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release):
     # (before the next test, which moves HEAD and so SOURCE_DATE_EPOCH and the digest)
     before = records_digest(clone)
+    containers = set(ContainerRuntime().ours())
     image = json.loads((clone / "submission.json").read_text())["image"]
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
                             cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
@@ -203,7 +213,7 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
     assert proc.returncode != 0, err[-3000:]
     assert "previous records are untouched" in err
     assert records_digest(clone) == before
-    assert ContainerRuntime().ours() == []
+    assert _left_behind(containers) == []
     rerun = pipeline(clone, "release", "--allow-dirty")
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     assert json.loads((clone / "submission.json").read_text())["image"] == image
@@ -212,6 +222,7 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
 
 def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):
     before = records_digest(clone)
+    containers = set(ContainerRuntime().ours())
     shell = clone / "env" / "server" / "shell.py"
     text = shell.read_text()
     assert "12_000" in text or "12000" in text
@@ -225,5 +236,5 @@ def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone,
     assert "image/output-cap" in proc.stderr
     assert "previous records are untouched" in proc.stderr
     assert records_digest(clone) == before
-    assert ContainerRuntime().ours() == []
+    assert _left_behind(containers) == []
 
