@@ -63,6 +63,7 @@ from .audit_content import (audit_checks, audit_external, audit_provenance, audi
                             audit_submission)
 from .audit_rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from .audit_signatures import audit_intoto, audit_release, audit_statements
+from .errors import ReleaseError
 
 __all__ = ["Check", "INFO", "SKIPPED", "audit", "main", "render_table", "verdict"]
 
@@ -163,8 +164,12 @@ def main(argv: list[str]) -> int:
 
 
 def _image_ref(root: Path) -> str | None:
+    """submission.json's image for the table and the VSA subject; None when it is not a pinned
+    reference (the audit rows say why), so a forged record fails the audit, not the CLI."""
     try:
-        return str(json.loads((Path(root) / "submission.json").read_text())["image"])
-    except (OSError, ValueError, KeyError, TypeError):
+        ref = str(json.loads((Path(root) / "submission.json").read_text())["image"])
+        attest.Subject.from_image_ref(ref)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, ReleaseError):
         return None
+    return ref
 

@@ -21,7 +21,7 @@ def peek_profile(path: Path) -> str | None:
         doc = json.loads(path.read_bytes())
         env = doc.get("dsseEnvelope", doc)
         return json.loads(base64.b64decode(env["payload"]))["predicate"]["profile"]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

@@ -198,6 +198,10 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
     except FileNotFoundError:
         raise VerificationError(f"attestations/{LAYOUT_FILE} is missing",
                                 hint="a release writes its layout with its links; the records are incomplete") from None
+    except Exception as exc:  # in-toto's InvalidMetadata, json's errors: each means not a layout
+        raise VerificationError(f"attestations/{LAYOUT_FILE} is not in-toto metadata",
+                                expected="a DSSE envelope holding an in-toto layout",
+                                actual=f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
     try:
         if key is not None:
             try:
@@ -207,6 +211,9 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
                                         expected=key.keyid,
                                         actual=", ".join(sorted(metadata.signatures)) or "no signature") from None
         lay = metadata.get_payload()
+        if not isinstance(lay, Layout):
+            raise VerificationError(f"attestations/{LAYOUT_FILE} does not hold a layout",
+                                    expected="_type layout", actual=f"_type {getattr(lay, '_type', '?')}")
         if key is not None and set(lay.keys) != {key.keyid}:
             raise VerificationError("in-toto: the layout names other functionaries than the trusted key",
                                     expected=[key.keyid], actual=sorted(lay.keys))

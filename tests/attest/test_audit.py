@@ -491,6 +491,56 @@ def test_layout_signed_by_another_key(records):
             f"got {other.public_key.keyid}") in fails["intoto/links"]
 
 
+# ------------------------------------------------------------------ malformed records: a failed check, never a crash
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("rel,owner", [
+    ("attestations/release.dsse.json", "release/signature"),
+    ("attestations/sbom.dsse.json", "sbom/signature"),
+    ("attestations/layout.json", "intoto/links"),
+    ("submission.json", "submission/format"),
+    ("provenance.json", "provenance/load"),
+    ("attestations/checks.json", "checks/results"),
+    ("attestations/sbom.cdx.json", "sbom/schema"),
+    ("release.toml", "config/load"),
+])
+def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
+    """json's decoder recurses per nesting level; a forged "[[[[..." record used to stop the audit
+    with a RecursionError traceback."""
+    (records.root / rel).write_text(DEEP if rel != "release.toml" else "a = " + DEEP)
+    fails = failed(records.root)
+    assert "RecursionError" in fails[owner]
+    assert audit.main(["--records", str(records.root)]) == 1
+    assert capsys.readouterr().out.startswith("AUDIT FAILED")
+
+
+@pytest.mark.parametrize("content", ["[]", "null", "{}", '{"payloadType": "x", "payload": "eA==", "signatures": []}'])
+def test_layout_that_is_not_in_toto_metadata(records, content):
+    (records.root / "attestations" / "layout.json").write_text(content)
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links", "release/subjects"}
+    assert fails["intoto/links"].startswith("attestations/layout.json is not in-toto metadata; "
+                                            "expected a DSSE envelope holding an in-toto layout, got ")
+
+
+def test_layout_replaced_by_a_link(records):
+    att = records.root / "attestations"
+    (att / "layout.json").write_bytes(next((att / "links").glob("build.*.link")).read_bytes())
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links", "release/subjects"}
+    assert fails["intoto/links"] == "attestations/layout.json does not hold a layout; expected _type layout, got _type link"
+
+
+def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, capsys):
+    _edit_json(records.root / "submission.json", lambda d: d.update(image="arena/x@not-a-digest"))
+    assert audit.main(["--records", str(records.root)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("AUDIT FAILED") and "submission/image: digest of arena/x@not-a-digest" in out
+
+
 # ------------------------------------------------------------------ CLI, JSON and the VSA
 
 
