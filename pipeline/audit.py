@@ -17,7 +17,7 @@ it was not verified.
     release/signature       the release statement, signed by the trust root
     release/subjects        every record re-hashed against the statement; none unbound
     release/image           the statement's image = submission.json's image
-    release/profile         the profile it names is in release.toml
+    release/profile         the profile it names is in release.toml (and is the one whose pins verified it)
     {provenance,sbom,checks}/signature   each statement, signed by the same signer
     {provenance,sbom,checks}/subject     each statement is about the submission image
     readme                  attestations/README.md = regenerated

@@ -70,7 +70,16 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
             "the release statement's image differs from submission.json's",
             s.image.to_json(), (s.release.get("subject") or [{}])[0]))
     if s.cfg is not None:
-        s.profile = r.run("release/profile", rec, lambda: s.cfg.profile(s.release["predicate"]["profile"]))
+        def profile():
+            named = s.release["predicate"]["profile"]
+            if auditor is None:
+                # The pins were chosen from the unverified file: a key pinned for one profile must
+                # not sign a release that names another.
+                equal(f"the profile {rec} names vs the profile whose [trust.<profile>] pins verified it",
+                      profile_name, named, hint="a signer is trusted only for the profile it is pinned for")
+            return s.cfg.profile(named)
+
+        s.profile = r.run("release/profile", rec, profile)
 
 
 def audit_statements(r: Rows, s: State) -> None:

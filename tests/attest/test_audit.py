@@ -365,6 +365,29 @@ def test_unpinned_profile_fails_naming_the_signer(records):
     assert records.signer.keyid in fails["release/signature"]
 
 
+def test_key_pinned_for_another_profile_steering_the_pins(records):
+    """The release key is pinned only for profile `dev`; the records name profile `test`, whose pins
+    name another key. An unsigned `dsseEnvelope` beside the payload (where a sigstore bundle keeps
+    it) named `dev`, so the pins of `dev` verified a release of `test`: the audit passed."""
+    toml = records.root / "release.toml"
+    other = CryptoSigner.generate_ed25519().public_key.keyid
+    toml.write_text(toml.read_text().replace(
+        f'[trust.test]\nkeyids = ["{records.signer.keyid}"]',
+        f'[trust.test]\nkeyids = ["{other}"]\n\n[trust.dev]\nkeyids = ["{records.signer.keyid}"]'))
+    assert "release/signature" in failed(records.root)  # the pins of `test` refuse the key
+    path = records.root / "attestations" / "release.dsse.json"
+    env = json.loads(path.read_text())
+    decoy = _statement(records.root, "release")
+    decoy["predicate"]["profile"] = "dev"
+    env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
+    path.write_text(json.dumps(env))
+    fails = failed(records.root)
+    assert set(fails) == {"release/profile", "sbom/components"}  # the latter: not checked without a profile
+    assert fails["release/profile"] == (
+        "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
+        "expected dev, got test; a signer is trusted only for the profile it is pinned for")
+
+
 def test_malformed_trust_table(records):
     toml = records.root / "release.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', 'keyids = ["short"]'))
