@@ -12,6 +12,7 @@ edited, swapped or removed without the audit noticing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +54,19 @@ def bound_files(root: Path) -> list[str]:
             if p.is_file() and not (p.parent == att and (p.name in UNBOUND or is_statement_file(p.name))):
                 files.append(p.relative_to(root).as_posix())
     return sorted(files)
+
+
+def symlinks(root: Path) -> list[str]:
+    """Symbolic links among the records (record files and anything under attestations/), with targets."""
+    root = Path(root)
+    found = [p for p in (root / f for f in RECORD_FILES) if p.is_symlink()]
+    att = root / "attestations"
+    if att.is_symlink():
+        found.append(att)
+    elif att.is_dir():
+        for dirpath, dirnames, filenames in os.walk(att):  # does not descend into linked directories
+            found += [p for p in (Path(dirpath) / n for n in dirnames + filenames) if p.is_symlink()]
+    return sorted(f"{p.relative_to(root).as_posix()} -> {os.readlink(p)}" for p in found)
 
 
 def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_kind: str,
@@ -98,6 +112,13 @@ def released_on(stmt: Mapping[str, Any]) -> datetime:
 def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     """Every bound file re-hashed; required records bound; no record file left unbound."""
     root = Path(root)
+    # A linked directory hides the files in it from the unbound-file scan below, and a link makes the
+    # audit read a record from outside the tree: a release writes regular files only.
+    linked = symlinks(root)
+    if linked:
+        raise VerificationError("records are symbolic links", expected="regular files in the records tree",
+                                actual=", ".join(linked), hint="a release writes no links; replace them with "
+                                                                "the released files or restore the records")
     subjects = stmt.get("subject") or []
     files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]}
     unbound_required = [f for f in REQUIRED if f not in files]

@@ -357,6 +357,37 @@ def test_unbound_file_added(records):
     assert "record files not bound by the release statement" in fails["release/subjects"]
 
 
+def test_linked_directory_hides_an_unbound_file(records, tmp_path):
+    """attestations/links as a link to a directory elsewhere holding one more file: the unbound-file
+    scan did not descend into it, so the audit passed reading records from outside the tree."""
+    import os
+    import shutil
+
+    links = records.root / "attestations" / "links"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(links), str(elsewhere))
+    (elsewhere / "extra.link").write_text("{}")
+    os.symlink(elsewhere, links)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert fails["release/subjects"] == (
+        f"records are symbolic links; expected regular files in the records tree, got attestations/links -> "
+        f"{elsewhere}; a release writes no links; replace them with the released files or restore the records")
+
+
+@pytest.mark.parametrize("rel", ["attestations/sbom.cdx.json", "submission.json"])
+def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
+    import os
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.move(str(records.root / rel), str(copy))
+    os.symlink(copy, records.root / rel)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert f"got {rel} -> {copy}" in fails["release/subjects"]
+
+
 def test_unpinned_profile_fails_naming_the_signer(records):
     toml = records.root / "release.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', "keyids = []"))
