@@ -293,9 +293,21 @@ def audit_checks(r: Rows, s: State) -> None:
 
     r.run("checks/results", rec, results)
     srec = f"attestations/checks{s.suffix}"
-    r.run("checks/passed", srec, lambda: equal(
-        f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
-        "PASSED", pred.get("result")))
+
+    def passed() -> None:
+        from .checks import results as results_mod
+
+        equal(f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
+              "PASSED", pred.get("result"))
+        # The verdict is read from checks.json too: a statement saying PASSED over failed checks
+        # (or over none) is not a passed suite.
+        suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+        equal(f"failed checks in {rec} (the statement says PASSED)", [], sorted(c.id for c in suite.failures))
+        if not suite.ok:
+            raise VerificationError(f"{rec} holds no passed check", expected="a whole suite",
+                                    actual=f"{len(suite.checks)} check(s)")
+
+    r.run("checks/passed", srec, passed)
     if s.image is not None:
         ran_on = str(conf.get("annotations", {}).get("image", ""))
         r.run("checks/image", srec, lambda: equal(

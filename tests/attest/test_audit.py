@@ -464,6 +464,38 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     assert "image/uid" in fails["checks/passed"]
 
 
+def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
+    """An insider with the release key signs the checks statement of a failed suite with result
+    PASSED: its passed/failed lists agree with checks.json, so only the verdict was trusted."""
+    from . import conftest
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
+    monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
+    rec = conftest.make_records(tmp_path / "r")
+    _resign_statement(rec, "checks", lambda s: s["predicate"].update(result="PASSED"))
+    resign(rec)
+    fails = failed(rec.root)
+    assert set(fails) == {"checks/passed", "readme"}
+    assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
+                                      "expected [], got ['image/uid']")
+
+
+def test_empty_suite_signed_as_passed(records):
+    def empty(d):
+        d["checks"], d["summary"] = [], {"total": 0, "passed": 0, "failed": 0}
+
+    _edit_json(records.root / "attestations" / "checks.json", empty)
+    digest = sha256_file(records.root / "attestations" / "checks.json")
+    _resign_statement(records, "checks", lambda s: (
+        s["predicate"]["configuration"][0]["digest"].update(sha256=digest),
+        s["predicate"].update(passedTests=[], failedTests=[])))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/passed", "readme"}
+    assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
+                                      "got 0 check(s)")
+
+
 def test_checks_about_another_image(records):
     _resign_statement(records, "checks", lambda s: s["predicate"]["configuration"][0]["annotations"].update(
         image="x/y@sha256:" + "d" * 64))
