@@ -120,6 +120,17 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
                                 actual=", ".join(linked), hint="a release writes no links; replace them with "
                                                                 "the released files or restore the records")
     subjects = stmt.get("subject") or []
+    names = [s.get("name") for s in subjects[1:]]
+    # One hash per record, each a plain path inside the tree: a repeated name lets two readers of
+    # the statement see two different bindings, and "../x" or "/x" binds a file outside the records.
+    repeated = sorted({str(n) for n in names if names.count(n) > 1})
+    if repeated:
+        raise VerificationError("the release statement binds a record twice", expected="each record once",
+                                actual=", ".join(repeated))
+    outside = [str(n) for n in names if not _inside(n)]
+    if outside:
+        raise VerificationError("the release statement binds paths outside the records tree",
+                                expected="relative paths without '..'", actual=", ".join(outside))
     files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]}
     unbound_required = [f for f in REQUIRED if f not in files]
     if unbound_required:
@@ -139,3 +150,7 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
         raise VerificationError("record files not bound by the release statement",
                                 expected="none", actual=", ".join(extra),
                                 hint="files added after the release are not part of it")
+
+
+def _inside(name: object) -> bool:
+    return isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))

@@ -388,6 +388,33 @@ def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
     assert f"got {rel} -> {copy}" in fails["release/subjects"]
 
 
+def test_release_statement_binding_a_record_twice(records):
+    """An insider's statement binds submission.json twice, a forged hash first: the audit read the
+    last, `sha256sum` against the first subject (the README's recipe) reads the other."""
+    def twice(stmt):
+        stmt["subject"].insert(1, {"name": "submission.json", "digest": {"sha256": "0" * 64}})
+
+    _resign_statement(records, "release", twice)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert fails["release/subjects"] == ("the release statement binds a record twice; expected each record once, "
+                                         "got submission.json")
+
+
+def test_release_statement_binding_a_file_outside_the_records(records):
+    outside = records.root.parent / "outside.json"
+    outside.write_text("{}")
+
+    def escape(stmt):
+        stmt["subject"].append({"name": "../outside.json", "digest": {"sha256": sha256_file(outside)}})
+
+    _resign_statement(records, "release", escape)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert fails["release/subjects"] == ("the release statement binds paths outside the records tree; "
+                                         "expected relative paths without '..', got ../outside.json")
+
+
 def test_unpinned_profile_fails_naming_the_signer(records):
     toml = records.root / "release.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', "keyids = []"))
