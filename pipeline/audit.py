@@ -26,6 +26,8 @@ it was not verified.
     submission/tasks        task ids in request order (blocks, external tasks per after_block)
     submission/budgets      each task's budgets and split = release.toml
     submission/images       procedural tasks on the built image, external tasks on their pinned images
+    submission/verification each task's verification, the image sizes and source_revision = rebuilt
+                            from checks.json and provenance.json
     provenance/record       provenance.json = the bytes the provenance statement binds
     provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json
     provenance/profile      provenance.json's profile = the release statement's

@@ -58,6 +58,32 @@ def audit_submission(r: Rows, s: State) -> None:
             equal(f"image of task {t.task_id}", pinned.get(t.task_id, built), t.image)
 
     r.run("submission/images", "submission.json", images)
+    if s.profile is None or s.prov is None:
+        r.not_checked("submission/verification", "submission.json",
+                      "provenance.json or the release statement's profile did not load")
+        return
+    r.run("submission/verification", "submission.json", lambda: _verification_matches(s))
+
+
+def _verification_matches(s: State) -> None:
+    """submission.json's per-task verification, image sizes and revision = rebuilt from checks.json."""
+    from . import submission as submission_mod
+    from .checks import results as results_mod
+
+    def plain(sub) -> dict:
+        return json.loads(json.dumps(submission_mod.to_json(sub)))
+
+    suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+    rebuilt = plain(submission_mod.build(s.cfg, s.profile, suite, image=s.sub.image,
+                                         source_revision=s.prov.project.commit))
+    actual = plain(s.sub)
+    for want, got in zip(rebuilt["tasks"], actual["tasks"]):
+        equal(f"verification of task {got['task_id']} in submission.json vs checks.json",
+              want["verification"], got["verification"], hint="submission.json claims what the checks did not show")
+    equal("source_revision of submission.json vs provenance.json's project commit",
+          rebuilt["source_revision"], actual["source_revision"])
+    for field in ("images", "total_compressed_bytes"):
+        equal(f"{field} of submission.json vs the layers checks.json recorded", rebuilt[field], actual[field])
 
 
 def _base_pin(root: Path, profile) -> str:

@@ -295,6 +295,32 @@ def test_task_order_changed_and_resigned(records):
     assert fails["submission/tasks"].startswith("task ids of submission.json, in request order")
 
 
+def test_external_task_claimed_verified_and_resigned(records):
+    """An insider's submission.json says the external task the check suite never pulled was verified;
+    ids, budgets and images are untouched, so only checks.json can contradict it."""
+    def claim(d):
+        task = next(t for t in d["tasks"] if t["task_id"] == "format-code-task-001926")
+        task["verification"] = {"failed": 0, "passed": 3, "status": "verified"}
+
+    _edit_json(records.root / "submission.json", claim)
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/verification"}
+    assert fails["submission/verification"] == (
+        "verification of task format-code-task-001926 in submission.json vs checks.json; "
+        "expected {'status': 'not verified: not pulled', 'passed': 0, 'failed': 0}, "
+        "got {'status': 'verified', 'passed': 3, 'failed': 0}; submission.json claims what the checks did not show")
+
+
+def test_source_revision_of_another_commit_resigned(records):
+    _edit_json(records.root / "submission.json", lambda d: d.update(source_revision="3" * 40))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/verification"}
+    assert fails["submission/verification"] == (
+        f"source_revision of submission.json vs provenance.json's project commit; expected {'1' * 40}, got {'3' * 40}")
+
+
 def test_task_image_changed_and_resigned(records):
     _edit_json(records.root / "submission.json", lambda d: d["tasks"][8].update(image=d["image"]))
     resign(records)
@@ -440,7 +466,8 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
     path.write_text(json.dumps(env))
     fails = failed(records.root)
-    assert set(fails) == {"release/profile", "sbom/components"}  # the latter: not checked without a profile
+    # sbom/components and submission/verification: not checked without a profile
+    assert set(fails) == {"release/profile", "sbom/components", "submission/verification"}
     assert fails["release/profile"] == (
         "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
         "expected dev, got test; a signer is trusted only for the profile it is pinned for")
@@ -476,7 +503,7 @@ def test_checks_results_edited_and_resigned(records):
                       lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/results", "checks/passed", "readme"}
+    assert set(fails) == {"checks/results", "checks/passed", "submission/verification", "readme"}
     assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
 
 
@@ -487,8 +514,10 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
     rec = conftest.make_records(tmp_path / "r")
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed"}
+    assert set(fails) == {"checks/passed", "submission/verification"}
     assert "image/uid" in fails["checks/passed"]
+    assert fails["submission/verification"].startswith("the check suite has failures: the release stops before "
+                                                       "submission.json; expected 0 failed checks, got 1 failed: image/uid")
 
 
 def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
@@ -502,7 +531,7 @@ def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
     _resign_statement(rec, "checks", lambda s: s["predicate"].update(result="PASSED"))
     resign(rec)
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed", "readme"}
+    assert set(fails) == {"checks/passed", "submission/verification", "readme"}
     assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
                                       "expected [], got ['image/uid']")
 
@@ -518,7 +547,7 @@ def test_empty_suite_signed_as_passed(records):
         s["predicate"].update(passedTests=[], failedTests=[])))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/passed", "readme"}
+    assert set(fails) == {"checks/passed", "submission/verification", "readme"}
     assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
                                       "got 0 check(s)")
 
