@@ -282,6 +282,11 @@ def _component_difference(expected: dict, actual: dict) -> None:
     def by_ref(doc: dict) -> dict[str, str]:
         return {c.get("bom-ref"): json.dumps(c, sort_keys=True) for c in doc.get("components", [])}
 
+    refs = [c.get("bom-ref") for c in actual.get("components", [])]
+    repeated = sorted({str(ref) for ref in refs if refs.count(ref) > 1})
+    if repeated:
+        raise VerificationError("the SBOM lists a component more than once", expected="each bom-ref once",
+                                actual=", ".join(repeated[:3]))
     e, a = by_ref(expected), by_ref(actual)
     missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
     changed = sorted(k for k in set(e) & set(a) if e[k] != a[k])

@@ -134,6 +134,50 @@ def test_wrong_key_claiming_the_release_keyid(records):
     assert "signature does not verify with the release key" in fails["checks/signature"]
 
 
+@pytest.mark.parametrize("variant", ["genuine and garbage under the pinned keyid",
+                                     "unpinned valid and garbage under the pinned keyid"])
+def test_release_statement_with_two_signatures(records, variant):
+    path, env = _envelope(records.root, "release")
+    genuine = env["signatures"][0]
+    garbage = {"keyid": genuine["keyid"], "sig": base64.b64encode(bytes(64)).decode()}
+    other = json.loads(signing.dsse_sign(base64.b64decode(env["payload"]), CryptoSigner.generate_ed25519()))
+    first = genuine if variant.startswith("genuine") else other["signatures"][0]
+    env["signatures"] = [first, garbage]
+    path.write_text(json.dumps(env))
+    fails = failed(records.root)
+    if variant.startswith("genuine"):
+        assert fails["release/signature"] == ("attestations/release.dsse.json is not a DSSE envelope: "
+                                              f"Multiple signatures found for keyid {records.signer.keyid}")
+    else:
+        assert fails["release/signature"].startswith("attestations/release.dsse.json: signature does not verify "
+                                                     "with the release key")
+
+
+def test_pinned_key_signing_another_payload_type(records):
+    from securesystemslib.dsse import Envelope as DsseEnvelope
+
+    path, env = _envelope(records.root, "release")
+    other = DsseEnvelope(payload=base64.b64decode(env["payload"]), payload_type="application/json", signatures={})
+    other.sign(records.signer.signer)
+    path.write_text(json.dumps(other.to_dict()))
+    fails = failed(records.root)
+    assert fails["release/signature"] == ("attestations/release.dsse.json has the wrong payload type; "
+                                          "expected application/vnd.in-toto+json, got application/json")
+
+
+def test_genuine_release_statement_replayed_over_another_release(records, tmp_path):
+    """Both releases signed by the pinned key: the statement of one does not vouch for the other's records."""
+    from . import conftest
+
+    other = conftest.make_records(tmp_path / "other", records.signer, image_name="arena/other-name")
+    (records.root / "attestations" / "release.dsse.json").write_bytes(
+        (other.root / "attestations" / "release.dsse.json").read_bytes())
+    fails = failed(records.root)
+    assert {"release/subjects", "release/image"} <= set(fails)
+    assert fails["release/subjects"].startswith("attestations/")
+    assert BOUND in fails["release/subjects"]
+
+
 def test_forged_signer_with_its_own_key_published(records):
     """Everything re-signed by a fresh key, published beside the records: refused, naming the signer."""
     root = records.root
@@ -209,6 +253,21 @@ def test_sbom_component_removed_and_everything_resigned(records):
     assert fails["sbom/components"].startswith("SBOM components differ from the image's layers; "
                                                "expected the components read from the layer blobs, got missing "
                                                "pkg:deb/debian/libc6@")
+
+
+def test_sbom_component_listed_twice_and_everything_resigned(records):
+    """A second, different entry under an existing bom-ref (schema-valid: the objects differ)."""
+    path = records.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    twin = {**doc["components"][0], "description": "a twin"}
+    doc["components"].insert(0, twin)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/components", "readme"}
+    assert fails["sbom/components"] == ("the SBOM lists a component more than once; expected each bom-ref once, "
+                                        f"got {twin['bom-ref']}")
 
 
 def test_sbom_component_removed_without_the_key(records):
