@@ -48,8 +48,13 @@ class Rows:
         except ReleaseError as exc:
             self.rows.append(Check(cid, record, FAIL, exc.one_line()))
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
             self.rows.append(Check(cid, record, FAIL, f"{type(exc).__name__}: {exc}"))
+            return None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # The loaders expect the shape a release writes; a record of another shape (a JSON list
+            # where an object belongs) fails here with what the parser met.
+            self.rows.append(Check(cid, record, FAIL, f"{record} is malformed: {type(exc).__name__}: {exc}"))
             return None
         except RecursionError:
             # json's decoder recurses once per nesting level: a forged record of "[[[[..." must

@@ -718,6 +718,14 @@ def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
     assert capsys.readouterr().out.startswith("AUDIT FAILED")
 
 
+@pytest.mark.parametrize("rel,owner", [("submission.json", "submission/format"),
+                                       ("attestations/checks.json", "checks/results")])
+def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner):
+    (records.root / rel).write_text("[]")
+    fails = failed(records.root)
+    assert fails[owner] == f"{rel} is malformed: AttributeError: 'list' object has no attribute 'get'"
+
+
 @pytest.mark.parametrize("content", ["[]", "null", "{}", '{"payloadType": "x", "payload": "eA==", "signatures": []}'])
 def test_layout_that_is_not_in_toto_metadata(records, content):
     (records.root / "attestations" / "layout.json").write_text(content)
