@@ -115,15 +115,18 @@ def audit_provenance(r: Rows, s: State) -> None:
     if stmt is None:
         r.not_checked("provenance/record", "provenance.json", "the provenance statement did not verify")
     else:
-        pred = stmt.get("predicate", {})
-        bd = pred.get("buildDefinition", {})
-        byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+        pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+        def bound_digest() -> str | None:
+            byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+            return byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256")
+
         r.run("provenance/record", "provenance.json", lambda: equal(
-            "sha256 of provenance.json vs the provenance statement's byproduct",
-            byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256"),
+            "sha256 of provenance.json vs the provenance statement's byproduct", bound_digest(),
             sha256_file(root / "provenance.json"), hint="provenance.json was edited after signing"))
         if lock_text is not None:
             def consistent() -> None:
+                bd = pred.get("buildDefinition", {})
                 expected = attest.resolved_dependencies(prov, project_repository=cfg.source_url, lock_text=lock_text)
                 diff = first_difference(expected, bd.get("resolvedDependencies", []))
                 if diff:
@@ -307,10 +310,13 @@ def audit_checks(r: Rows, s: State) -> None:
     if stmt is None:
         r.not_checked("checks/record", rec, "the checks statement did not verify")
         return
-    pred = stmt.get("predicate", {})
-    conf = (pred.get("configuration") or [{}])[0]
+    pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+    def conf() -> dict:
+        return (pred.get("configuration") or [{}])[0]
+
     r.run("checks/record", rec, lambda: equal(
-        f"sha256 of {rec} vs the checks statement", conf.get("digest", {}).get("sha256"),
+        f"sha256 of {rec} vs the checks statement", conf().get("digest", {}).get("sha256"),
         sha256_file(s.att_dir / attest.CHECKS_FILE), hint="checks.json was edited after signing"))
 
     def results() -> None:
@@ -340,9 +346,9 @@ def audit_checks(r: Rows, s: State) -> None:
 
     r.run("checks/passed", srec, passed)
     if s.image is not None:
-        ran_on = str(conf.get("annotations", {}).get("image", ""))
         r.run("checks/image", srec, lambda: equal(
-            "digest of the image the check suite ran on", s.image.digest, ran_on.rpartition("@")[2]))
+            "digest of the image the check suite ran on", s.image.digest,
+            str(conf().get("annotations", {}).get("image", "")).rpartition("@")[2]))
 
 
 def audit_registry(r: Rows, s: State) -> None:

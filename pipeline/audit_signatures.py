@@ -55,6 +55,7 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
     def verified() -> dict[str, Any]:
         v = trust.verify(rel_path.read_bytes(), s.trust_root, what=rec, att_dir=s.att_dir)
         stmt = attest.load_statement(v.payload, what=rec)
+        _predicate_is_object(stmt, rec)
         if s.cfg is not None:
             equal(f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url),
                    stmt.get("predicateType"))
@@ -82,6 +83,12 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
         s.profile = r.run("release/profile", rec, profile)
 
 
+def _predicate_is_object(stmt: dict[str, Any], rec: str) -> None:
+    if not isinstance(stmt.get("predicate"), dict):
+        raise VerificationError(f"{rec}: the predicate is not a JSON object", expected="object",
+                                actual=type(stmt.get("predicate")).__name__)
+
+
 def audit_statements(r: Rows, s: State) -> None:
     s.statements = {}
     for kind, predicate_type in attest.PREDICATES.items():
@@ -99,6 +106,7 @@ def audit_statements(r: Rows, s: State) -> None:
             equal(f"{rec} is signed by another signer than the release statement", s.signer.signer, v.signer)
             stmt = attest.load_statement(v.payload, what=rec)
             equal(f"{rec}: predicateType", pt, stmt.get("predicateType"))
+            _predicate_is_object(stmt, rec)
             return stmt
 
         stmt = r.run(f"{kind}/signature", rec, verified)

@@ -726,6 +726,21 @@ def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner):
     assert fails[owner] == f"{rel} is malformed: AttributeError: 'list' object has no attribute 'get'"
 
 
+@pytest.mark.parametrize("kind,mutate,owner,detail", [
+    ("provenance", lambda s: s.update(predicate=[]), "provenance/signature",
+     "attestations/provenance.dsse.json: the predicate is not a JSON object; expected object, got list"),
+    ("provenance", lambda s: s["predicate"].update(runDetails=[]), "provenance/record",
+     "provenance.json is malformed: AttributeError: 'list' object has no attribute 'get'"),
+    ("checks", lambda s: s["predicate"].update(configuration={"digest": {}}), "checks/record",
+     "attestations/checks.json is malformed: KeyError: 0"),
+])
+def test_malformed_statement_signed_by_an_insider(records, kind, mutate, owner, detail):
+    """Signed content is still parsed defensively: these stopped the audit with a traceback."""
+    _resign_statement(records, kind, mutate)
+    resign(records)
+    assert failed(records.root)[owner] == detail
+
+
 @pytest.mark.parametrize("content", ["[]", "null", "{}", '{"payloadType": "x", "payload": "eA==", "signatures": []}'])
 def test_layout_that_is_not_in_toto_metadata(records, content):
     (records.root / "attestations" / "layout.json").write_text(content)
