@@ -14,7 +14,7 @@ it was not verified.
     trust/pins              release.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)
     release/present         exactly one release statement (DSSE or sigstore bundle)
-    release/signature       the release statement, signed by the trust root
+    release/signature       the release statement, signed by the trust root (as its predicate says)
     release/subjects        every record re-hashed against the statement; none unbound
     release/image           the statement's image = submission.json's image
     release/profile         the profile it names is in release.toml (and is the one whose pins verified it)
@@ -29,7 +29,9 @@ it was not verified.
     submission/verification each task's verification, the image sizes and source_revision = rebuilt
                             from checks.json and provenance.json
     provenance/record       provenance.json = the bytes the provenance statement binds
-    provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json
+    provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json;
+                            the whole predicate (builder, buildType, signing, release parameters)
+                            = the one release.toml, provenance.json and the signature give
     provenance/profile      provenance.json's profile = the release statement's
     provenance/image        provenance.json's image = the submission image
     provenance/wheel-lock   locks/runtime.txt = its pinned hash

@@ -8,9 +8,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from . import attest, external, sbom as sbom_mod, signing, sources
+from . import attest, external, release_statement, sbom as sbom_mod, signing, sources
 from ._io import canonical_json, sha256_bytes, sha256_file
-from .audit_rows import FAIL, Check, Rows, State, equal, first_difference
+from .audit_rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
 from .config import BUDGET_FIELDS
 from .errors import ReleaseError, VerificationError
 
@@ -136,6 +136,7 @@ def audit_provenance(r: Rows, s: State) -> None:
                        (ext.get("profile"), ext.get("source", {}).get("revision")))
                 equal("internalParameters.slsaBuildLevel", attest.SLSA_BUILD_LEVEL,
                        bd.get("internalParameters", {}).get("slsaBuildLevel"))
+                _whole_predicate(s, pred, lock_text)
 
             r.run("provenance/statement", rec, consistent)
     try:
@@ -155,6 +156,24 @@ def audit_provenance(r: Rows, s: State) -> None:
             sources.check_vendored(source, root / "vendor", license_sha256=lic)
 
     r.run("vendor/files", "vendor/", vendored)
+
+
+def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
+    """The provenance predicate = the one a release writes from provenance.json, release.toml and how
+    the records are signed; only the run's times and id come from the statement itself."""
+    meta = pred.get("runDetails", {}).get("metadata", {})
+    expected = attest.provenance_predicate(
+        s.cfg, s.prov, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
+        started=release_statement.parse_time(meta.get("startedOn")),
+        finished=release_statement.parse_time(meta.get("finishedOn")),
+        invocation_id=str(meta.get("invocationId")))
+    where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+    if where is not None:
+        path, want, got = where
+        raise VerificationError(f"provenance statement {path} vs the one release.toml, provenance.json and the "
+                                "signature give", expected=json.dumps(want, sort_keys=True),
+                                actual=json.dumps(got, sort_keys=True),
+                                hint="the builder, build type, signing and parameters are not the release's")
 
 
 def _sources_match(cfg, profile, prov) -> None:

@@ -87,6 +87,26 @@ def first_difference(expected: list[dict], actual: list[dict]) -> str | None:
     return "same entries in a different order" if expected != actual else None
 
 
+_ABSENT = "(absent)"
+
+
+def first_path_difference(expected: Any, actual: Any, path: str) -> tuple[str, Any, Any] | None:
+    """The first (path, expected, actual) where two JSON values differ, keys in sorted order."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            found = first_path_difference(expected.get(key, _ABSENT), actual.get(key, _ABSENT), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            found = first_path_difference(e, a, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if expected == actual else (path, expected, actual)
+
+
 def subject_digest(stmt: dict[str, Any]) -> str:
     subjects = stmt.get("subject") or []
     if len(subjects) != 1:

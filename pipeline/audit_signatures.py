@@ -55,10 +55,12 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
     def verified() -> dict[str, Any]:
         v = trust.verify(rel_path.read_bytes(), s.trust_root, what=rec, att_dir=s.att_dir)
         stmt = attest.load_statement(v.payload, what=rec)
-        _predicate_is_object(stmt, rec)
         if s.cfg is not None:
             equal(f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url),
                    stmt.get("predicateType"))
+        _predicate_is_object(stmt, rec)
+        equal(f"{rec}: predicate.signing (how the statement says it was signed)", signing.signing_kind(s.suffix),
+              stmt["predicate"].get("signing"))
         s.signer = v
         return stmt
 

@@ -100,11 +100,20 @@ def write(root: Path, signer, image: Subject, *, source_url: str, profile: str,
     return out
 
 
-def released_on(stmt: Mapping[str, Any]) -> datetime:
-    value = (stmt.get("predicate") or {}).get("releasedOn", "")
+def parse_time(value: Any, *, what: str = "time") -> datetime:
+    """A UTC time as the statements write it (TIME_FORMAT)."""
     try:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=timezone.utc)
     except (TypeError, ValueError):
+        raise VerificationError(f"{what} is not a valid UTC time", expected="YYYY-MM-DDTHH:MM:SSZ",
+                                actual=value) from None
+
+
+def released_on(stmt: Mapping[str, Any]) -> datetime:
+    value = (stmt.get("predicate") or {}).get("releasedOn", "")
+    try:
+        return parse_time(value)
+    except VerificationError:
         raise VerificationError("the release statement has no valid releasedOn time",
                                 expected="YYYY-MM-DDTHH:MM:SSZ", actual=value) from None
 

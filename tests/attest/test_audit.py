@@ -627,6 +627,36 @@ def test_submission_names_another_image(records):
             "provenance/image", "sbom/image", "checks/image"} <= set(fails)
 
 
+@pytest.mark.parametrize("field,mutate,expected,actual", [
+    ("runDetails.builder.id",
+     lambda p: p["runDetails"]["builder"].update(id="https://github.com/actions/runner/github-hosted"),
+     '"https://github.com/akseljoonas/openenv-arena-release/builders/local-key@v1"',
+     '"https://github.com/actions/runner/github-hosted"'),
+    ("buildDefinition.internalParameters.signing",
+     lambda p: p["buildDefinition"]["internalParameters"].update(signing="sigstore"), '"key"', '"sigstore"'),
+    ("buildDefinition.externalParameters.release.external_tasks_required",
+     lambda p: p["buildDefinition"]["externalParameters"]["release"].update(external_tasks_required=True),
+     "false", "true"),
+])
+def test_provenance_claims_another_builder_and_everything_resigned(records, field, mutate, expected, actual):
+    """An insider's provenance statement claims a hosted builder, keyless signing, or a stricter policy
+    than the release ran with; resolvedDependencies, profile, revision and level are untouched."""
+    _resign_statement(records, "provenance", lambda s: mutate(s["predicate"]))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/statement", "readme"}
+    assert fails["provenance/statement"] == (
+        f"provenance statement predicate.{field} vs the one release.toml, provenance.json and the signature give; "
+        f"expected {expected}, got {actual}; the builder, build type, signing and parameters are not the release's")
+
+
+def test_release_statement_claims_keyless_signing(records):
+    _resign_statement(records, "release", lambda s: s["predicate"].update(signing="sigstore"))
+    fails = failed(records.root)
+    assert fails["release/signature"] == ("attestations/release.dsse.json: predicate.signing (how the statement says "
+                                          "it was signed); expected key, got sigstore")
+
+
 def test_provenance_profile_and_image(records):
     _edit_json(records.root / "provenance.json", lambda d: d["image"].update(digest="sha256:" + "4" * 64))
     resign(records)
