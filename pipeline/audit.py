@@ -21,7 +21,9 @@ it was not verified.
     {provenance,sbom,checks}/signature   each statement, signed by the same signer
     {provenance,sbom,checks}/subject     each statement is about the submission image
     readme                  attestations/README.md = regenerated
-    intoto/links            layout + stage links: in-toto rules, records = last products
+    intoto/links            layout + stage links: the release's own steps and rules (no inspections, no
+                            sublayouts: the audit runs nothing it reads), in-toto rules,
+                            records = last products
     intoto/expiry           the layout's expiry (information: it was valid at release)
     submission/tasks        task ids in request order (blocks, external tasks per after_block)
     submission/budgets      each task's budgets and split = release.toml

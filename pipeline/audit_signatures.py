@@ -153,6 +153,7 @@ def audit_intoto(r: Rows, s: State, now: datetime | None) -> None:
     key = _trusted_key(s) if s.suffix == signing.DSSE_SUFFIX else None
     identity = None if key is not None else s.signer.signer.partition(" (")[0]
     note = r.run("intoto/links", rec, lambda: intoto_links.verify(
-        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity))
+        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity,
+        suffix=s.suffix))
     if note is not None:
         r.run("intoto/expiry", rec, lambda: note, info=True)

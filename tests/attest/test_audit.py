@@ -795,6 +795,51 @@ def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, caps
     assert out.startswith("AUDIT FAILED") and "submission/image: digest of arena/x@not-a-digest" in out
 
 
+def _resign_layout(rec, mutate):
+    path = rec.root / "attestations" / intoto_links.LAYOUT_FILE
+    layout = Metadata.load(str(path)).get_payload()
+    mutate(layout)
+    env = Envelope.from_signable(layout)
+    rec.signer.sign_envelope(env)
+    env.dump(str(path))
+    resign(rec)
+
+
+def test_layout_of_no_steps_signed_by_an_insider(records):
+    """No steps, no links: in-toto verified nothing and intoto/links passed."""
+    import shutil
+
+    shutil.rmtree(records.root / "attestations" / "links")
+    _resign_layout(records, lambda lay: setattr(lay, "steps", []))
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert fails["intoto/links"] == ("in-toto: the layout's steps are not the release's; expected ['vendor', 'build', "
+                                     "'sbom', 'verify', 'attest', 'submission'], got []")
+
+
+def test_layout_allowing_everything_signed_by_an_insider(records):
+    def allow_all(lay):
+        for step in lay.steps:
+            step.expected_materials, step.expected_products = [["ALLOW", "*"]], [["ALLOW", "*"]]
+
+    _resign_layout(records, allow_all)
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert fails["intoto/links"].startswith("in-toto: the rules of step vendor are not the release's; expected "
+                                            "{'materials': [['ALLOW', 'release.toml'], ['DISALLOW', '*']]")
+
+
+def test_layout_with_an_inspection_signed_by_an_insider(records, tmp_path):
+    from in_toto.models.layout import Inspection
+
+    marker = tmp_path / "PWNED"
+    _resign_layout(records, lambda lay: setattr(lay, "inspect", [Inspection(name="pwn", run=["touch", str(marker)])]))
+    fails = failed(records.root)
+    assert fails["intoto/links"] == ("in-toto: the layout has inspections (commands a verifier would run); "
+                                     "expected none, got ['pwn']")
+    assert not marker.exists()
+
+
 # ------------------------------------------------------------------ CLI, JSON and the VSA
 
 
