@@ -10,6 +10,7 @@ VSA). A check that cannot run fails ("not checked: ..."), unless the auditor nam
 with `--skip ID`; it is then reported as skipped, and the verification summary says
 it was not verified.
 
+    records/files           the records are regular files, no links or pipes (else nothing else runs)
     config/load, provenance/load, submission/format, submission/image   the records parse
     trust/pins              release.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)
@@ -64,7 +65,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from . import attest, config as config_mod, provenance as provenance_mod, submission as submission_mod, trust
+from . import (attest, config as config_mod, provenance as provenance_mod, release_statement,
+               submission as submission_mod, trust)
 from .audit_content import (audit_checks, audit_external, audit_provenance, audit_registry, audit_sbom,
                             audit_submission)
 from .audit_rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
@@ -80,6 +82,9 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     root = Path(root)
     s = State(root=root, att_dir=root / "attestations")
     r = Rows(skip)
+    r.run("records/files", "records", lambda: release_statement.check_regular(root))
+    if r.rows[-1].status == FAIL:
+        return r.rows  # nothing else is read: a link to /dev/zero or a pipe would hang the audit
     s.cfg = r.run("config/load", "release.toml", lambda: config_mod.load(root / "release.toml"))
     s.prov = r.run("provenance/load", "provenance.json", lambda: provenance_mod.load(root / "provenance.json"))
     s.sub = r.run("submission/format", "submission.json", lambda: submission_mod.load(root / "submission.json"))

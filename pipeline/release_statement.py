@@ -56,17 +56,38 @@ def bound_files(root: Path) -> list[str]:
     return sorted(files)
 
 
-def symlinks(root: Path) -> list[str]:
-    """Symbolic links among the records (record files and anything under attestations/), with targets."""
+# What the audit reads besides the statement's subjects: the policy and the inputs it re-hashes.
+READ_FILES = RECORD_FILES + ("release.toml",)
+READ_TREES = ("attestations", "vendor", "locks")
+
+
+def irregular_files(root: Path) -> list[str]:
+    """Links, pipes, devices and sockets among what the audit reads, each with what it is.
+
+    A release writes regular files only; git can commit a link (to /dev/zero, or to a directory
+    outside the tree that hides files from the unbound-file scan), so none is read.
+    """
     root = Path(root)
-    found = [p for p in (root / f for f in RECORD_FILES) if p.is_symlink()]
-    att = root / "attestations"
-    if att.is_symlink():
-        found.append(att)
-    elif att.is_dir():
-        for dirpath, dirnames, filenames in os.walk(att):  # does not descend into linked directories
-            found += [p for p in (Path(dirpath) / n for n in dirnames + filenames) if p.is_symlink()]
-    return sorted(f"{p.relative_to(root).as_posix()} -> {os.readlink(p)}" for p in found)
+    found = [root / f for f in READ_FILES] + [root / d for d in READ_TREES]
+    for top in (root / d for d in READ_TREES):
+        if top.is_dir() and not top.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(top):  # does not descend into linked directories
+                found += [Path(dirpath) / n for n in dirnames + filenames]
+    out = []
+    for p in found:
+        if p.is_symlink():
+            out.append(f"{p.relative_to(root).as_posix()} -> {os.readlink(p)}")
+        elif p.exists() and not (p.is_file() or p.is_dir()):
+            out.append(f"{p.relative_to(root).as_posix()} (not a regular file)")
+    return sorted(out)
+
+
+def check_regular(root: Path) -> None:
+    odd = irregular_files(root)
+    if odd:
+        raise VerificationError("records are links or special files", expected="regular files in the records tree",
+                                actual=", ".join(odd), hint="a release writes no links; replace them with the "
+                                                            "released files or restore the records")
 
 
 def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_kind: str,
@@ -121,13 +142,6 @@ def released_on(stmt: Mapping[str, Any]) -> datetime:
 def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     """Every bound file re-hashed; required records bound; no record file left unbound."""
     root = Path(root)
-    # A linked directory hides the files in it from the unbound-file scan below, and a link makes the
-    # audit read a record from outside the tree: a release writes regular files only.
-    linked = symlinks(root)
-    if linked:
-        raise VerificationError("records are symbolic links", expected="regular files in the records tree",
-                                actual=", ".join(linked), hint="a release writes no links; replace them with "
-                                                                "the released files or restore the records")
     subjects = stmt.get("subject") or []
     names = [s.get("name") for s in subjects[1:]]
     # One hash per record, each a plain path inside the tree: a repeated name lets two readers of

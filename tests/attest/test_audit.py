@@ -453,14 +453,15 @@ def test_linked_directory_hides_an_unbound_file(records, tmp_path):
     shutil.move(str(links), str(elsewhere))
     (elsewhere / "extra.link").write_text("{}")
     os.symlink(elsewhere, links)
-    fails = failed(records.root)
-    assert set(fails) == {"release/subjects"}
-    assert fails["release/subjects"] == (
-        f"records are symbolic links; expected regular files in the records tree, got attestations/links -> "
+    rows = audit.audit(records.root)
+    assert [(c.id, c.status) for c in rows] == [("records/files", "fail")]
+    assert rows[0].detail == (
+        f"records are links or special files; expected regular files in the records tree, got attestations/links -> "
         f"{elsewhere}; a release writes no links; replace them with the released files or restore the records")
 
 
-@pytest.mark.parametrize("rel", ["attestations/sbom.cdx.json", "submission.json"])
+@pytest.mark.parametrize("rel", ["attestations/sbom.cdx.json", "submission.json", "release.toml",
+                                 "vendor/metaharness-tasks/tasks.py"])
 def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
     import os
     import shutil
@@ -469,8 +470,29 @@ def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
     shutil.move(str(records.root / rel), str(copy))
     os.symlink(copy, records.root / rel)
     fails = failed(records.root)
-    assert set(fails) == {"release/subjects"}
-    assert f"got {rel} -> {copy}" in fails["release/subjects"]
+    assert set(fails) == {"records/files"}
+    assert f"got {rel} -> {copy}" in fails["records/files"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind,rel", [("link to /dev/zero", "attestations/sbom.cdx.json"),
+                                      ("link to /dev/zero", "release.toml"),
+                                      ("named pipe", "attestations/sbom.cdx.json"),
+                                      ("named pipe", "attestations/provenance.dsse.json")])
+def test_record_that_would_never_end_is_not_read(records, kind, rel):
+    """A link committed to git can point at /dev/zero: reading it never ends (and a pipe never answers)."""
+    import os
+
+    path = records.root / rel
+    path.unlink()
+    if kind == "named pipe":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    assert audit.main(["--records", str(records.root), "--vsa", str(records.root.parent / "vsa.json")]) == 1
+    fails = failed(records.root)
+    assert set(fails) == {"records/files"}
+    assert (f"{rel} -> /dev/zero" if kind != "named pipe" else f"{rel} (not a regular file)") in fails["records/files"]
 
 
 def test_release_statement_binding_a_record_twice(records):
