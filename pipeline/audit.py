@@ -49,7 +49,7 @@ it was not verified.
     sbom/components         the SBOM regenerated from the image's layer blobs = the file
                             (dist/oci holding the image, or --registry: pulled blobs)
     checks/record           attestations/checks.json = the checks statement's digest
-    checks/results          checks.json's results = the statement's passed/failed lists
+    checks/results          checks.json's results = the statement's passed/failed lists (and the whole predicate)
     checks/passed           the statement says PASSED, and checks.json has passed checks and no failure
     checks/image            the checks ran on the submission image
     registry/*              (--registry) pushed manifest and .att/.sbom tags = the records

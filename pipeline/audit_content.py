@@ -346,6 +346,13 @@ def audit_checks(r: Rows, s: State) -> None:
                sorted(c.id for c in suite.checks if c.passed))
         equal(f"failed checks of {rec} vs the statement", pred.get("failedTests"),
                sorted(c.id for c in suite.failures))
+        # Everything else the statement says (checks that could not apply, the counts, the image)
+        # is a function of checks.json too; its digest is checks/record's to compare.
+        expected = attest.checks_predicate(suite, checks_sha256=conf().get("digest", {}).get("sha256"))
+        where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+        if where is not None:
+            raise VerificationError(f"checks statement {where[0]} vs {rec}", expected=json.dumps(where[1]),
+                                    actual=json.dumps(where[2]))
 
     r.run("checks/results", rec, results)
     srec = f"attestations/checks{s.suffix}"

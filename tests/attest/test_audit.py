@@ -588,6 +588,21 @@ def test_checks_results_edited_and_resigned(records):
     assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
 
 
+@pytest.mark.parametrize("mutate,where,expected,actual", [
+    (lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]), "predicate.warnedTests", "[]",
+     '["format-code-task-000666/reference-repair"]'),
+    (lambda p: p["configuration"][0]["annotations"].update(total=40), "predicate.configuration[0].annotations.total",
+     "2", "40"),
+])
+def test_checks_statement_claims_beyond_checks_json_and_resigned(records, mutate, where, expected, actual):
+    _resign_statement(records, "checks", lambda s: mutate(s["predicate"]))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/results", "readme"}
+    assert fails["checks/results"] == (f"checks statement {where} vs attestations/checks.json; "
+                                       f"expected {expected}, got {actual}")
+
+
 def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     from . import conftest
 
@@ -612,7 +627,9 @@ def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
     _resign_statement(rec, "checks", lambda s: s["predicate"].update(result="PASSED"))
     resign(rec)
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed", "submission/verification", "readme"}
+    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
+    assert fails["checks/results"] == ('checks statement predicate.result vs attestations/checks.json; '
+                                       'expected "FAILED", got "PASSED"')
     assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
                                       "expected [], got ['image/uid']")
 
@@ -628,7 +645,7 @@ def test_empty_suite_signed_as_passed(records):
         s["predicate"].update(passedTests=[], failedTests=[])))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/passed", "submission/verification", "readme"}
+    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
     assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
                                       "got 0 check(s)")
 
@@ -638,7 +655,7 @@ def test_checks_about_another_image(records):
         image="x/y@sha256:" + "d" * 64))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/image", "readme"}
+    assert set(fails) == {"checks/image", "checks/results", "readme"}
 
 
 def test_submission_names_another_image(records):
