@@ -140,6 +140,9 @@ def audit_provenance(r: Rows, s: State) -> None:
 
             r.run("provenance/statement", rec, consistent)
     try:
+        if not isinstance(prov.profile, str):  # a list or an object cannot name a profile (nor be looked up)
+            raise VerificationError("provenance.json's profile is not a profile name", expected="a string",
+                                    actual=json.dumps(prov.profile))
         profile = cfg.profile(prov.profile)
     except ReleaseError as exc:
         r.rows.append(Check("provenance/sources", "provenance.json", FAIL, exc.one_line()))

@@ -795,6 +795,13 @@ def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner):
     assert fails[owner] == f"{rel} is malformed: AttributeError: 'list' object has no attribute 'get'"
 
 
+def test_provenance_profile_that_is_not_a_name(records):
+    _edit_json(records.root / "provenance.json", lambda d: d.update(profile=["test"]))
+    fails = failed(records.root)
+    assert fails["provenance/sources"] == ("provenance.json's profile is not a profile name; expected a string, "
+                                           'got ["test"]')
+
+
 @pytest.mark.parametrize("kind,mutate,owner,detail", [
     ("provenance", lambda s: s.update(predicate=[]), "provenance/signature",
      "attestations/provenance.dsse.json: the predicate is not a JSON object; expected object, got list"),
