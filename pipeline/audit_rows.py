@@ -51,7 +51,7 @@ class Rows:
         except OSError as exc:
             self.rows.append(Check(cid, record, FAIL, f"{type(exc).__name__}: {exc}"))
             return None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
             # The loaders expect the shape a release writes; a record of another shape (a JSON list
             # where an object belongs) fails here with what the parser met.
             self.rows.append(Check(cid, record, FAIL, f"{record} is malformed: {type(exc).__name__}: {exc}"))

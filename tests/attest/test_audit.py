@@ -809,6 +809,8 @@ def test_provenance_profile_that_is_not_a_name(records):
      "provenance.json is malformed: AttributeError: 'list' object has no attribute 'get'"),
     ("checks", lambda s: s["predicate"].update(configuration={"digest": {}}), "checks/record",
      "attestations/checks.json is malformed: KeyError: 0"),
+    ("provenance", lambda s: s.update(subject=[]), "readme",
+     "attestations/README.md is malformed: IndexError: list index out of range"),
 ])
 def test_malformed_statement_signed_by_an_insider(records, kind, mutate, owner, detail):
     """Signed content is still parsed defensively: these stopped the audit with a traceback."""
