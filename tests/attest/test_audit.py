@@ -199,6 +199,29 @@ def test_forged_signer_with_its_own_key_published(records):
     assert forger.keyid in fails["release/signature"]
 
 
+def test_forger_who_also_rewrites_the_pins_is_refused_by_the_auditors_key(records):
+    """The limit of release.toml's trust root: whoever may edit release.toml may pin their own key,
+    and the audit against it passes (the trust/root row and the VSA's policy digest say which pins
+    were used). An auditor's own trust root (--key, --identity) is what such an attacker cannot
+    change: it refuses the same records, naming the signer."""
+    root = records.root
+    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
+    for kind in ("release", "provenance", "sbom", "checks"):
+        path = root / "attestations" / f"{kind}.dsse.json"
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(root / "attestations")
+    toml = root / "release.toml"
+    toml.write_text(toml.read_text().replace(records.signer.keyid, forger.keyid))
+    rows = {c.id: c for c in audit.audit(root)}
+    assert rows["trust/root"].detail == f"keyids {forger.keyid} [[trust.test] of release.toml]"
+    genuine = root.parent / "genuine.pub.pem"
+    genuine.write_bytes(signing.public_key_pem(records.signer.signer.public_key))
+    fails = failed(root, trust_root=trust.from_auditor(key_file=genuine, identity=None, issuer=None))
+    assert fails["release/signature"] == (
+        f"attestations/release.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
+        f"got signed by keyid {forger.keyid}; trust root: key {records.signer.keyid} [auditor --key {genuine}]")
+
+
 def test_the_issue_attack_reproduced_exactly(records):
     """Re-signed with a fresh key, key published, layout and links deleted: the audit fails."""
     import shutil
