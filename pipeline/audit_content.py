@@ -167,8 +167,8 @@ def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
     meta = pred.get("runDetails", {}).get("metadata", {})
     expected = attest.provenance_predicate(
         s.cfg, s.prov, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
-        started=release_statement.parse_time(meta.get("startedOn")),
-        finished=release_statement.parse_time(meta.get("finishedOn")),
+        started=release_statement.parse_time(meta.get("startedOn"), what="runDetails.metadata.startedOn"),
+        finished=release_statement.parse_time(meta.get("finishedOn"), what="runDetails.metadata.finishedOn"),
         invocation_id=str(meta.get("invocationId")))
     where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
     if where is not None:
