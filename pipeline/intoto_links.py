@@ -35,7 +35,7 @@ from in_toto.models.metadata import Envelope, Metadata
 from in_toto.runlib import record_artifacts_as_dict
 from securesystemslib.signer import KEY_FOR_TYPE_AND_SCHEME, SigstoreKey
 
-from ._io import sha256_file
+from ._io import is_tree_path, sha256_file
 from .config import ReleaseConfig
 from .errors import ConfigError, VerificationError
 
@@ -214,7 +214,8 @@ def _is_release_layout(lay: Layout, suffix: str) -> None:
 
 
 def _links_only(chain: dict) -> dict:
-    """{step: {keyid: Link}}; a layout in place of a link (an in-toto sublayout) is refused.
+    """{step: {keyid: Link}}; a layout in place of a link (an in-toto sublayout), or a link naming
+    paths outside the records tree, is refused.
 
     in-toto would verify a sublayout recursively and run its inspections: commands from the
     records. The release writes links only, and the audit runs nothing it reads.
@@ -228,6 +229,12 @@ def _links_only(chain: dict) -> dict:
                 raise VerificationError(f"in-toto: the metadata of step {step} is a {payload.type_}, not a link",
                                         expected="link", actual=payload.type_,
                                         hint="a release delegates no step to a sublayout")
+            # Rules such as "ALLOW vendor/*" match "vendor/../../dev/zero" too, and in sigstore mode
+            # the links are unsigned: a path outside the tree is refused before any rule or read.
+            outside = sorted(a for a in (*payload.materials, *payload.products) if not is_tree_path(a))
+            if outside:
+                raise VerificationError(f"in-toto: the link of step {step} names paths outside the records tree",
+                                        expected="relative paths without '..'", actual=", ".join(outside))
             out[step][keyid] = payload
     return out
 
@@ -313,9 +320,12 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         link = link.get_payload() if hasattr(link, "get_payload") else link
         last.update({p: h["sha256"] for p, h in deepcopy(link.products).items()})
     for path, expected in sorted(last.items()):
-        on_disk = root / path
+        on_disk = root / path  # a tree path (_links_only); hashed only as a regular file
         if path.startswith("dist/"):
             continue  # build outputs are not part of the committed records
+        if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_file()):
+            raise VerificationError(f"in-toto: the product {path} is not a regular file", expected="a regular file",
+                                    actual="a link" if on_disk.is_symlink() else "a special file or directory")
         if not on_disk.exists():
             raise VerificationError(
                 f"{path} is missing (the {_producer(lay, reduced, path)} step produced it)",

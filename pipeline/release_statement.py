@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import signing
-from ._io import canonical_json, sha256_file, write_atomic
+from ._io import canonical_json, is_tree_path, sha256_file, write_atomic
 from .attest import STATEMENT_TYPE, Subject
 from .errors import VerificationError
 
@@ -145,7 +145,7 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     if repeated:
         raise VerificationError("the release statement binds a record twice", expected="each record once",
                                 actual=", ".join(repeated))
-    outside = [str(n) for n in names if not _inside(n)]
+    outside = [str(n) for n in names if not is_tree_path(n)]
     if outside:
         raise VerificationError("the release statement binds paths outside the records tree",
                                 expected="relative paths without '..'", actual=", ".join(outside))
@@ -168,7 +168,3 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
         raise VerificationError("record files not bound by the release statement",
                                 expected="none", actual=", ".join(extra),
                                 hint="files added after the release are not part of it")
-
-
-def _inside(name: object) -> bool:
-    return isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))

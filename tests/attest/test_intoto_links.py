@@ -193,3 +193,27 @@ def test_a_link_replaced_by_a_sublayout_is_refused_unverified(tmp_path):
     with pytest.raises(VerificationError, match="the metadata of step build is a layout, not a link"):
         intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity=IDENTITY)
     assert not marker.exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("product", ["vendor/../../../../../../../../../../dev/zero", "/dev/zero"])
+def test_unsigned_link_naming_a_product_outside_the_tree_is_never_read(records, product):
+    """`ALLOW vendor/*` matches "vendor/../../dev/zero": hashing that product never ended."""
+    path = next((records.root / "attestations" / "links").glob("vendor.*.link"))
+    link = Metadata.load(str(path)).get_payload()
+    link.products[product] = {"sha256": "0" * 64}
+    Envelope.from_signable(link).dump(str(path))
+    with pytest.raises(VerificationError) as exc:
+        intoto_links.verify(records.root, key=None, released_on=RELEASED, suffix=".dsse.json")
+    assert exc.value.one_line() == ("in-toto: the link of step vendor names paths outside the records tree; "
+                                    f"expected relative paths without '..', got {product}")
+
+
+@pytest.mark.timeout(60)
+def test_product_that_is_a_link_is_never_read(records):
+    (records.root / "submission.json").unlink()
+    (records.root / "submission.json").symlink_to("/dev/zero")
+    with pytest.raises(VerificationError) as exc:
+        intoto_links.verify(records.root, key=records.signer.signer.public_key, released_on=RELEASED)
+    assert exc.value.one_line() == ("in-toto: the product submission.json is not a regular file; "
+                                    "expected a regular file, got a link")
