@@ -10,7 +10,8 @@ VSA). A check that cannot run fails ("not checked: ..."), unless the auditor nam
 with `--skip ID`; it is then reported as skipped, and the verification summary says
 it was not verified.
 
-    records/files           the records are regular files, no links or pipes (else nothing else runs)
+    records/files           the records (and pyproject.toml, dist/oci) are regular files, no links or
+                            pipes (else nothing else runs)
     config/load, provenance/load, submission/format, submission/image   the records parse
     trust/pins              release.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)

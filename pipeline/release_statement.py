@@ -56,9 +56,10 @@ def bound_files(root: Path) -> list[str]:
     return sorted(files)
 
 
-# What the audit reads besides the statement's subjects: the policy and the inputs it re-hashes.
-READ_FILES = RECORD_FILES + ("release.toml",)
-READ_TREES = ("attestations", "vendor", "locks")
+# What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
+# the project licence the SBOM names and the built image it regenerates the SBOM from.
+READ_FILES = RECORD_FILES + ("release.toml", "pyproject.toml")
+READ_TREES = ("attestations", "vendor", "locks", "dist/oci")
 
 
 def irregular_files(root: Path) -> list[str]:

@@ -500,6 +500,8 @@ def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind,rel", [("link to /dev/zero", "attestations/sbom.cdx.json"),
                                       ("link to /dev/zero", "release.toml"),
+                                      ("link to /dev/zero", "pyproject.toml"),
+                                      ("link to /dev/zero", "dist/oci/index.json"),
                                       ("named pipe", "attestations/sbom.cdx.json"),
                                       ("named pipe", "attestations/provenance.dsse.json")])
 def test_record_that_would_never_end_is_not_read(records, kind, rel):
