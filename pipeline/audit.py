@@ -42,7 +42,8 @@ it was not verified.
     provenance/base         base = release.toml's pin (or locks/base.json)
     provenance/sources      sources = release.toml's [[sources]] pins
     vendor/files            vendored files and licences re-hashed
-    external/records        stored external records re-hashed and = release.toml pins
+    external/records        stored external records re-hashed and = release.toml pins (dataset, revision,
+                            row, sha256, budgets); "verified" only against a pin
     sbom/schema             CycloneDX 1.6 strict
     sbom/attested           the SBOM file = the SBOM statement's predicate
     sbom/image              the SBOM describes the submission image

@@ -455,6 +455,53 @@ def test_external_record_changed(records):
     assert "stored external record" in fails["external/records"] and "was modified" in fails["external/records"]
 
 
+def _resign_provenance(rec, change):
+    """An insider rewrites provenance.json (`change(prov) -> prov`) and signs a matching statement."""
+    import dataclasses
+
+    from pipeline import config as config_mod, provenance
+
+    from .conftest import LOCK_TEXT
+
+    path = rec.root / "provenance.json"
+    prov = change(provenance.load(path), dataclasses.replace)
+    provenance.write(path, prov)
+    cfg = config_mod.load(rec.root / "release.toml")
+    t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+    pred = attest.provenance_predicate(cfg, prov, lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
+                                       invocation_id="test-run")
+    _resign_statement(rec, "provenance", lambda st: st.update(predicate=json.loads(json.dumps(pred))))
+    resign(rec)
+
+
+def test_external_record_from_another_dataset_revision_resigned(records):
+    def other_revision(prov, replace):
+        ext = tuple(replace(e, revision="0" * 40) if e.task_id == "format-code-task-000666" else e
+                    for e in prov.external)
+        return replace(prov, external=ext)
+
+    _resign_provenance(records, other_revision)
+    fails = failed(records.root)
+    assert set(fails) == {"external/records", "readme"}
+    assert fails["external/records"] == (
+        "external record format-code-task-000666 in provenance.json (revision) vs release.toml; "
+        "expected {'revision': '639865fd3374018d6cb29b9fb82dd531406fcf5f'}, got {'revision': '" + "0" * 40 + "'}")
+
+
+def test_external_record_marked_verified_without_a_pin_resigned(records):
+    def verified(prov, replace):
+        ext = tuple(replace(e, status="verified") if e.task_id == "format-code-task-001926" else e
+                    for e in prov.external)
+        return replace(prov, external=ext)
+
+    _resign_provenance(records, verified)
+    fails = failed(records.root)
+    assert "external/records" in fails
+    assert fails["external/records"] == (
+        "external record format-code-task-001926 is marked verified, but release.toml pins no row and "
+        "record_sha256 to verify it against; expected row and record_sha256 pinned, got row None, record_sha256 ''")
+
+
 # ------------------------------------------------------------------ one teeth test per remaining ID
 
 
