@@ -33,6 +33,11 @@ def sha256_stream(stream: BinaryIO) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def is_tree_path(name: object) -> bool:
+    """A plain relative path inside a tree: "a/b", never "/a", "a/../b", "./a" or "a//b"."""
+    return isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def canonical_json(obj: Any) -> bytes:
     """Sorted keys, compact separators, UTF-8: the bytes that get hashed."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -250,8 +250,14 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
             "    env.verify([key], 1)",
             '    print(name, "signature OK")', "EOF", "```", "",
             "The in-toto layout and stage links, with in-toto's CLI (it also refuses an expired layout, "
-            "which `pipeline audit` reports as information only):", "",
+            "which `pipeline audit` reports as information only), once the published key is the release "
+            "key (a forger re-signing the layout and links publishes their own):", "",
             "```sh",
+            "python -c 'import pathlib; from cryptography.hazmat.primitives.serialization import "
+            "load_pem_public_key; from securesystemslib.signer import SSlibKey; "
+            'key = SSlibKey.from_crypto(load_pem_public_key(pathlib.Path("attestations/release.pub.pem")'
+            '.read_bytes())); '
+            f'assert key.keyid == "{signer_id}", key.keyid\' && \\',
             "in-toto-verify --layout attestations/layout.json --verification-keys attestations/release.pub.pem "
             "--link-dir attestations/links",
             "```", "",

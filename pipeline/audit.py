@@ -10,31 +10,40 @@ VSA). A check that cannot run fails ("not checked: ..."), unless the auditor nam
 with `--skip ID`; it is then reported as skipped, and the verification summary says
 it was not verified.
 
+    records/files           the records (and pyproject.toml, dist/oci) are regular files, no links or
+                            pipes (else nothing else runs)
     config/load, provenance/load, submission/format, submission/image   the records parse
     trust/pins              release.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)
     release/present         exactly one release statement (DSSE or sigstore bundle)
-    release/signature       the release statement, signed by the trust root
+    release/signature       the release statement, signed by the trust root (as its predicate says)
     release/subjects        every record re-hashed against the statement; none unbound
     release/image           the statement's image = submission.json's image
-    release/profile         the profile it names is in release.toml
+    release/profile         the profile it names is in release.toml (and is the one whose pins verified it)
     {provenance,sbom,checks}/signature   each statement, signed by the same signer
     {provenance,sbom,checks}/subject     each statement is about the submission image
     readme                  attestations/README.md = regenerated
-    intoto/links            layout + stage links: in-toto rules, records = last products
+    intoto/links            layout + stage links: the release's own steps and rules (no inspections, no
+                            sublayouts: the audit runs nothing it reads), in-toto rules,
+                            records = last products
     intoto/expiry           the layout's expiry (information: it was valid at release)
     submission/tasks        task ids in request order (blocks, external tasks per after_block)
     submission/budgets      each task's budgets and split = release.toml
     submission/images       procedural tasks on the built image, external tasks on their pinned images
+    submission/verification each task's verification, the image sizes and source_revision = rebuilt
+                            from checks.json and provenance.json
     provenance/record       provenance.json = the bytes the provenance statement binds
-    provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json
+    provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json;
+                            the whole predicate (builder, buildType, signing, release parameters)
+                            = the one release.toml, provenance.json and the signature give
     provenance/profile      provenance.json's profile = the release statement's
     provenance/image        provenance.json's image = the submission image
     provenance/wheel-lock   locks/runtime.txt = its pinned hash
     provenance/base         base = release.toml's pin (or locks/base.json)
     provenance/sources      sources = release.toml's [[sources]] pins
     vendor/files            vendored files and licences re-hashed
-    external/records        stored external records re-hashed and = release.toml pins
+    external/records        stored external records re-hashed and = release.toml pins (dataset, revision,
+                            row, sha256, budgets); "verified" only against a pin
     sbom/schema             CycloneDX 1.6 strict
     sbom/attested           the SBOM file = the SBOM statement's predicate
     sbom/image              the SBOM describes the submission image
@@ -42,8 +51,8 @@ it was not verified.
     sbom/components         the SBOM regenerated from the image's layer blobs = the file
                             (dist/oci holding the image, or --registry: pulled blobs)
     checks/record           attestations/checks.json = the checks statement's digest
-    checks/results          checks.json's results = the statement's passed/failed lists
-    checks/passed           every check passed
+    checks/results          checks.json's results = the statement's passed/failed lists (and the whole predicate)
+    checks/passed           the statement says PASSED, and checks.json has passed checks and no failure
     checks/image            the checks ran on the submission image
     registry/*              (--registry) pushed manifest and .att/.sbom tags = the records
 
@@ -58,11 +67,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from . import attest, config as config_mod, provenance as provenance_mod, submission as submission_mod, trust
+from . import (attest, config as config_mod, provenance as provenance_mod, release_statement,
+               submission as submission_mod, trust)
 from .audit_content import (audit_checks, audit_external, audit_provenance, audit_registry, audit_sbom,
                             audit_submission)
 from .audit_rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from .audit_signatures import audit_intoto, audit_release, audit_statements
+from .errors import ReleaseError
 
 __all__ = ["Check", "INFO", "SKIPPED", "audit", "main", "render_table", "verdict"]
 
@@ -73,6 +84,9 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     root = Path(root)
     s = State(root=root, att_dir=root / "attestations")
     r = Rows(skip)
+    r.run("records/files", "records", lambda: release_statement.check_regular(root))
+    if r.rows[-1].status == FAIL:
+        return r.rows  # nothing else is read: a link to /dev/zero or a pipe would hang the audit
     s.cfg = r.run("config/load", "release.toml", lambda: config_mod.load(root / "release.toml"))
     s.prov = r.run("provenance/load", "provenance.json", lambda: provenance_mod.load(root / "provenance.json"))
     s.sub = r.run("submission/format", "submission.json", lambda: submission_mod.load(root / "submission.json"))
@@ -163,8 +177,12 @@ def main(argv: list[str]) -> int:
 
 
 def _image_ref(root: Path) -> str | None:
+    """submission.json's image for the table and the VSA subject; None when it is not a pinned
+    reference (the audit rows say why), so a forged record fails the audit, not the CLI."""
     try:
-        return str(json.loads((Path(root) / "submission.json").read_text())["image"])
-    except (OSError, ValueError, KeyError, TypeError):
+        ref = str(json.loads((Path(root) / "submission.json").read_text())["image"])
+        attest.Subject.from_image_ref(ref)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, ReleaseError):
         return None
+    return ref
 

@@ -8,9 +8,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from . import attest, external, sbom as sbom_mod, signing, sources
+from . import attest, external, release_statement, sbom as sbom_mod, signing, sources
 from ._io import canonical_json, sha256_bytes, sha256_file
-from .audit_rows import FAIL, Check, Rows, State, equal, first_difference
+from .audit_rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
 from .config import BUDGET_FIELDS
 from .errors import ReleaseError, VerificationError
 
@@ -58,6 +58,32 @@ def audit_submission(r: Rows, s: State) -> None:
             equal(f"image of task {t.task_id}", pinned.get(t.task_id, built), t.image)
 
     r.run("submission/images", "submission.json", images)
+    if s.profile is None or s.prov is None:
+        r.not_checked("submission/verification", "submission.json",
+                      "provenance.json or the release statement's profile did not load")
+        return
+    r.run("submission/verification", "submission.json", lambda: _verification_matches(s))
+
+
+def _verification_matches(s: State) -> None:
+    """submission.json's per-task verification, image sizes and revision = rebuilt from checks.json."""
+    from . import submission as submission_mod
+    from .checks import results as results_mod
+
+    def plain(sub) -> dict:
+        return json.loads(json.dumps(submission_mod.to_json(sub)))
+
+    suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+    rebuilt = plain(submission_mod.build(s.cfg, s.profile, suite, image=s.sub.image,
+                                         source_revision=s.prov.project.commit))
+    actual = plain(s.sub)
+    for want, got in zip(rebuilt["tasks"], actual["tasks"]):
+        equal(f"verification of task {got['task_id']} in submission.json vs checks.json",
+              want["verification"], got["verification"], hint="submission.json claims what the checks did not show")
+    equal("source_revision of submission.json vs provenance.json's project commit",
+          rebuilt["source_revision"], actual["source_revision"])
+    for field in ("images", "total_compressed_bytes"):
+        equal(f"{field} of submission.json vs the layers checks.json recorded", rebuilt[field], actual[field])
 
 
 def _base_pin(root: Path, profile) -> str:
@@ -89,15 +115,18 @@ def audit_provenance(r: Rows, s: State) -> None:
     if stmt is None:
         r.not_checked("provenance/record", "provenance.json", "the provenance statement did not verify")
     else:
-        pred = stmt.get("predicate", {})
-        bd = pred.get("buildDefinition", {})
-        byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+        pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+        def bound_digest() -> str | None:
+            byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+            return byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256")
+
         r.run("provenance/record", "provenance.json", lambda: equal(
-            "sha256 of provenance.json vs the provenance statement's byproduct",
-            byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256"),
+            "sha256 of provenance.json vs the provenance statement's byproduct", bound_digest(),
             sha256_file(root / "provenance.json"), hint="provenance.json was edited after signing"))
         if lock_text is not None:
             def consistent() -> None:
+                bd = pred.get("buildDefinition", {})
                 expected = attest.resolved_dependencies(prov, project_repository=cfg.source_url, lock_text=lock_text)
                 diff = first_difference(expected, bd.get("resolvedDependencies", []))
                 if diff:
@@ -107,9 +136,13 @@ def audit_provenance(r: Rows, s: State) -> None:
                        (ext.get("profile"), ext.get("source", {}).get("revision")))
                 equal("internalParameters.slsaBuildLevel", attest.SLSA_BUILD_LEVEL,
                        bd.get("internalParameters", {}).get("slsaBuildLevel"))
+                _whole_predicate(s, pred, lock_text)
 
             r.run("provenance/statement", rec, consistent)
     try:
+        if not isinstance(prov.profile, str):  # a list or an object cannot name a profile (nor be looked up)
+            raise VerificationError("provenance.json's profile is not a profile name", expected="a string",
+                                    actual=json.dumps(prov.profile))
         profile = cfg.profile(prov.profile)
     except ReleaseError as exc:
         r.rows.append(Check("provenance/sources", "provenance.json", FAIL, exc.one_line()))
@@ -126,6 +159,24 @@ def audit_provenance(r: Rows, s: State) -> None:
             sources.check_vendored(source, root / "vendor", license_sha256=lic)
 
     r.run("vendor/files", "vendor/", vendored)
+
+
+def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
+    """The provenance predicate = the one a release writes from provenance.json, release.toml and how
+    the records are signed; only the run's times and id come from the statement itself."""
+    meta = pred.get("runDetails", {}).get("metadata", {})
+    expected = attest.provenance_predicate(
+        s.cfg, s.prov, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
+        started=release_statement.parse_time(meta.get("startedOn"), what="runDetails.metadata.startedOn"),
+        finished=release_statement.parse_time(meta.get("finishedOn"), what="runDetails.metadata.finishedOn"),
+        invocation_id=str(meta.get("invocationId")))
+    where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+    if where is not None:
+        path, want, got = where
+        raise VerificationError(f"provenance statement {path} vs the one release.toml, provenance.json and the "
+                                "signature give", expected=json.dumps(want, sort_keys=True),
+                                actual=json.dumps(got, sort_keys=True),
+                                hint="the builder, build type, signing and parameters are not the release's")
 
 
 def _sources_match(cfg, profile, prov) -> None:
@@ -160,14 +211,33 @@ def audit_external(r: Rows, s: State) -> None:
         for rec in s.prov.external:
             task = pinned[rec.task_id]
             equal(f"image of external task {rec.task_id} vs release.toml", task.image, rec.image)
+            _external_fields(s.cfg, task, rec)
+            if rec.status == external.VERIFIED and not (task.record_sha256 and task.row is not None):
+                raise VerificationError(f"external record {rec.task_id} is marked verified, but release.toml "
+                                        "pins no row and record_sha256 to verify it against",
+                                        expected="row and record_sha256 pinned",
+                                        actual=f"row {task.row}, record_sha256 {task.record_sha256!r}")
             if rec.status != external.NOT_FETCHED and task.record_sha256:
                 equal(f"sha256 of external record {rec.task_id} vs release.toml", task.record_sha256, rec.sha256)
+                if task.row is not None:
+                    equal(f"row of external record {rec.task_id} vs release.toml", task.row, rec.row)
             if s.profile is not None and s.profile.external_tasks_required:
                 equal(f"status of external record {rec.task_id} (profile {s.profile.name} requires it)",
                        external.VERIFIED, rec.status)
             external.check_stored(rec, s.root / "vendor")
 
     r.run("external/records", "vendor/external/", records)
+
+
+def _external_fields(cfg, task, rec) -> None:
+    """What an external record copies from release.toml (dataset, revision, split, budgets ...)."""
+    ext, budgets = cfg.external, cfg.budgets["external"]
+    want = {"dataset": ext.dataset, "revision": ext.revision, "subset": ext.subset, "split": task.split,
+            "digest": task.digest, "compressed_bytes": task.compressed_bytes, "budget_split": budgets.split,
+            "budgets": dict(budgets.values), "license": ext.license}
+    diff = sorted(k for k, v in want.items() if getattr(rec, k) != v)
+    equal(f"external record {rec.task_id} in provenance.json ({', '.join(diff)}) vs release.toml",
+          {k: want[k] for k in diff}, {k: getattr(rec, k) for k in diff})
 
 
 def audit_sbom(r: Rows, s: State, registry: bool) -> None:
@@ -256,6 +326,11 @@ def _component_difference(expected: dict, actual: dict) -> None:
     def by_ref(doc: dict) -> dict[str, str]:
         return {c.get("bom-ref"): json.dumps(c, sort_keys=True) for c in doc.get("components", [])}
 
+    refs = [c.get("bom-ref") for c in actual.get("components", [])]
+    repeated = sorted({str(ref) for ref in refs if refs.count(ref) > 1})
+    if repeated:
+        raise VerificationError("the SBOM lists a component more than once", expected="each bom-ref once",
+                                actual=", ".join(repeated[:3]))
     e, a = by_ref(expected), by_ref(actual)
     missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
     changed = sorted(k for k in set(e) & set(a) if e[k] != a[k])
@@ -276,10 +351,13 @@ def audit_checks(r: Rows, s: State) -> None:
     if stmt is None:
         r.not_checked("checks/record", rec, "the checks statement did not verify")
         return
-    pred = stmt.get("predicate", {})
-    conf = (pred.get("configuration") or [{}])[0]
+    pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+    def conf() -> dict:
+        return (pred.get("configuration") or [{}])[0]
+
     r.run("checks/record", rec, lambda: equal(
-        f"sha256 of {rec} vs the checks statement", conf.get("digest", {}).get("sha256"),
+        f"sha256 of {rec} vs the checks statement", conf().get("digest", {}).get("sha256"),
         sha256_file(s.att_dir / attest.CHECKS_FILE), hint="checks.json was edited after signing"))
 
     def results() -> None:
@@ -290,16 +368,35 @@ def audit_checks(r: Rows, s: State) -> None:
                sorted(c.id for c in suite.checks if c.passed))
         equal(f"failed checks of {rec} vs the statement", pred.get("failedTests"),
                sorted(c.id for c in suite.failures))
+        # Everything else the statement says (checks that could not apply, the counts, the image)
+        # is a function of checks.json too; its digest is checks/record's to compare.
+        expected = attest.checks_predicate(suite, checks_sha256=conf().get("digest", {}).get("sha256"))
+        where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+        if where is not None:
+            raise VerificationError(f"checks statement {where[0]} vs {rec}", expected=json.dumps(where[1]),
+                                    actual=json.dumps(where[2]))
 
     r.run("checks/results", rec, results)
     srec = f"attestations/checks{s.suffix}"
-    r.run("checks/passed", srec, lambda: equal(
-        f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
-        "PASSED", pred.get("result")))
+
+    def passed() -> None:
+        from .checks import results as results_mod
+
+        equal(f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
+              "PASSED", pred.get("result"))
+        # The verdict is read from checks.json too: a statement saying PASSED over failed checks
+        # (or over none) is not a passed suite.
+        suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+        equal(f"failed checks in {rec} (the statement says PASSED)", [], sorted(c.id for c in suite.failures))
+        if not suite.ok:
+            raise VerificationError(f"{rec} holds no passed check", expected="a whole suite",
+                                    actual=f"{len(suite.checks)} check(s)")
+
+    r.run("checks/passed", srec, passed)
     if s.image is not None:
-        ran_on = str(conf.get("annotations", {}).get("image", ""))
         r.run("checks/image", srec, lambda: equal(
-            "digest of the image the check suite ran on", s.image.digest, ran_on.rpartition("@")[2]))
+            "digest of the image the check suite ran on", s.image.digest,
+            str(conf().get("annotations", {}).get("image", "")).rpartition("@")[2]))
 
 
 def audit_registry(r: Rows, s: State) -> None:

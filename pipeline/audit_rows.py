@@ -48,8 +48,19 @@ class Rows:
         except ReleaseError as exc:
             self.rows.append(Check(cid, record, FAIL, exc.one_line()))
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
             self.rows.append(Check(cid, record, FAIL, f"{type(exc).__name__}: {exc}"))
+            return None
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            # The loaders expect the shape a release writes; a record of another shape (a JSON list
+            # where an object belongs) fails here with what the parser met.
+            self.rows.append(Check(cid, record, FAIL, f"{record} is malformed: {type(exc).__name__}: {exc}"))
+            return None
+        except RecursionError:
+            # json's decoder recurses once per nesting level: a forged record of "[[[[..." must
+            # fail its check, not stop the audit.
+            self.rows.append(Check(cid, record, FAIL, f"{record} is nested too deeply to parse (RecursionError); "
+                                                      "expected a record as a release writes it"))
             return None
         detail = value if info and isinstance(value, str) else ""
         self.rows.append(Check(cid, record, INFO if info else PASS, detail))
@@ -74,6 +85,26 @@ def first_difference(expected: list[dict], actual: list[dict]) -> str | None:
         if e.get(name) != a.get(name):
             return f"{name}: expected {json.dumps(e.get(name), sort_keys=True)}, got {json.dumps(a.get(name), sort_keys=True)}"
     return "same entries in a different order" if expected != actual else None
+
+
+_ABSENT = "(absent)"
+
+
+def first_path_difference(expected: Any, actual: Any, path: str) -> tuple[str, Any, Any] | None:
+    """The first (path, expected, actual) where two JSON values differ, keys in sorted order."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            found = first_path_difference(expected.get(key, _ABSENT), actual.get(key, _ABSENT), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            found = first_path_difference(e, a, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if expected == actual else (path, expected, actual)
 
 
 def subject_digest(stmt: dict[str, Any]) -> str:

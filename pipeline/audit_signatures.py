@@ -21,7 +21,7 @@ def peek_profile(path: Path) -> str | None:
         doc = json.loads(path.read_bytes())
         env = doc.get("dsseEnvelope", doc)
         return json.loads(base64.b64decode(env["payload"]))["predicate"]["profile"]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -58,6 +58,9 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
         if s.cfg is not None:
             equal(f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url),
                    stmt.get("predicateType"))
+        _predicate_is_object(stmt, rec)
+        equal(f"{rec}: predicate.signing (how the statement says it was signed)", signing.signing_kind(s.suffix),
+              stmt["predicate"].get("signing"))
         s.signer = v
         return stmt
 
@@ -70,7 +73,22 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
             "the release statement's image differs from submission.json's",
             s.image.to_json(), (s.release.get("subject") or [{}])[0]))
     if s.cfg is not None:
-        s.profile = r.run("release/profile", rec, lambda: s.cfg.profile(s.release["predicate"]["profile"]))
+        def profile():
+            named = s.release["predicate"]["profile"]
+            if auditor is None:
+                # The pins were chosen from the unverified file: a key pinned for one profile must
+                # not sign a release that names another.
+                equal(f"the profile {rec} names vs the profile whose [trust.<profile>] pins verified it",
+                      profile_name, named, hint="a signer is trusted only for the profile it is pinned for")
+            return s.cfg.profile(named)
+
+        s.profile = r.run("release/profile", rec, profile)
+
+
+def _predicate_is_object(stmt: dict[str, Any], rec: str) -> None:
+    if not isinstance(stmt.get("predicate"), dict):
+        raise VerificationError(f"{rec}: the predicate is not a JSON object", expected="object",
+                                actual=type(stmt.get("predicate")).__name__)
 
 
 def audit_statements(r: Rows, s: State) -> None:
@@ -90,6 +108,7 @@ def audit_statements(r: Rows, s: State) -> None:
             equal(f"{rec} is signed by another signer than the release statement", s.signer.signer, v.signer)
             stmt = attest.load_statement(v.payload, what=rec)
             equal(f"{rec}: predicateType", pt, stmt.get("predicateType"))
+            _predicate_is_object(stmt, rec)
             return stmt
 
         stmt = r.run(f"{kind}/signature", rec, verified)
@@ -134,6 +153,7 @@ def audit_intoto(r: Rows, s: State, now: datetime | None) -> None:
     key = _trusted_key(s) if s.suffix == signing.DSSE_SUFFIX else None
     identity = None if key is not None else s.signer.signer.partition(" (")[0]
     note = r.run("intoto/links", rec, lambda: intoto_links.verify(
-        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity))
+        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity,
+        suffix=s.suffix))
     if note is not None:
         r.run("intoto/expiry", rec, lambda: note, info=True)

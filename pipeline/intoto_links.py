@@ -35,7 +35,7 @@ from in_toto.models.metadata import Envelope, Metadata
 from in_toto.runlib import record_artifacts_as_dict
 from securesystemslib.signer import KEY_FOR_TYPE_AND_SCHEME, SigstoreKey
 
-from ._io import sha256_file
+from ._io import is_tree_path, sha256_file
 from .config import ReleaseConfig
 from .errors import ConfigError, VerificationError
 
@@ -180,17 +180,92 @@ def layout(functionary, specs, command: Sequence[str], released_on: datetime, da
     return lay
 
 
+def _release_rules(suffix: str) -> list[tuple[str, list, list]]:
+    """(step, material rules, product rules) of the release's own layout, as in-toto stores them."""
+    out = []
+    for spec in steps(suffix):
+        step = Step(name=spec.name)
+        for rule in spec.material_rules:
+            step.add_material_rule_from_string(rule)
+        for rule in spec.product_rules:
+            step.add_product_rule_from_string(rule)
+        out.append((spec.name, step.expected_materials, step.expected_products))
+    return out
+
+
+def _is_release_layout(lay: Layout, suffix: str) -> None:
+    """The layout is the release's own: its steps and rules, and nothing for a verifier to run.
+
+    Without it a layout of no steps (or of ALLOW * rules) verifies nothing and passes.
+    """
+    if lay.inspect:
+        raise VerificationError("in-toto: the layout has inspections (commands a verifier would run)",
+                                expected="none", actual=[i.name for i in lay.inspect])
+    want = _release_rules(suffix)
+    got = [(st.name, st.expected_materials, st.expected_products) for st in lay.steps]
+    if [w[0] for w in want] != [g[0] for g in got]:
+        raise VerificationError("in-toto: the layout's steps are not the release's",
+                                expected=[w[0] for w in want], actual=[g[0] for g in got])
+    for (name, materials, products), (_, got_materials, got_products) in zip(want, got):
+        if (materials, products) != (got_materials, got_products):
+            raise VerificationError(f"in-toto: the rules of step {name} are not the release's",
+                                    expected={"materials": materials, "products": products},
+                                    actual={"materials": got_materials, "products": got_products})
+
+
+def _links_only(chain: dict) -> dict:
+    """{step: {keyid: Link}}; a layout in place of a link (an in-toto sublayout), or a link naming
+    paths outside the records tree, is refused.
+
+    in-toto would verify a sublayout recursively and run its inspections: commands from the
+    records. The release writes links only, and the audit runs nothing it reads.
+    """
+    out: dict = {}
+    for step, by_key in chain.items():
+        out[step] = {}
+        for keyid, metadata in by_key.items():
+            payload = metadata.get_payload()
+            if payload.type_ != "link":
+                raise VerificationError(f"in-toto: the metadata of step {step} is a {payload.type_}, not a link",
+                                        expected="link", actual=payload.type_,
+                                        hint="a release delegates no step to a sublayout")
+            # Rules such as "ALLOW vendor/*" match "vendor/../../dev/zero" too, and in sigstore mode
+            # the links are unsigned: a path outside the tree is refused before any rule or read.
+            outside = sorted(a for a in (*payload.materials, *payload.products) if not is_tree_path(a))
+            if outside:
+                raise VerificationError(f"in-toto: the link of step {step} names paths outside the records tree",
+                                        expected="relative paths without '..'", actual=", ".join(outside))
+            out[step][keyid] = payload
+    return out
+
+
+def _sigstore_functionary(lay: Layout, identity: str) -> None:
+    """In sigstore mode the layout's one functionary is the signer's sigstore identity, as a sigstore key."""
+    named = sorted(k.get("keyval", {}).get("identity", "?") for k in lay.keys.values())
+    _equal_functionaries(named, [identity])
+    kinds = sorted({(k.get("keytype"), k.get("scheme")) for k in lay.keys.values()})
+    want = [(SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME)]
+    if kinds != want:
+        raise VerificationError("in-toto: the layout's functionary is not a sigstore identity",
+                                expected=want, actual=kinds)
+
+
 def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None = None,
-           identity: str | None = None) -> str:
+           identity: str | None = None, suffix: str | None = None) -> str:
     """in-toto verification of the layout and links, then the records against the last products.
 
     `key` (the trusted release key) checks the layout's and links' signatures; None in
     sigstore mode, where the release statement binds these files instead; `identity`
-    (sigstore mode) is the verified signer the layout must name. Returns a
-    note on the layout's validity (expired since the release: information only).
+    (sigstore mode) is the verified signer the layout must name. `suffix` names the signed
+    statements in the release's rules (default: by mode). The layout must be the release's own
+    (steps, rules, no inspections). Returns a note on the layout's validity (expired since the
+    release: information only).
     """
     from in_toto import verifylib
 
+    from .signing import BUNDLE_SUFFIX, DSSE_SUFFIX
+
+    suffix = suffix or (DSSE_SUFFIX if key is not None else BUNDLE_SUFFIX)
     root = Path(root)
     att = root / "attestations"
     try:
@@ -198,6 +273,10 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
     except FileNotFoundError:
         raise VerificationError(f"attestations/{LAYOUT_FILE} is missing",
                                 hint="a release writes its layout with its links; the records are incomplete") from None
+    except Exception as exc:  # in-toto's InvalidMetadata, json's errors: each means not a layout
+        raise VerificationError(f"attestations/{LAYOUT_FILE} is not in-toto metadata",
+                                expected="a DSSE envelope holding an in-toto layout",
+                                actual=f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
     try:
         if key is not None:
             try:
@@ -207,12 +286,15 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
                                         expected=key.keyid,
                                         actual=", ".join(sorted(metadata.signatures)) or "no signature") from None
         lay = metadata.get_payload()
+        if not isinstance(lay, Layout):
+            raise VerificationError(f"attestations/{LAYOUT_FILE} does not hold a layout",
+                                    expected="_type layout", actual=f"_type {getattr(lay, '_type', '?')}")
         if key is not None and set(lay.keys) != {key.keyid}:
             raise VerificationError("in-toto: the layout names other functionaries than the trusted key",
                                     expected=[key.keyid], actual=sorted(lay.keys))
         if identity is not None:
-            named = sorted(k.get("keyval", {}).get("identity", "?") for k in lay.keys.values())
-            _equal_functionaries(named, [identity])
+            _sigstore_functionary(lay, identity)
+        _is_release_layout(lay, suffix)
         expires = datetime.strptime(lay.expires, TIME_FORMAT).replace(tzinfo=timezone.utc)
         if released_on > expires:
             raise VerificationError("in-toto: the layout had already expired when the release was made",
@@ -222,7 +304,7 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
             chain = verifylib.load_links_for_layout(lay, str(att / LINKS_DIR))
             if key is not None:
                 chain = verifylib.verify_link_signature_thresholds(lay, chain)
-            chain = verifylib.verify_sublayouts(lay, chain, str(att / LINKS_DIR), None)
+            chain = _links_only(chain)
             verifylib.verify_all_steps_command_alignment(lay, chain)
             if key is not None:
                 verifylib.verify_threshold_constraints(lay, chain)
@@ -238,9 +320,12 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         link = link.get_payload() if hasattr(link, "get_payload") else link
         last.update({p: h["sha256"] for p, h in deepcopy(link.products).items()})
     for path, expected in sorted(last.items()):
-        on_disk = root / path
+        on_disk = root / path  # a tree path (_links_only); hashed only as a regular file
         if path.startswith("dist/"):
             continue  # build outputs are not part of the committed records
+        if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_file()):
+            raise VerificationError(f"in-toto: the product {path} is not a regular file", expected="a regular file",
+                                    actual="a link" if on_disk.is_symlink() else "a special file or directory")
         if not on_disk.exists():
             raise VerificationError(
                 f"{path} is missing (the {_producer(lay, reduced, path)} step produced it)",

@@ -12,13 +12,14 @@ edited, swapped or removed without the audit noticing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from . import signing
-from ._io import canonical_json, sha256_file, write_atomic
+from ._io import canonical_json, is_tree_path, sha256_file, write_atomic
 from .attest import STATEMENT_TYPE, Subject
 from .errors import VerificationError
 
@@ -55,6 +56,41 @@ def bound_files(root: Path) -> list[str]:
     return sorted(files)
 
 
+# What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
+# the project licence the SBOM names and the built image it regenerates the SBOM from.
+READ_FILES = RECORD_FILES + ("release.toml", "pyproject.toml")
+READ_TREES = ("attestations", "vendor", "locks", "dist/oci")
+
+
+def irregular_files(root: Path) -> list[str]:
+    """Links, pipes, devices and sockets among what the audit reads, each with what it is.
+
+    A release writes regular files only; git can commit a link (to /dev/zero, or to a directory
+    outside the tree that hides files from the unbound-file scan), so none is read.
+    """
+    root = Path(root)
+    found = [root / f for f in READ_FILES] + [root / d for d in READ_TREES]
+    for top in (root / d for d in READ_TREES):
+        if top.is_dir() and not top.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(top):  # does not descend into linked directories
+                found += [Path(dirpath) / n for n in dirnames + filenames]
+    out = []
+    for p in found:
+        if p.is_symlink():
+            out.append(f"{p.relative_to(root).as_posix()} -> {os.readlink(p)}")
+        elif p.exists() and not (p.is_file() or p.is_dir()):
+            out.append(f"{p.relative_to(root).as_posix()} (not a regular file)")
+    return sorted(out)
+
+
+def check_regular(root: Path) -> None:
+    odd = irregular_files(root)
+    if odd:
+        raise VerificationError("records are links or special files", expected="regular files in the records tree",
+                                actual=", ".join(odd), hint="a release writes no links; replace them with the "
+                                                            "released files or restore the records")
+
+
 def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_kind: str,
           released_on: datetime) -> bytes:
     """The statement's canonical bytes over the records staged under `root`."""
@@ -86,19 +122,34 @@ def write(root: Path, signer, image: Subject, *, source_url: str, profile: str,
     return out
 
 
-def released_on(stmt: Mapping[str, Any]) -> datetime:
-    value = (stmt.get("predicate") or {}).get("releasedOn", "")
+def parse_time(value: Any, *, what: str) -> datetime:
+    """A UTC time as the statements write it (TIME_FORMAT)."""
     try:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=timezone.utc)
     except (TypeError, ValueError):
-        raise VerificationError("the release statement has no valid releasedOn time",
-                                expected="YYYY-MM-DDTHH:MM:SSZ", actual=value) from None
+        raise VerificationError(f"{what} is not a valid UTC time", expected="YYYY-MM-DDTHH:MM:SSZ",
+                                actual=value) from None
+
+
+def released_on(stmt: Mapping[str, Any]) -> datetime:
+    return parse_time((stmt.get("predicate") or {}).get("releasedOn", ""), what="the release statement's releasedOn")
 
 
 def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     """Every bound file re-hashed; required records bound; no record file left unbound."""
     root = Path(root)
     subjects = stmt.get("subject") or []
+    names = [s.get("name") for s in subjects[1:]]
+    # One hash per record, each a plain path inside the tree: a repeated name lets two readers of
+    # the statement see two different bindings, and "../x" or "/x" binds a file outside the records.
+    repeated = sorted({str(n) for n in names if names.count(n) > 1})
+    if repeated:
+        raise VerificationError("the release statement binds a record twice", expected="each record once",
+                                actual=", ".join(repeated))
+    outside = [str(n) for n in names if not is_tree_path(n)]
+    if outside:
+        raise VerificationError("the release statement binds paths outside the records tree",
+                                expected="relative paths without '..'", actual=", ".join(outside))
     files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]}
     unbound_required = [f for f in REQUIRED if f not in files]
     if unbound_required:

@@ -296,6 +296,11 @@ class SigstoreSigner:
         return self.functionary().keyid
 
 
+def signing_kind(suffix: str | None) -> str:
+    """The signing method ("key" or "sigstore") of attestation files with this suffix."""
+    return "sigstore" if suffix == BUNDLE_SUFFIX else "key"
+
+
 def signer_for(kind: str, *, key_path: Path | None = None) -> KeySigner | SigstoreSigner:
     """The signer a profile (or --signing flag) names: "key" or "sigstore"."""
     if kind == "key":

@@ -16,9 +16,11 @@ computed from the key itself, must be one of the pinned ones; the published
 `sigstore-identity.json` is never read by the audit.
 
 Identity rule: an identity ending in `*` matches any certificate identity (SAN) that
-starts with the part before the `*` and continues with at least one character and no
-whitespace; any other identity must equal the SAN exactly. The SAN that matched is
-then verified exactly by sigstore, together with the issuer.
+starts with the part before the `*` and continues with a git ref name (at least one
+character; no whitespace or control character, none of ~ ^ : ? * [ or a backslash,
+no "..", "@{" or "//", not ending in "/", "." or ".lock"); any other identity must
+equal the SAN exactly, case and all. The SAN that matched is then verified exactly by
+sigstore, together with the issuer.
 """
 
 from __future__ import annotations
@@ -101,12 +103,16 @@ def from_auditor(*, key_file: Path | None, identity: str | None, issuer: str | N
     return TrustRoot(source=f"auditor {where}", key=key, identity=identity, issuer=issuer)
 
 
+# What `*` stands for: a git ref name (git check-ref-format), so a SAN with a NUL, a line
+# separator or a "?query" past the pinned prefix is not some tag of the pinned workflow.
+_REF_NAME = re.compile(r"(?!.*(\.\.|@\{|//))(?!.*(/|\.|\.lock)$)[^\x00-\x20\x7f~^:?*\[\\\s]+")
+
+
 def identity_matches(pattern: str, san: str) -> bool:
-    """The identity rule of the module doc: exact, or a prefix ending in `*`."""
+    """The identity rule of the module doc: exact, or a prefix ending in `*` then a ref name."""
     if pattern.endswith("*"):
         prefix = pattern[:-1]
-        rest = san[len(prefix):]
-        return san.startswith(prefix) and bool(rest) and not re.search(r"\s", rest)
+        return san.startswith(prefix) and _REF_NAME.fullmatch(san[len(prefix):]) is not None
     return san == pattern
 
 

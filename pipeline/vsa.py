@@ -28,7 +28,8 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
     att = records / "attestations"
     inputs = []
     for p in sorted(att.glob("*.json")):
-        if p.name.endswith((signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)):
+        # Regular files only: a pipe or a link to /dev/zero (the audit fails on them) is never read.
+        if p.name.endswith((signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)) and p.is_file() and not p.is_symlink():
             inputs.append({"uri": f"attestations/{p.name}", "digest": {"sha256": sha256_file(p)}})
     policy = records / "release.toml"
     skipped = sorted(c.id for c in rows if c.status == "skipped")
@@ -37,7 +38,7 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
         "timeVerified": verified_on.astimezone(timezone.utc).strftime(release_statement.TIME_FORMAT),
         "resourceUri": f"oci://{image}",
         "policy": {"uri": "release.toml",
-                   "digest": {"sha256": sha256_file(policy)} if policy.is_file() else {}},
+                   "digest": {"sha256": sha256_file(policy)} if policy.is_file() and not policy.is_symlink() else {}},
         "inputAttestations": inputs,
         "verificationResult": "PASSED" if passed else "FAILED",
         "verifiedLevels": [SLSA_LEVEL] if passed else [],

@@ -134,6 +134,50 @@ def test_wrong_key_claiming_the_release_keyid(records):
     assert "signature does not verify with the release key" in fails["checks/signature"]
 
 
+@pytest.mark.parametrize("variant", ["genuine and garbage under the pinned keyid",
+                                     "unpinned valid and garbage under the pinned keyid"])
+def test_release_statement_with_two_signatures(records, variant):
+    path, env = _envelope(records.root, "release")
+    genuine = env["signatures"][0]
+    garbage = {"keyid": genuine["keyid"], "sig": base64.b64encode(bytes(64)).decode()}
+    other = json.loads(signing.dsse_sign(base64.b64decode(env["payload"]), CryptoSigner.generate_ed25519()))
+    first = genuine if variant.startswith("genuine") else other["signatures"][0]
+    env["signatures"] = [first, garbage]
+    path.write_text(json.dumps(env))
+    fails = failed(records.root)
+    if variant.startswith("genuine"):
+        assert fails["release/signature"] == ("attestations/release.dsse.json is not a DSSE envelope: "
+                                              f"Multiple signatures found for keyid {records.signer.keyid}")
+    else:
+        assert fails["release/signature"].startswith("attestations/release.dsse.json: signature does not verify "
+                                                     "with the release key")
+
+
+def test_pinned_key_signing_another_payload_type(records):
+    from securesystemslib.dsse import Envelope as DsseEnvelope
+
+    path, env = _envelope(records.root, "release")
+    other = DsseEnvelope(payload=base64.b64decode(env["payload"]), payload_type="application/json", signatures={})
+    other.sign(records.signer.signer)
+    path.write_text(json.dumps(other.to_dict()))
+    fails = failed(records.root)
+    assert fails["release/signature"] == ("attestations/release.dsse.json has the wrong payload type; "
+                                          "expected application/vnd.in-toto+json, got application/json")
+
+
+def test_genuine_release_statement_replayed_over_another_release(records, tmp_path):
+    """Both releases signed by the pinned key: the statement of one does not vouch for the other's records."""
+    from . import conftest
+
+    other = conftest.make_records(tmp_path / "other", records.signer, image_name="arena/other-name")
+    (records.root / "attestations" / "release.dsse.json").write_bytes(
+        (other.root / "attestations" / "release.dsse.json").read_bytes())
+    fails = failed(records.root)
+    assert {"release/subjects", "release/image"} <= set(fails)
+    assert fails["release/subjects"].startswith("attestations/")
+    assert BOUND in fails["release/subjects"]
+
+
 def test_forged_signer_with_its_own_key_published(records):
     """Everything re-signed by a fresh key, published beside the records: refused, naming the signer."""
     root = records.root
@@ -153,6 +197,29 @@ def test_forged_signer_with_its_own_key_published(records):
     fails = failed(root, trust_root=auditor)
     assert "is not signed by the trusted key" in fails["release/signature"]
     assert forger.keyid in fails["release/signature"]
+
+
+def test_forger_who_also_rewrites_the_pins_is_refused_by_the_auditors_key(records):
+    """The limit of release.toml's trust root: whoever may edit release.toml may pin their own key,
+    and the audit against it passes (the trust/root row and the VSA's policy digest say which pins
+    were used). An auditor's own trust root (--key, --identity) is what such an attacker cannot
+    change: it refuses the same records, naming the signer."""
+    root = records.root
+    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
+    for kind in ("release", "provenance", "sbom", "checks"):
+        path = root / "attestations" / f"{kind}.dsse.json"
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(root / "attestations")
+    toml = root / "release.toml"
+    toml.write_text(toml.read_text().replace(records.signer.keyid, forger.keyid))
+    rows = {c.id: c for c in audit.audit(root)}
+    assert rows["trust/root"].detail == f"keyids {forger.keyid} [[trust.test] of release.toml]"
+    genuine = root.parent / "genuine.pub.pem"
+    genuine.write_bytes(signing.public_key_pem(records.signer.signer.public_key))
+    fails = failed(root, trust_root=trust.from_auditor(key_file=genuine, identity=None, issuer=None))
+    assert fails["release/signature"] == (
+        f"attestations/release.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
+        f"got signed by keyid {forger.keyid}; trust root: key {records.signer.keyid} [auditor --key {genuine}]")
 
 
 def test_the_issue_attack_reproduced_exactly(records):
@@ -209,6 +276,21 @@ def test_sbom_component_removed_and_everything_resigned(records):
     assert fails["sbom/components"].startswith("SBOM components differ from the image's layers; "
                                                "expected the components read from the layer blobs, got missing "
                                                "pkg:deb/debian/libc6@")
+
+
+def test_sbom_component_listed_twice_and_everything_resigned(records):
+    """A second, different entry under an existing bom-ref (schema-valid: the objects differ)."""
+    path = records.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    twin = {**doc["components"][0], "description": "a twin"}
+    doc["components"].insert(0, twin)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/components", "readme"}
+    assert fails["sbom/components"] == ("the SBOM lists a component more than once; expected each bom-ref once, "
+                                        f"got {twin['bom-ref']}")
 
 
 def test_sbom_component_removed_without_the_key(records):
@@ -295,6 +377,32 @@ def test_task_order_changed_and_resigned(records):
     assert fails["submission/tasks"].startswith("task ids of submission.json, in request order")
 
 
+def test_external_task_claimed_verified_and_resigned(records):
+    """An insider's submission.json says the external task the check suite never pulled was verified;
+    ids, budgets and images are untouched, so only checks.json can contradict it."""
+    def claim(d):
+        task = next(t for t in d["tasks"] if t["task_id"] == "format-code-task-001926")
+        task["verification"] = {"failed": 0, "passed": 3, "status": "verified"}
+
+    _edit_json(records.root / "submission.json", claim)
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/verification"}
+    assert fails["submission/verification"] == (
+        "verification of task format-code-task-001926 in submission.json vs checks.json; "
+        "expected {'status': 'not verified: not pulled', 'passed': 0, 'failed': 0}, "
+        "got {'status': 'verified', 'passed': 3, 'failed': 0}; submission.json claims what the checks did not show")
+
+
+def test_source_revision_of_another_commit_resigned(records):
+    _edit_json(records.root / "submission.json", lambda d: d.update(source_revision="3" * 40))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/verification"}
+    assert fails["submission/verification"] == (
+        f"source_revision of submission.json vs provenance.json's project commit; expected {'1' * 40}, got {'3' * 40}")
+
+
 def test_task_image_changed_and_resigned(records):
     _edit_json(records.root / "submission.json", lambda d: d["tasks"][8].update(image=d["image"]))
     resign(records)
@@ -347,6 +455,53 @@ def test_external_record_changed(records):
     assert "stored external record" in fails["external/records"] and "was modified" in fails["external/records"]
 
 
+def _resign_provenance(rec, change):
+    """An insider rewrites provenance.json (`change(prov) -> prov`) and signs a matching statement."""
+    import dataclasses
+
+    from pipeline import config as config_mod, provenance
+
+    from .conftest import LOCK_TEXT
+
+    path = rec.root / "provenance.json"
+    prov = change(provenance.load(path), dataclasses.replace)
+    provenance.write(path, prov)
+    cfg = config_mod.load(rec.root / "release.toml")
+    t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+    pred = attest.provenance_predicate(cfg, prov, lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
+                                       invocation_id="test-run")
+    _resign_statement(rec, "provenance", lambda st: st.update(predicate=json.loads(json.dumps(pred))))
+    resign(rec)
+
+
+def test_external_record_from_another_dataset_revision_resigned(records):
+    def other_revision(prov, replace):
+        ext = tuple(replace(e, revision="0" * 40) if e.task_id == "format-code-task-000666" else e
+                    for e in prov.external)
+        return replace(prov, external=ext)
+
+    _resign_provenance(records, other_revision)
+    fails = failed(records.root)
+    assert set(fails) == {"external/records", "readme"}
+    assert fails["external/records"] == (
+        "external record format-code-task-000666 in provenance.json (revision) vs release.toml; "
+        "expected {'revision': '639865fd3374018d6cb29b9fb82dd531406fcf5f'}, got {'revision': '" + "0" * 40 + "'}")
+
+
+def test_external_record_marked_verified_without_a_pin_resigned(records):
+    def verified(prov, replace):
+        ext = tuple(replace(e, status="verified") if e.task_id == "format-code-task-001926" else e
+                    for e in prov.external)
+        return replace(prov, external=ext)
+
+    _resign_provenance(records, verified)
+    fails = failed(records.root)
+    assert "external/records" in fails
+    assert fails["external/records"] == (
+        "external record format-code-task-001926 is marked verified, but release.toml pins no row and "
+        "record_sha256 to verify it against; expected row and record_sha256 pinned, got row None, record_sha256 ''")
+
+
 # ------------------------------------------------------------------ one teeth test per remaining ID
 
 
@@ -357,12 +512,118 @@ def test_unbound_file_added(records):
     assert "record files not bound by the release statement" in fails["release/subjects"]
 
 
+def test_linked_directory_hides_an_unbound_file(records, tmp_path):
+    """attestations/links as a link to a directory elsewhere holding one more file: the unbound-file
+    scan did not descend into it, so the audit passed reading records from outside the tree."""
+    import os
+    import shutil
+
+    links = records.root / "attestations" / "links"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(links), str(elsewhere))
+    (elsewhere / "extra.link").write_text("{}")
+    os.symlink(elsewhere, links)
+    rows = audit.audit(records.root)
+    assert [(c.id, c.status) for c in rows] == [("records/files", "fail")]
+    assert rows[0].detail == (
+        f"records are links or special files; expected regular files in the records tree, got attestations/links -> "
+        f"{elsewhere}; a release writes no links; replace them with the released files or restore the records")
+
+
+@pytest.mark.parametrize("rel", ["attestations/sbom.cdx.json", "submission.json", "release.toml",
+                                 "vendor/metaharness-tasks/tasks.py"])
+def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
+    import os
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.move(str(records.root / rel), str(copy))
+    os.symlink(copy, records.root / rel)
+    fails = failed(records.root)
+    assert set(fails) == {"records/files"}
+    assert f"got {rel} -> {copy}" in fails["records/files"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind,rel", [("link to /dev/zero", "attestations/sbom.cdx.json"),
+                                      ("link to /dev/zero", "release.toml"),
+                                      ("link to /dev/zero", "pyproject.toml"),
+                                      ("link to /dev/zero", "dist/oci/index.json"),
+                                      ("named pipe", "attestations/sbom.cdx.json"),
+                                      ("named pipe", "attestations/provenance.dsse.json")])
+def test_record_that_would_never_end_is_not_read(records, kind, rel):
+    """A link committed to git can point at /dev/zero: reading it never ends (and a pipe never answers)."""
+    import os
+
+    path = records.root / rel
+    path.unlink()
+    if kind == "named pipe":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    assert audit.main(["--records", str(records.root), "--vsa", str(records.root.parent / "vsa.json")]) == 1
+    fails = failed(records.root)
+    assert set(fails) == {"records/files"}
+    assert (f"{rel} -> /dev/zero" if kind != "named pipe" else f"{rel} (not a regular file)") in fails["records/files"]
+
+
+def test_release_statement_binding_a_record_twice(records):
+    """An insider's statement binds submission.json twice, a forged hash first: the audit read the
+    last, `sha256sum` against the first subject (the README's recipe) reads the other."""
+    def twice(stmt):
+        stmt["subject"].insert(1, {"name": "submission.json", "digest": {"sha256": "0" * 64}})
+
+    _resign_statement(records, "release", twice)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert fails["release/subjects"] == ("the release statement binds a record twice; expected each record once, "
+                                         "got submission.json")
+
+
+def test_release_statement_binding_a_file_outside_the_records(records):
+    outside = records.root.parent / "outside.json"
+    outside.write_text("{}")
+
+    def escape(stmt):
+        stmt["subject"].append({"name": "../outside.json", "digest": {"sha256": sha256_file(outside)}})
+
+    _resign_statement(records, "release", escape)
+    fails = failed(records.root)
+    assert set(fails) == {"release/subjects"}
+    assert fails["release/subjects"] == ("the release statement binds paths outside the records tree; "
+                                         "expected relative paths without '..', got ../outside.json")
+
+
 def test_unpinned_profile_fails_naming_the_signer(records):
     toml = records.root / "release.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', "keyids = []"))
     fails = failed(records.root)
     assert fails["release/signature"].startswith("attestations/release.dsse.json: no release key is pinned")
     assert records.signer.keyid in fails["release/signature"]
+
+
+def test_key_pinned_for_another_profile_steering_the_pins(records):
+    """The release key is pinned only for profile `dev`; the records name profile `test`, whose pins
+    name another key. An unsigned `dsseEnvelope` beside the payload (where a sigstore bundle keeps
+    it) named `dev`, so the pins of `dev` verified a release of `test`: the audit passed."""
+    toml = records.root / "release.toml"
+    other = CryptoSigner.generate_ed25519().public_key.keyid
+    toml.write_text(toml.read_text().replace(
+        f'[trust.test]\nkeyids = ["{records.signer.keyid}"]',
+        f'[trust.test]\nkeyids = ["{other}"]\n\n[trust.dev]\nkeyids = ["{records.signer.keyid}"]'))
+    assert "release/signature" in failed(records.root)  # the pins of `test` refuse the key
+    path = records.root / "attestations" / "release.dsse.json"
+    env = json.loads(path.read_text())
+    decoy = _statement(records.root, "release")
+    decoy["predicate"]["profile"] = "dev"
+    env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
+    path.write_text(json.dumps(env))
+    fails = failed(records.root)
+    # sbom/components and submission/verification: not checked without a profile
+    assert set(fails) == {"release/profile", "sbom/components", "submission/verification"}
+    assert fails["release/profile"] == (
+        "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
+        "expected dev, got test; a signer is trusted only for the profile it is pinned for")
 
 
 def test_malformed_trust_table(records):
@@ -395,8 +656,23 @@ def test_checks_results_edited_and_resigned(records):
                       lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/results", "readme"}
+    assert set(fails) == {"checks/results", "checks/passed", "submission/verification", "readme"}
     assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
+
+
+@pytest.mark.parametrize("mutate,where,expected,actual", [
+    (lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]), "predicate.warnedTests", "[]",
+     '["format-code-task-000666/reference-repair"]'),
+    (lambda p: p["configuration"][0]["annotations"].update(total=40), "predicate.configuration[0].annotations.total",
+     "2", "40"),
+])
+def test_checks_statement_claims_beyond_checks_json_and_resigned(records, mutate, where, expected, actual):
+    _resign_statement(records, "checks", lambda s: mutate(s["predicate"]))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/results", "readme"}
+    assert fails["checks/results"] == (f"checks statement {where} vs attestations/checks.json; "
+                                       f"expected {expected}, got {actual}")
 
 
 def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
@@ -406,8 +682,44 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
     rec = conftest.make_records(tmp_path / "r")
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed"}
+    assert set(fails) == {"checks/passed", "submission/verification"}
     assert "image/uid" in fails["checks/passed"]
+    assert fails["submission/verification"].startswith("the check suite has failures: the release stops before "
+                                                       "submission.json; expected 0 failed checks, got 1 failed: image/uid")
+
+
+def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
+    """An insider with the release key signs the checks statement of a failed suite with result
+    PASSED: its passed/failed lists agree with checks.json, so only the verdict was trusted."""
+    from . import conftest
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
+    monkeypatch.setattr(conftest, "CHECKS", (("image/health", True), ("image/uid", False)))
+    rec = conftest.make_records(tmp_path / "r")
+    _resign_statement(rec, "checks", lambda s: s["predicate"].update(result="PASSED"))
+    resign(rec)
+    fails = failed(rec.root)
+    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
+    assert fails["checks/results"] == ('checks statement predicate.result vs attestations/checks.json; '
+                                       'expected "FAILED", got "PASSED"')
+    assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
+                                      "expected [], got ['image/uid']")
+
+
+def test_empty_suite_signed_as_passed(records):
+    def empty(d):
+        d["checks"], d["summary"] = [], {"total": 0, "passed": 0, "failed": 0}
+
+    _edit_json(records.root / "attestations" / "checks.json", empty)
+    digest = sha256_file(records.root / "attestations" / "checks.json")
+    _resign_statement(records, "checks", lambda s: (
+        s["predicate"]["configuration"][0]["digest"].update(sha256=digest),
+        s["predicate"].update(passedTests=[], failedTests=[])))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
+    assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
+                                      "got 0 check(s)")
 
 
 def test_checks_about_another_image(records):
@@ -415,7 +727,7 @@ def test_checks_about_another_image(records):
         image="x/y@sha256:" + "d" * 64))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/image", "readme"}
+    assert set(fails) == {"checks/image", "checks/results", "readme"}
 
 
 def test_submission_names_another_image(records):
@@ -424,6 +736,36 @@ def test_submission_names_another_image(records):
     fails = failed(records.root)
     assert {"release/image", "provenance/subject", "sbom/subject", "checks/subject", "submission/images",
             "provenance/image", "sbom/image", "checks/image"} <= set(fails)
+
+
+@pytest.mark.parametrize("field,mutate,expected,actual", [
+    ("runDetails.builder.id",
+     lambda p: p["runDetails"]["builder"].update(id="https://github.com/actions/runner/github-hosted"),
+     '"https://github.com/akseljoonas/openenv-arena-release/builders/local-key@v1"',
+     '"https://github.com/actions/runner/github-hosted"'),
+    ("buildDefinition.internalParameters.signing",
+     lambda p: p["buildDefinition"]["internalParameters"].update(signing="sigstore"), '"key"', '"sigstore"'),
+    ("buildDefinition.externalParameters.release.external_tasks_required",
+     lambda p: p["buildDefinition"]["externalParameters"]["release"].update(external_tasks_required=True),
+     "false", "true"),
+])
+def test_provenance_claims_another_builder_and_everything_resigned(records, field, mutate, expected, actual):
+    """An insider's provenance statement claims a hosted builder, keyless signing, or a stricter policy
+    than the release ran with; resolvedDependencies, profile, revision and level are untouched."""
+    _resign_statement(records, "provenance", lambda s: mutate(s["predicate"]))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/statement", "readme"}
+    assert fails["provenance/statement"] == (
+        f"provenance statement predicate.{field} vs the one release.toml, provenance.json and the signature give; "
+        f"expected {expected}, got {actual}; the builder, build type, signing and parameters are not the release's")
+
+
+def test_release_statement_claims_keyless_signing(records):
+    _resign_statement(records, "release", lambda s: s["predicate"].update(signing="sigstore"))
+    fails = failed(records.root)
+    assert fails["release/signature"] == ("attestations/release.dsse.json: predicate.signing (how the statement says "
+                                          "it was signed); expected key, got sigstore")
 
 
 def test_provenance_profile_and_image(records):
@@ -489,6 +831,133 @@ def test_layout_signed_by_another_key(records):
     assert set(fails) == {"intoto/links"}
     assert (f"in-toto: attestations/layout.json is not signed by the trusted key; expected {records.signer.keyid}, "
             f"got {other.public_key.keyid}") in fails["intoto/links"]
+
+
+# ------------------------------------------------------------------ malformed records: a failed check, never a crash
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("rel,owner", [
+    ("attestations/release.dsse.json", "release/signature"),
+    ("attestations/sbom.dsse.json", "sbom/signature"),
+    ("attestations/layout.json", "intoto/links"),
+    ("submission.json", "submission/format"),
+    ("provenance.json", "provenance/load"),
+    ("attestations/checks.json", "checks/results"),
+    ("attestations/sbom.cdx.json", "sbom/schema"),
+    ("release.toml", "config/load"),
+])
+def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
+    """json's decoder recurses per nesting level; a forged "[[[[..." record used to stop the audit
+    with a RecursionError traceback."""
+    (records.root / rel).write_text(DEEP if rel != "release.toml" else "a = " + DEEP)
+    fails = failed(records.root)
+    assert "RecursionError" in fails[owner]
+    assert audit.main(["--records", str(records.root)]) == 1
+    assert capsys.readouterr().out.startswith("AUDIT FAILED")
+
+
+@pytest.mark.parametrize("rel,owner", [("submission.json", "submission/format"),
+                                       ("attestations/checks.json", "checks/results")])
+def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner):
+    (records.root / rel).write_text("[]")
+    fails = failed(records.root)
+    assert fails[owner] == f"{rel} is malformed: AttributeError: 'list' object has no attribute 'get'"
+
+
+def test_provenance_profile_that_is_not_a_name(records):
+    _edit_json(records.root / "provenance.json", lambda d: d.update(profile=["test"]))
+    fails = failed(records.root)
+    assert fails["provenance/sources"] == ("provenance.json's profile is not a profile name; expected a string, "
+                                           'got ["test"]')
+
+
+@pytest.mark.parametrize("kind,mutate,owner,detail", [
+    ("provenance", lambda s: s.update(predicate=[]), "provenance/signature",
+     "attestations/provenance.dsse.json: the predicate is not a JSON object; expected object, got list"),
+    ("provenance", lambda s: s["predicate"].update(runDetails=[]), "provenance/record",
+     "provenance.json is malformed: AttributeError: 'list' object has no attribute 'get'"),
+    ("checks", lambda s: s["predicate"].update(configuration={"digest": {}}), "checks/record",
+     "attestations/checks.json is malformed: KeyError: 0"),
+    ("provenance", lambda s: s.update(subject=[]), "readme",
+     "attestations/README.md is malformed: IndexError: list index out of range"),
+])
+def test_malformed_statement_signed_by_an_insider(records, kind, mutate, owner, detail):
+    """Signed content is still parsed defensively: these stopped the audit with a traceback."""
+    _resign_statement(records, kind, mutate)
+    resign(records)
+    assert failed(records.root)[owner] == detail
+
+
+@pytest.mark.parametrize("content", ["[]", "null", "{}", '{"payloadType": "x", "payload": "eA==", "signatures": []}'])
+def test_layout_that_is_not_in_toto_metadata(records, content):
+    (records.root / "attestations" / "layout.json").write_text(content)
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links", "release/subjects"}
+    assert fails["intoto/links"].startswith("attestations/layout.json is not in-toto metadata; "
+                                            "expected a DSSE envelope holding an in-toto layout, got ")
+
+
+def test_layout_replaced_by_a_link(records):
+    att = records.root / "attestations"
+    (att / "layout.json").write_bytes(next((att / "links").glob("build.*.link")).read_bytes())
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links", "release/subjects"}
+    assert fails["intoto/links"] == "attestations/layout.json does not hold a layout; expected _type layout, got _type link"
+
+
+def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, capsys):
+    _edit_json(records.root / "submission.json", lambda d: d.update(image="arena/x@not-a-digest"))
+    assert audit.main(["--records", str(records.root)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("AUDIT FAILED") and "submission/image: digest of arena/x@not-a-digest" in out
+
+
+def _resign_layout(rec, mutate):
+    path = rec.root / "attestations" / intoto_links.LAYOUT_FILE
+    layout = Metadata.load(str(path)).get_payload()
+    mutate(layout)
+    env = Envelope.from_signable(layout)
+    rec.signer.sign_envelope(env)
+    env.dump(str(path))
+    resign(rec)
+
+
+def test_layout_of_no_steps_signed_by_an_insider(records):
+    """No steps, no links: in-toto verified nothing and intoto/links passed."""
+    import shutil
+
+    shutil.rmtree(records.root / "attestations" / "links")
+    _resign_layout(records, lambda lay: setattr(lay, "steps", []))
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert fails["intoto/links"] == ("in-toto: the layout's steps are not the release's; expected ['vendor', 'build', "
+                                     "'sbom', 'verify', 'attest', 'submission'], got []")
+
+
+def test_layout_allowing_everything_signed_by_an_insider(records):
+    def allow_all(lay):
+        for step in lay.steps:
+            step.expected_materials, step.expected_products = [["ALLOW", "*"]], [["ALLOW", "*"]]
+
+    _resign_layout(records, allow_all)
+    fails = failed(records.root)
+    assert set(fails) == {"intoto/links"}
+    assert fails["intoto/links"].startswith("in-toto: the rules of step vendor are not the release's; expected "
+                                            "{'materials': [['ALLOW', 'release.toml'], ['DISALLOW', '*']]")
+
+
+def test_layout_with_an_inspection_signed_by_an_insider(records, tmp_path):
+    from in_toto.models.layout import Inspection
+
+    marker = tmp_path / "PWNED"
+    _resign_layout(records, lambda lay: setattr(lay, "inspect", [Inspection(name="pwn", run=["touch", str(marker)])]))
+    fails = failed(records.root)
+    assert fails["intoto/links"] == ("in-toto: the layout has inspections (commands a verifier would run); "
+                                     "expected none, got ['pwn']")
+    assert not marker.exists()
 
 
 # ------------------------------------------------------------------ CLI, JSON and the VSA

@@ -57,10 +57,10 @@ def test_link_signed_by_another_key(records):
 
 def test_unsigned_links_are_rule_checked_in_sigstore_mode(records):
     """Without a key (sigstore mode: the release statement binds the files) the rules still bite."""
-    assert intoto_links.verify(records.root, key=None, released_on=RELEASED)
+    assert intoto_links.verify(records.root, key=None, released_on=RELEASED, suffix=".dsse.json")
     (records.root / "provenance.json").write_text("{}")
     with pytest.raises(VerificationError, match="provenance.json differs"):
-        intoto_links.verify(records.root, key=None, released_on=RELEASED)
+        intoto_links.verify(records.root, key=None, released_on=RELEASED, suffix=".dsse.json")
 
 
 def test_a_failed_stage_records_nothing_and_an_unrecorded_stage_stops_the_layout(tmp_path, records):
@@ -122,3 +122,98 @@ def test_keyless_functionary_links_are_unsigned_and_verify_by_rules(tmp_path):
                                identity=keyval["identity"]).startswith("layout valid")
     with pytest.raises(VerificationError, match="the layout names another functionary than the release signer"):
         intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity="https://github.com/x/y")
+
+
+# ------------------------------------------------------------------ sigstore mode: the layout is unsigned
+
+IDENTITY = "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1"
+
+
+def _keyless_release(root):
+    """A keyless release's layout and unsigned links (the release statement binds their hashes)."""
+    from securesystemslib.signer import SigstoreKey
+    from securesystemslib.signer._utils import compute_default_keyid
+
+    keyval = {"identity": IDENTITY, "issuer": "https://token.actions.githubusercontent.com"}
+    functionary = SigstoreKey(compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio",
+                              keyval)
+    (root / "release.toml").write_text("x")
+    rec = intoto_links.StageRecorder(root, root, ["python", "-m", "pipeline", "release"], ".sigstore.json")
+    for step in ("vendor", "build", "sbom", "verify", "attest", "submission"):
+        with rec.step(step):
+            pass
+    rec.write(root / "attestations", functionary, sign=lambda env: None, released_on=RELEASED, days=30)
+    return functionary
+
+
+def _sublayout_running(marker, signer=None):
+    """An in-toto layout whose inspection would create `marker`: what a verifier that follows
+    sublayouts runs."""
+    from in_toto.models.layout import Inspection, Layout
+
+    sub = Layout()
+    sub.expires = "2099-01-01T00:00:00Z"
+    sub.inspect = [Inspection(name="pwn", run=["touch", str(marker)])]
+    env = Envelope.from_signable(sub)
+    if signer is not None:
+        env.create_signature(signer)
+    return env
+
+
+def test_forged_keyless_layout_delegating_to_a_sublayout_runs_nothing(tmp_path):
+    """Without any key: the unsigned layout names the signer's identity on an ed25519 key of the
+    attacker's, whose one link is a sublayout signed by that key. in-toto verified the sublayout
+    and ran its inspection (a command from the records) on the auditor's machine, then passed."""
+    from in_toto.models.layout import Layout, Step
+    from securesystemslib.signer import CryptoSigner
+
+    _keyless_release(tmp_path)
+    att = tmp_path / "attestations"
+    attacker = CryptoSigner.generate_ed25519()
+    kid = attacker.public_key.keyid
+    key = {**attacker.public_key.to_dict(), "keyid": kid}
+    key["keyval"] = {**key["keyval"], "identity": IDENTITY}
+    top = Layout()
+    top.keys = {kid: key}
+    top.expires = "2099-01-01T00:00:00Z"
+    top.steps = [Step(name="vendor", pubkeys=[kid], threshold=1)]
+    Envelope.from_signable(top).dump(str(att / "layout.json"))
+    marker = tmp_path / "PWNED"
+    _sublayout_running(marker, attacker).dump(str(att / "links" / f"vendor.{kid[:8]}.link"))
+    with pytest.raises(VerificationError, match="the layout's functionary is not a sigstore identity"):
+        intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity=IDENTITY)
+    assert not marker.exists()
+
+
+def test_a_link_replaced_by_a_sublayout_is_refused_unverified(tmp_path):
+    functionary = _keyless_release(tmp_path)
+    marker = tmp_path / "PWNED"
+    link = tmp_path / "attestations" / "links" / intoto_links.link_name("build", functionary.keyid)
+    _sublayout_running(marker).dump(str(link))
+    with pytest.raises(VerificationError, match="the metadata of step build is a layout, not a link"):
+        intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity=IDENTITY)
+    assert not marker.exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("product", ["vendor/../../../../../../../../../../dev/zero", "/dev/zero"])
+def test_unsigned_link_naming_a_product_outside_the_tree_is_never_read(records, product):
+    """`ALLOW vendor/*` matches "vendor/../../dev/zero": hashing that product never ended."""
+    path = next((records.root / "attestations" / "links").glob("vendor.*.link"))
+    link = Metadata.load(str(path)).get_payload()
+    link.products[product] = {"sha256": "0" * 64}
+    Envelope.from_signable(link).dump(str(path))
+    with pytest.raises(VerificationError) as exc:
+        intoto_links.verify(records.root, key=None, released_on=RELEASED, suffix=".dsse.json")
+    assert exc.value.one_line() == ("in-toto: the link of step vendor names paths outside the records tree; "
+                                    f"expected relative paths without '..', got {product}")
+
+
+@pytest.mark.timeout(60)
+def test_product_that_is_a_link_is_never_read(records):
+    (records.root / "submission.json").unlink()
+    (records.root / "submission.json").symlink_to("/dev/zero")
+    with pytest.raises(VerificationError) as exc:
+        intoto_links.verify(records.root, key=records.signer.signer.public_key, released_on=RELEASED)
+    assert exc.value.one_line() == ("in-toto: the product submission.json is not a regular file; "
+                                    "expected a regular file, got a link")

@@ -148,6 +148,24 @@ def test_audit_refuses_a_bundle_from_another_identity(records):
      "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1", True),
     ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
      "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v10", False),
+    # case and look-alike letters: exact, never folded
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/O/r/.github/workflows/release.yml@refs/tags/v1", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/\u043e/r/.github/workflows/release.yml@refs/tags/v1", False),
+    # what `*` stands for is a git tag name: release/1.0 is one; NUL, U+2028, "..", "?" are not
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/release/1.0", True),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\x00evil", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\u2028x", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/../heads/main", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1?ref=main", False),
+    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.lock", False),
 ])
 def test_identity_rule(pattern, san, ok):
     assert trust.identity_matches(pattern, san) is ok

@@ -54,3 +54,33 @@ def test_in_toto_cli_verifies_the_layout_and_links(fresh):
     next((fresh.root / "attestations" / "links").glob("sbom.*.link")).unlink()
     proc = _run(fresh, command)
     assert proc.returncode == 1 and "LinkNotFoundError" in proc.stdout + proc.stderr
+
+
+def test_in_toto_command_refuses_a_layout_and_links_resigned_with_a_published_forged_key(fresh):
+    """in-toto-verify trusts the key it is given: the README's command checks the published key's
+    keyid first, so a forger who re-signs the layout and links and publishes their key is refused."""
+    from in_toto.models.metadata import Envelope, Metadata
+
+    from pipeline import signing
+
+    readme = (fresh.root / "attestations" / "README.md").read_text()
+    command = next(s for s in _snippets(readme) if "in-toto-verify" in s)
+    forger = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    att = fresh.root / "attestations"
+    for path in [att / "layout.json", *(att / "links").glob("*.link")]:
+        payload = Metadata.load(str(path)).get_payload()
+        if path.name == "layout.json":
+            payload.keys = {forger.keyid: {**forger.functionary().to_dict(), "keyid": forger.keyid}}
+            for step in payload.steps:
+                step.pubkeys = [forger.keyid]
+        env = Envelope.from_signable(payload)
+        forger.sign_envelope(env)
+        target = path if path.name == "layout.json" else path.with_name(
+            path.name.replace(fresh.signer.keyid[:8], forger.keyid[:8]))
+        env.dump(str(target))
+        if target != path:
+            path.unlink()
+    forger.publish(att)
+    assert _run(fresh, command.split("&& \\\n", 1)[1]).returncode == 0  # in-toto-verify alone is fooled
+    proc = _run(fresh, command)
+    assert proc.returncode != 0 and forger.keyid in proc.stderr
