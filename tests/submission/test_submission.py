@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -102,6 +103,15 @@ def test_a_single_failed_check_stops_the_release(tmp_path):
     with pytest.raises(CheckFailure):
         submission.write_submission(path, forged)
     assert not path.exists()
+
+
+def test_a_case_whose_own_checks_did_not_run_is_not_verified():
+    """The image's checks alone say nothing about a case: a run that skipped it fails it."""
+    cfg = config.load()
+    whole = _checks()
+    skipped = replace(whole, checks=tuple(c for c in whole.checks if not c.id.startswith("math_route-d2-s307/")))
+    with pytest.raises(CheckFailure, match="math_route-d2-s307"):
+        submission.build(cfg, cfg.profile("local"), skipped, image=IMAGE, source_revision="c" * 40)
 
 
 def test_unverified_external_tasks_local_carries_on_arena_refuses():
