@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.checks.cases import all_cases
 from pipeline.oci import digest as oci_digest
 from pipeline.oci.layer import FileEntry, parents_of, write_layer
 
@@ -124,7 +125,8 @@ DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
-CHECKS = (("image/health", True), ("sort-d1-s101/correct", True))
+# One check of the image and one of every case: a case is verified by checks of its own.
+CHECKS = (("image/health", True), *((f"{c.id}/correct", True) for c in all_cases()))
 COMMAND = ("python", "-m", "pipeline", "release", "--profile", "test")
 RELEASED_ON = (2024, 1, 1)
 
