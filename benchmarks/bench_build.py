@@ -21,10 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, base, basesource, build, localregistry, provenance, pull, publish  # noqa: E402
+from pipeline import _proc
+from pipeline.image import base, basesource, build
+from pipeline.registry import local as localregistry, pull, push as publish
+from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
-from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
-from pipeline.runtime import ContainerRuntime  # noqa: E402
+from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
+from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
 
 DOCKERFILE = """FROM {base}
 COPY env /opt/arena/env

@@ -20,9 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import base, basesource, build, config, localregistry, provenance  # noqa: E402
+from pipeline.image import base, basesource, build
+from pipeline import config
+from pipeline.registry import local as localregistry
+from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT  # noqa: E402
-from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
+from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
 
 GOALS = {"no registry (base rebuilt from the lock)": 90.0, "base reachable in a registry": 5.0}
 

@@ -12,26 +12,26 @@ import logging
 import os
 import sys
 
-from .errors import ReleaseError
+from pipeline.errors import ReleaseError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line description)
-    "lock": ("pipeline.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
-    "base": ("pipeline.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
+    "lock": ("pipeline.sources.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
+    "base": ("pipeline.image.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     "verify": ("pipeline.checks.commands:verify_main", "pull an image anonymously, start it and run every check of verification.md"),
-    "serve": ("pipeline.serve:main", "serve the built image in a container (or, with --host-mode, on this host)"),
+    "serve": ("pipeline.verify.serve:main", "serve the built image in a container (or, with --host-mode, on this host)"),
     "checks": ("pipeline.checks.commands:checks_main", "the check suite against running servers (--url), one shard of it (--shard I/N), or `checks merge` of the shards"),
     "submission": ("pipeline.checks.commands:submission_main", "write submission.json from passing check results"),
-    "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),
+    "build": ("pipeline.image.build:main", "build the derived image daemonlessly from the base digest and push it"),
     "release": ("pipeline.release:main", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
     "reproduce": ("pipeline.reproduce:main", "rebuild and compare with the recorded digests, explaining differences"),
-    "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
-    "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
-    "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
-    "attest": ("pipeline.attest:main", "sign provenance, SBOM and check-result statements into attestations/"),
+    "setup": ("pipeline.verify.hosttools:main", "install the host tools a release needs (apt, as root)"),
+    "registry": ("pipeline.registry.local:main", "start, stop or show the local loopback registry"),
+    "sbom": ("pipeline.records.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
+    "attest": ("pipeline.records.attest:main", "sign provenance, SBOM and check-result statements into attestations/"),
     "audit": ("pipeline.audit:main", "verify a release's records offline against a pinned trust root; writes a VSA"),
-    "key": ("pipeline.signing:main", "show (creating if missing) the release key, its keyid and the release.toml pin"),
-    "vendor": ("pipeline.sources:main", "fetch, verify and vendor pinned upstream files and external task records"),
+    "key": ("pipeline.records.signing:main", "show (creating if missing) the release key, its keyid and the release.toml pin"),
+    "vendor": ("pipeline.sources.vendor:main", "fetch, verify and vendor pinned upstream files and external task records"),
 }
 
 

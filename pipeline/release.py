@@ -4,8 +4,8 @@ lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 provenance.json, attestations/, submission.json -> attach -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
-in-toto link while they run (pipeline.intoto_links); the last record written is the
-release statement that binds every other one (pipeline.release_statement). A release
+in-toto link while they run (pipeline.records.links); the last record written is the
+release statement that binds every other one (pipeline.records.statement). A release
 key that release.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
@@ -28,18 +28,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
-from . import release_statement, signing, sources, submission, trust
-from . import config as _config
-from . import lock as runtime_lock
-from ._io import write_atomic
-from .checks import external as checks_external
-from .checks import report as checks_report
-from .checks import results as checks_results
-from .checks.commands import references_of, verify_image
-from .errors import CheckFailure, ReleaseError, SourceError
-from .progress import say
-from .publish import push_layout
+from pipeline.records import attest, links as intoto_links, provenance, sbom
+from pipeline.image import base, build
+from pipeline.sources import dataset as external
+from pipeline.registry import local as localregistry
+from pipeline.records import statement as release_statement, signing, submission, trust
+from pipeline.sources import vendor as sources
+from pipeline import config as _config
+from pipeline.sources import lock as runtime_lock
+from pipeline._io import write_atomic
+from pipeline.checks import external as checks_external
+from pipeline.checks import report as checks_report
+from pipeline.checks import results as checks_results
+from pipeline.checks.commands import references_of, verify_image
+from pipeline.errors import CheckFailure, ReleaseError, SourceError
+from pipeline.progress import say
+from pipeline.registry.push import push_layout
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 

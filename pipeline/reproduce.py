@@ -29,25 +29,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import base as _base
-from . import config as _config
-from . import git, localregistry, provenance
-from . import lock as runtime_lock
-from .basesource import BaseSource
-from .build import build, vendored_task_file
-from .errors import ConfigError, ReleaseError, SourceError, VerificationError
-from .imageconfig import ImageConfigValues
-from .layerdiff import AppLayer, explain, members_of_blob
-from .oci.layer import write_layer, zlib_version
-from .oci.registry import Reference, RegistryClient
-from .payload import VendoredTaskFile, app_layers
-from .progress import say
+from pipeline.image import base as _base
+from pipeline import config as _config
+from pipeline.sources import git
+from pipeline.registry import local as localregistry
+from pipeline.records import provenance
+from pipeline.sources import lock as runtime_lock
+from pipeline.image.basesource import BaseSource
+from pipeline.image.build import build, vendored_task_file
+from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
+from pipeline.image.imageconfig import ImageConfigValues
+from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
+from pipeline.image.oci.layer import write_layer, zlib_version
+from pipeline.registry.client import Reference, RegistryClient
+from pipeline.image.payload import VendoredTaskFile, app_layers
+from pipeline.progress import say
 
 # The modules that turn the image inputs into the derived image's bytes: when HEAD's
 # differ from the recorded commit's, a mismatch may come from the code, not the inputs.
-IMAGE_BUILDER = ("pipeline/build.py", "pipeline/payload.py", "pipeline/imageconfig.py",
-                 "pipeline/oci/layer.py", "pipeline/oci/image.py", "pipeline/base.py",
-                 "pipeline/lock.py")
+IMAGE_BUILDER = ("pipeline/image/build.py", "pipeline/image/payload.py",
+                 "pipeline/image/imageconfig.py", "pipeline/image/oci/layer.py",
+                 "pipeline/image/oci/image.py", "pipeline/image/base.py",
+                 "pipeline/sources/lock.py")
 DIFFOSCOPE_LINES = 200
 
 

@@ -21,17 +21,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import config as config_mod
-from .. import external as records_mod
-from ..errors import CheckFailure, ConfigError
-from .._io import sha256_file, write_atomic
-from ..progress import say
-from . import external, repair, report
-from .merge import merge
-from .results import SuiteResult, load, write
-from .shards import Shard
-from .suite import run_suite
-from .target import Target
+from pipeline import config as config_mod
+from pipeline.sources import dataset as records_mod
+from pipeline.errors import CheckFailure, ConfigError
+from pipeline._io import sha256_file, write_atomic
+from pipeline.progress import say
+from pipeline.checks import external, repair, report
+from pipeline.checks.merge import merge
+from pipeline.checks.results import SuiteResult, load, write
+from pipeline.checks.shards import Shard
+from pipeline.checks.suite import run_suite
+from pipeline.checks.target import Target
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
 TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
@@ -76,11 +76,11 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     run, and the external tasks are verified by shard 1 alone (once per sharded run).
     Returns the results (failures included); callers decide what a failure stops.
     """
-    from ..oci.image import parse_config
-    from ..oci.layout import Layout
-    from ..pull import pull
-    from ..limits import ContainerLimits
-    from ..runtime import ContainerRuntime
+    from pipeline.image.oci.image import parse_config
+    from pipeline.image.oci.layout import Layout
+    from pipeline.registry.pull import pull
+    from pipeline.verify.limits import ContainerLimits
+    from pipeline.verify.runtime import ContainerRuntime
 
     if parallel < 1:
         raise ConfigError("--parallel must be at least 1", actual=parallel)
@@ -191,7 +191,7 @@ def sign_checks(result: SuiteResult, checks_file: Path, *, kind: str, out_dir: P
     verdicts and the sha256 of checks.json), signed by the key or sigstore signer; the
     signer's public key or identity is published next to it.
     """
-    from .. import attest, signing
+    from pipeline.records import attest, signing
 
     signer = signing.signer_for(kind)
     stmt = attest.statement(attest.Subject.from_image_ref(result.image), attest.TEST_RESULT,
@@ -227,8 +227,8 @@ def merge_main(argv: list[str]) -> int:
 
 def submission_main(argv: list[str]) -> int:
     """`submission`: write submission.json from dist/checks.json (refused on any failure)."""
-    from .. import submission
-    from ..git import head_commit
+    from pipeline.records import submission
+    from pipeline.sources.git import head_commit
 
     p = argparse.ArgumentParser(prog="python -m pipeline submission", description=submission_main.__doc__)
     p.add_argument("--checks", type=Path, default=DEFAULT_OUT)

@@ -17,7 +17,14 @@ import pytest
 from in_toto.models.metadata import Envelope, Metadata
 from securesystemslib.signer import CryptoSigner
 
-from pipeline import attest, audit, intoto_links, release_statement, signing, trust
+from pipeline.records import (
+    attest,
+    links as intoto_links,
+    statement as release_statement,
+    signing,
+    trust,
+)
+from pipeline import audit
 from pipeline._io import canonical_json, sha256_file
 
 from .conftest import RELEASED_ON
@@ -180,7 +187,7 @@ def test_subject_swap(records):
 
 
 def test_sbom_swapped(records, tmp_path):
-    from pipeline import sbom
+    from pipeline.records import sbom
 
     from .conftest import make_image
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline import sbom
+from pipeline.records import sbom
 from pipeline.config import Source
 from pipeline.errors import DigestMismatch
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from pipeline import signing
+from pipeline.records import signing
 from pipeline.errors import ConfigError, VerificationError
 
 STATEMENT = b'{"_type":"https://in-toto.io/Statement/v1","predicate":{},"predicateType":"x","subject":[]}'
@@ -92,7 +92,8 @@ def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypa
 
 
 def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
-    from pipeline import config as config_mod, trust
+    from pipeline import config as config_mod
+    from pipeline.records import trust
 
     from .conftest import make_records
 
@@ -106,7 +107,8 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
 
 
 def test_unpinned_sigstore_identity_warning(tmp_path):
-    from pipeline import config as config_mod, trust
+    from pipeline import config as config_mod
+    from pipeline.records import trust
 
     from .conftest import make_records
 

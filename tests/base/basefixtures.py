@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, lock
+from pipeline.image import base
+from pipeline.sources import lock
 from pipeline.config import REPO_ROOT
-from pipeline.oci.registry import Credentials, RegistryClient
+from pipeline.registry.client import Credentials, RegistryClient
 
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"

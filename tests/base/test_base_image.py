@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, localregistry
-from pipeline.oci.layout import Layout
-from pipeline.runtime import ContainerRuntime
+from pipeline.image import base
+from pipeline.registry import local as localregistry
+from pipeline.image.oci.layout import Layout
+from pipeline.verify.runtime import ContainerRuntime
 
 from .basefixtures import TEST_STATE, registry_client
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, basesource, build, config, provenance
-from pipeline.oci.registry import Credentials, RegistryClient
-from pipeline.publish import push_layout
+from pipeline.image import base, basesource, build
+from pipeline import config
+from pipeline.records import provenance
+from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.push import push_layout
 
 from ..base.basefixtures import base_image  # noqa: F401
 

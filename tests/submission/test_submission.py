@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from pipeline import config, submission
+from pipeline import config
+from pipeline.records import submission
 from pipeline.checks import schema
 from pipeline.checks.cases import all_cases
 from pipeline.checks.external import ExternalResult

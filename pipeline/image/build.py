@@ -1,0 +1,240 @@
+"""Daemonless derived-image build: base@digest + application layers + config.
+
+The image is a pure function of the base's manifest and config (read by digest from a
+`BaseSource`: a registry or an OCI image layout), the base's recorded name, the
+application layers (`pipeline.image.payload`), the image-input revision and
+SOURCE_DATE_EPOCH. Nothing about where the base was read from (a loopback registry's
+port, a layout's path) reaches the image. Output: a complete OCI image layout under
+`dist/oci/` (base blobs included, so later stages never need the registry) and the
+build record `dist/build.json`, which holds every value written into the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipeline.image import base as _base
+from pipeline import config as _config
+from pipeline.registry import local as localregistry
+from pipeline.records import provenance
+from pipeline._io import read_json, write_json_atomic
+from pipeline.image.basesource import BaseSource, read_base
+from pipeline.errors import ConfigError
+from pipeline.image.imageconfig import ImageConfigValues, image_config
+from pipeline.image.layerdiff import AppLayer, members_of_blob
+from pipeline.image.oci.image import NewLayer, derive
+from pipeline.image.oci.layer import write_layer, zlib_version
+from pipeline.image.oci.layout import Layout
+from pipeline.registry.client import Credentials, Reference, RegistryClient
+from pipeline.image.payload import VendoredTaskFile, app_layers
+from pipeline.progress import say
+from pipeline.registry.push import push_layout
+from pipeline.sources.vendor import check_vendored
+
+RECORD_VERSION = 2
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """What `build` produced; written to dist/build.json by `write_record`."""
+
+    repository: str
+    tag: str
+    manifest_digest: str
+    media_type: str
+    config_digest: str
+    base: str
+    base_layers: tuple[tuple[str, int], ...]
+    app_layers: tuple[AppLayer, ...]
+    source_revision: str
+    source_date_epoch: int
+    zlib: str
+    layout: str
+    config: ImageConfigValues
+
+    @property
+    def compressed_size(self) -> int:
+        return sum(s for _, s in self.base_layers) + sum(l.size for l in self.app_layers)
+
+    @property
+    def app_size(self) -> int:
+        return sum(l.size for l in self.app_layers)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["version"] = RECORD_VERSION
+        data["base_layers"] = [{"digest": d, "size": s} for d, s in self.base_layers]
+        data["app_layers"] = [l.to_json() for l in self.app_layers]
+        data["config"] = self.config.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "BuildRecord":
+        if data.get("version") != RECORD_VERSION:
+            raise ConfigError("unsupported build record version", expected=RECORD_VERSION,
+                              actual=data.get("version"))
+        return cls(
+            repository=data["repository"], tag=data["tag"],
+            manifest_digest=data["manifest_digest"], media_type=data["media_type"],
+            config_digest=data["config_digest"], base=data["base"],
+            base_layers=tuple((l["digest"], l["size"]) for l in data["base_layers"]),
+            app_layers=tuple(AppLayer.from_json(l) for l in data["app_layers"]),
+            source_revision=data["source_revision"], source_date_epoch=data["source_date_epoch"],
+            zlib=data["zlib"], layout=data["layout"],
+            config=ImageConfigValues.from_json(data["config"]),
+        )
+
+
+def write_record(record: BuildRecord, path: Path) -> None:
+    write_json_atomic(path, record.to_json())
+
+
+def load_record(path: Path) -> BuildRecord:
+    try:
+        return BuildRecord.from_json(read_json(path))
+    except FileNotFoundError:
+        raise ConfigError(f"no build record at {path}", hint="run `nox -s build` first") from None
+
+
+def build(
+    cfg: _config.ReleaseConfig,
+    *,
+    repo: Path,
+    base: BaseSource,
+    repository: str,
+    tag: str,
+    source_revision: str,
+    source_date_epoch: int,
+    vendored: VendoredTaskFile | None = None,
+    out: Path,
+) -> BuildRecord:
+    """Build the derived image into `out/oci` and return its record (not yet written).
+
+    `source_revision` is the image-input commit (`provenance.image_inputs`)."""
+    base_source = base
+    layout = Layout.init(Path(out) / "oci")
+    base_image = read_base(base_source, layout)
+    blobs_dir = layout.root / "blobs" / "sha256"
+    built_layers: list[AppLayer] = []
+    for spec in app_layers(repo, cfg.app_dir, vendored):
+        layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
+        built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
+                                     tuple(members_of_blob(layer.path))))
+    values = image_config(cfg, base_name=base_source.name, base_digest=base_source.digest,
+                          revision=source_revision,
+                          source_date_epoch=source_date_epoch, vendored=vendored)
+    image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"pipeline.build: {l.name} layer")
+                          for l in built_layers],
+                   values.changes(), source_date_epoch=source_date_epoch)
+    layout.put_bytes(image.config_bytes)
+    layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=tag)
+    record = BuildRecord(
+        repository=repository, tag=tag, manifest_digest=image.manifest_digest,
+        media_type=image.media_type, config_digest=image.config_digest,
+        base=f"{base_source.name}@{base_source.digest}",
+        base_layers=tuple((l.digest, l.size) for l in base_image.manifest.layers),
+        app_layers=tuple(built_layers), source_revision=source_revision,
+        source_date_epoch=source_date_epoch, zlib=zlib_version(), layout=str(layout.root),
+        config=values,
+    )
+    say(f"built {repository}@{image.manifest_digest}")
+    say(f"  base {base_source}; {len(built_layers)} app layers, {record.app_size:,} bytes "
+        f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})")
+    return record
+
+
+def vendored_task_file(cfg: _config.ReleaseConfig, profile: _config.Profile,
+                       vendor_dir: Path) -> VendoredTaskFile | None:
+    """The profile's vendored task module, verified from `vendor_dir` (no network)."""
+    name = profile.vendored_source
+    if name is None:
+        return None
+    record = check_vendored(cfg.source(name), vendor_dir)
+    return VendoredTaskFile(source=name, file=vendor_dir / record.vendor_path,
+                            license_file=vendor_dir / record.license_path)
+
+
+def push_client(profile: _config.Profile) -> RegistryClient:
+    """A client for the profile's registry with push credentials (local registry's own,
+    else from the environment)."""
+    if profile.local:
+        ep = localregistry.endpoint()
+        return RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
+    return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry))
+
+
+def same_registry_repos(client: RegistryClient, base: BaseSource) -> tuple[str, ...]:
+    """The base's repository when it lives in the push registry: its blobs are mounted,
+    not uploaded again."""
+    return (base.repository,) if base.repository and base.registry == client.registry else ()
+
+
+def pinned_base(profile: _config.Profile) -> tuple[str, str]:
+    """The recorded name and digest of the profile's base (release.toml or locks/base.json)."""
+    if profile.base != "local":
+        ref = Reference.parse(profile.base)
+        return ref.name, ref.digest or ""
+    record = _base.load_record()
+    if record is None:
+        raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
+                          hint="run `nox -s base` first")
+    return record.name, record.digest
+
+
+def base_source(profile: _config.Profile, *, registry: str | None = None) -> BaseSource:
+    """The base to build on, read from a registry: the profile's pinned digest, or the
+    local base lock's from `registry` (default: the local registry)."""
+    if profile.base != "local":
+        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
+    name, digest = pinned_base(profile)
+    return BaseSource(name=name, digest=digest, repository=name,
+                      registry=registry or localregistry.endpoint().address)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline build`: build the derived image, push it, write dist/build.json."""
+    ap = argparse.ArgumentParser(prog="python -m pipeline build",
+                                 description="Build the derived image from the base digest and push it.")
+    ap.add_argument("--profile", default="local")
+    ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
+    ap.add_argument("--repo", type=Path, default=Path.cwd(), help="the project checkout to build")
+    ap.add_argument("--base", default=None,
+                    help="override the base: registry/name@sha256:... (read from that registry)")
+    ap.add_argument("--base-layout", type=Path, default=None,
+                    help="read the profile's base (by its pinned digest) from this OCI layout "
+                         "instead of a registry")
+    ap.add_argument("--out", type=Path, default=Path("dist"))
+    ap.add_argument("--vendor-dir", type=Path, default=Path("vendor"))
+    ap.add_argument("--no-push", action="store_true", help="build the layout only")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="build from a checkout with uncommitted changes (recorded)")
+    args = ap.parse_args(argv)
+    cfg = _config.load(args.config)
+    profile = cfg.profile(args.profile)
+    repo = args.repo.resolve()
+    provenance.project_revision(repo, allow_dirty=args.allow_dirty)
+    inputs = provenance.image_inputs(repo)
+    sde = provenance.source_date_epoch(repo)
+    if args.base:
+        source = BaseSource.from_registry(args.base)
+    elif args.base_layout:
+        source = BaseSource.from_layout(args.base_layout, *pinned_base(profile))
+    else:
+        source = base_source(profile)
+    record = build(
+        cfg, repo=repo, base=source, repository=profile.image_name, tag=profile.tag,
+        source_revision=inputs.commit, source_date_epoch=sde,
+        vendored=vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
+    )
+    reference = f"{record.repository}@{record.manifest_digest}"
+    if not args.no_push:
+        client = push_client(profile)
+        # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
+        reference = push_layout(client, profile.repository, Path(record.layout),
+                                ref_name=record.tag, tag=record.tag,
+                                mount_from=same_registry_repos(client, source)).reference
+    write_record(record, args.out / "build.json")
+    print(reference)
+    return 0
