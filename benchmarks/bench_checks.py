@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from pipeline import config
 from pipeline.registry import local as localregistry  # noqa: E402
-from pipeline.checks.commands import target_for  # noqa: E402
+from pipeline.checks.run import target_for  # noqa: E402
 from pipeline.checks.merge import merge  # noqa: E402
 from pipeline.checks.results import SuiteResult  # noqa: E402
 from pipeline.checks.shards import Shard  # noqa: E402

@@ -3,7 +3,7 @@
 The packages are the stages, and data flows one way: each floor of `LAYERS` imports
 only from its own floor or the floors below (tests/test_layers.py enforces it).
 
-    cli, __main__                      one CLI: every command registered in pipeline.cli
+    cli, commands/, __main__           one CLI: every command registered in pipeline.cli
     release, reproduce, audit/, plan   orchestration: resolve the profile once, call the stages
     records/                           provenance, SBOM, statements, signing, submission, VSA
     checks/                            the functional suite and its independent solvers
@@ -29,5 +29,5 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline.checks",),
     ("pipeline.records",),
     ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan"),
-    ("pipeline.cli", "pipeline.__main__"),
+    ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
 )

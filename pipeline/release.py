@@ -17,7 +17,6 @@ containers) is stopped on the way out, Ctrl-C included.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -40,8 +39,8 @@ from pipeline._io import write_atomic
 from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
-from pipeline.checks.commands import references_of, verify_image
-from pipeline.errors import CheckFailure, ReleaseError, SourceError
+from pipeline.checks.run import references_of, verify_image
+from pipeline.errors import CheckFailure, SourceError
 from pipeline.progress import say
 from pipeline.registry.push import push_layout
 
@@ -285,34 +284,3 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         if started_registry:
             localregistry.stop()
             say("    stopped the local registry this release started")
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline release [--profile P] [--allow-dirty] [--mirror DIR]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline release",
-                                 description="The whole release, from sources to signed records.")
-    ap.add_argument("--profile", default="local", help="release.toml profile (default: local)")
-    ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
-    ap.add_argument("--repo", type=Path, default=_config.REPO_ROOT, help="the project checkout")
-    ap.add_argument("--allow-dirty", action="store_true",
-                    help="release from a checkout with uncommitted changes (recorded)")
-    ap.add_argument("--mirror", type=Path, default=None,
-                    help="local mirror directory for git sources and external records")
-    ap.add_argument("--parallel", type=int, default=2, help="containers for the check suite")
-    ap.add_argument("--signing", choices=("key", "sigstore"), default=None,
-                    help="override the profile's signer")
-    args = ap.parse_args(argv)
-    cfg = _config.load(args.config)
-    profile = cfg.profile(args.profile)
-    try:
-        outcome = release(cfg, profile, repo=args.repo, allow_dirty=args.allow_dirty,
-                          mirror=args.mirror, parallel=args.parallel, signing_kind=args.signing,
-                          command=("python", "-m", "pipeline", "release", *argv))
-    except ReleaseError:
-        say(f"release stopped; the previous records are untouched ({', '.join(RECORDS)})")
-        raise
-    print(f"released {outcome.image}")
-    for path in outcome.records:
-        print(f"  wrote {path.relative_to(args.repo.resolve())}")
-    print(f"  report {outcome.report}")
-    return 0

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import subprocess
 import tempfile
@@ -416,44 +414,3 @@ def render(result: Reproduction) -> str:
         lines.append(f"image {mark}: recorded {result.image_recorded}  rebuilt {result.image_rebuilt}")
     lines += result.diffoscope
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline reproduce [--records DIR] [--layers-only] [--base-registry H:P]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline reproduce",
-                                 description="Rebuild the recorded commit and compare every digest.")
-    ap.add_argument("--repo", type=Path, default=_config.REPO_ROOT,
-                    help="the git clone holding the recorded commit (default: this one)")
-    ap.add_argument("--records", type=Path, default=None,
-                    help="directory holding provenance.json (default: the clone)")
-    ap.add_argument("--layers-only", action="store_true",
-                    help="compare the application layers only (a PARTIAL result)")
-    ap.add_argument("--base-registry", default=None,
-                    help="read the base (and recorded blobs) from this registry (host:port)")
-    ap.add_argument("--mirror", default=os.environ.get("RELEASE_DEBIAN_MIRROR", _base.MIRROR),
-                    help="Debian mirror serving the lock's snapshot (not an image input)")
-    ap.add_argument("--vendor-dir", type=Path, default=None,
-                    help="verified vendored sources (default: <repo>/vendor)")
-    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                    help="keep the reproduced image as an OCI layout in DIR (e.g. dist/oci, where "
-                         "`audit` checks the SBOM against its layers)")
-    args = ap.parse_args(argv)
-    repo = args.repo.resolve()
-    result = reproduce(repo, (args.records or repo).resolve(), layers_only=args.layers_only,
-                       registry=args.base_registry, mirror=args.mirror,
-                       vendor_dir=args.vendor_dir, keep=args.keep.resolve() if args.keep else None)
-    print(render(result))
-    if not result.ok:
-        bad = [l.name for l in result.layers if not l.same]
-        raise VerificationError(
-            "the rebuild does not reproduce the recorded digests",
-            expected=f"image {result.image_recorded}",
-            actual=(f"image {result.image_rebuilt or 'not rebuilt'}; differing layers: "
-                    f"{', '.join(bad) or 'none'}"),
-            hint="the lines above name each differing file, config field or .deb")
-    if result.partial:
-        print("PARTIAL: the application layers are identical, but --layers-only compared neither "
-              "the base nor the image digest; run without it for the whole image")
-        return 0
-    print(f"reproduced: image {result.image_recorded} is bit-identical")
-    return 0

@@ -52,9 +52,7 @@ It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -133,47 +131,8 @@ def render_table(rows: list[Check], *, image: str | None = None, verbose: bool =
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    from pipeline.records import vsa
-
-    ap = argparse.ArgumentParser(prog="python -m pipeline audit",
-                                 description="verify a release's records offline against a trust root")
-    ap.add_argument("--records", type=Path, default=config_mod.REPO_ROOT,
-                    help="directory holding release.toml, provenance.json, submission.json, locks/, "
-                         "vendor/, attestations/ (default: this checkout)")
-    ap.add_argument("--key", type=Path, help="trust this public key (PEM) instead of release.toml's pinned keyids")
-    ap.add_argument("--identity", help="trust this sigstore certificate identity (exact, or a prefix ending in *)")
-    ap.add_argument("--issuer", help="the OIDC issuer that goes with --identity")
-    ap.add_argument("--registry", action="store_true",
-                    help="also fetch the pushed manifest, the .att/.sbom tags and the layer blobs anonymously")
-    ap.add_argument("--skip", action="append", default=[], metavar="ID",
-                    help="do not run this check (reported as skipped; the VSA says it was not verified)")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
-    ap.add_argument("--verbose", "-v", action="store_true", help="one table row per check instead of per area")
-    ap.add_argument("--vsa", type=Path, help="where to write the verification summary (default: "
-                                             "<records>/dist/vsa.dsse.json with --vsa-key, else dist/vsa.json)")
-    ap.add_argument("--vsa-key", type=Path, help="sign the verification summary with this private key (PEM)")
-    args = ap.parse_args(argv)
-    auditor = trust.from_auditor(key_file=args.key, identity=args.identity, issuer=args.issuer)
-    rows = audit(args.records, trust_root=auditor, registry=args.registry, skip=frozenset(args.skip))
-    image = _image_ref(args.records)
-    out = args.vsa or Path(args.records) / "dist" / ("vsa.dsse.json" if args.vsa_key else "vsa.json")
-    written = vsa.write(out, rows, records=Path(args.records), image=image, key_path=args.vsa_key)
-    if args.json:
-        print(json.dumps({"result": verdict(rows), "image": image, "vsa": str(written),
-                          "checks": [c.to_json() for c in rows]}, indent=2, sort_keys=True))
-    else:
-        print(render_table(rows, image=image, verbose=args.verbose))
-        print(f"verification summary: {written}")
-    if verdict(rows) != "PASSED":
-        print(f"audit: FAILED ({sum(not c.ok for c in rows)} check(s))", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _image_ref(root: Path) -> str | None:
+def image_ref(root: Path) -> str | None:
     try:
         return str(json.loads((Path(root) / "submission.json").read_text())["image"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-

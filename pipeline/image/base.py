@@ -14,7 +14,6 @@ human tag, and pinned in `locks/base.json`; later stages use only that digest.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -25,7 +24,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from pipeline import _proc
-from pipeline.registry import local as localregistry
 from pipeline.sources import lock as runtime_lock
 from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
 from pipeline.config import REPO_ROOT, load
@@ -33,7 +31,7 @@ from pipeline.errors import ConfigError, ReleaseError
 from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import OCI, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layout import Layout, LayoutError
-from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.client import RegistryClient
 from pipeline.progress import say
 from pipeline.registry.push import push_layout
 
@@ -482,45 +480,3 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     )
     write_record(record, record_path)
     return record, "built"
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline base [--force] [--mirror URL] [--source-date-epoch N]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline base",
-                                 description="Build, push and pin the local base image.")
-    ap.add_argument("--force", action="store_true", help="rebuild even if the base is current")
-    ap.add_argument("--no-cache", action="store_true", help="run mmdebstrap even if cached")
-    ap.add_argument("--mirror", default=os.environ.get("RELEASE_DEBIAN_MIRROR", MIRROR))
-    ap.add_argument("--source-date-epoch", type=int, default=SOURCE_DATE_EPOCH)
-    ap.add_argument("--registry", default=None,
-                    help="push to this registry (host:port) instead of the local one")
-    ap.add_argument("--oci-layout", type=Path, default=None,
-                    help="only build the base into this directory's oci/ (no registry, "
-                         "locks/base.json untouched) and print its digest")
-    ap.add_argument("--cache-dir", type=Path, default=None,
-                    help="rootfs and wheel caches (default: .release/base/rootfs, .release/wheels)")
-    args = ap.parse_args(argv)
-    if args.oci_layout:
-        spec = BaseSpec(mirror=args.mirror, source_date_epoch=args.source_date_epoch)
-        built = build(spec, runtime_lock.load_lock(), python=load().python,
-                      state_dir=args.oci_layout, use_cache=not args.no_cache,
-                      rootfs_cache=args.cache_dir / "rootfs" if args.cache_dir else None,
-                      wheel_cache=args.cache_dir / "wheels" if args.cache_dir else
-                      runtime_lock.WHEEL_CACHE)
-        print(f"{REPOSITORY}@{built.manifest_digest}")
-        return 0
-    if args.registry:
-        client = RegistryClient(args.registry, credentials=Credentials.from_env(args.registry))
-    else:
-        ep = localregistry.endpoint()
-        client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
-    spec = BaseSpec(mirror=args.mirror, source_date_epoch=args.source_date_epoch)
-    record, what = ensure(client, spec=spec, force=args.force, use_cache=not args.no_cache)
-    if what == "up to date":
-        print(f"base is up to date: {record.reference}")
-    else:
-        print(f"base {what}: {record.reference}")
-        for layer in record.layers:
-            print(f"  {layer.role:<15} {layer.digest}  {layer.size / 1e6:6.1f} MB")
-        print(f"  compressed total {record.compressed_size / 1e6:.1f} MB -> {BASE_LOCK.name}")
-    return 0

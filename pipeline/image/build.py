@@ -11,14 +11,12 @@ build record `dist/build.json`, which holds every value written into the config.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipeline.image import base as _base
 from pipeline import config as _config
 from pipeline.registry import local as localregistry
-from pipeline.records import provenance
 from pipeline._io import read_json, write_json_atomic
 from pipeline.image.basesource import BaseSource, read_base
 from pipeline.errors import ConfigError
@@ -30,7 +28,6 @@ from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import Credentials, Reference, RegistryClient
 from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
-from pipeline.registry.push import push_layout
 from pipeline.sources.vendor import check_vendored
 
 RECORD_VERSION = 2
@@ -191,50 +188,3 @@ def base_source(profile: _config.Profile, *, registry: str | None = None) -> Bas
     name, digest = pinned_base(profile)
     return BaseSource(name=name, digest=digest, repository=name,
                       registry=registry or localregistry.endpoint().address)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline build`: build the derived image, push it, write dist/build.json."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline build",
-                                 description="Build the derived image from the base digest and push it.")
-    ap.add_argument("--profile", default="local")
-    ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
-    ap.add_argument("--repo", type=Path, default=Path.cwd(), help="the project checkout to build")
-    ap.add_argument("--base", default=None,
-                    help="override the base: registry/name@sha256:... (read from that registry)")
-    ap.add_argument("--base-layout", type=Path, default=None,
-                    help="read the profile's base (by its pinned digest) from this OCI layout "
-                         "instead of a registry")
-    ap.add_argument("--out", type=Path, default=Path("dist"))
-    ap.add_argument("--vendor-dir", type=Path, default=Path("vendor"))
-    ap.add_argument("--no-push", action="store_true", help="build the layout only")
-    ap.add_argument("--allow-dirty", action="store_true",
-                    help="build from a checkout with uncommitted changes (recorded)")
-    args = ap.parse_args(argv)
-    cfg = _config.load(args.config)
-    profile = cfg.profile(args.profile)
-    repo = args.repo.resolve()
-    provenance.project_revision(repo, allow_dirty=args.allow_dirty)
-    inputs = provenance.image_inputs(repo)
-    sde = provenance.source_date_epoch(repo)
-    if args.base:
-        source = BaseSource.from_registry(args.base)
-    elif args.base_layout:
-        source = BaseSource.from_layout(args.base_layout, *pinned_base(profile))
-    else:
-        source = base_source(profile)
-    record = build(
-        cfg, repo=repo, base=source, repository=profile.image_name, tag=profile.tag,
-        source_revision=inputs.commit, source_date_epoch=sde,
-        vendored=vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
-    )
-    reference = f"{record.repository}@{record.manifest_digest}"
-    if not args.no_push:
-        client = push_client(profile)
-        # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
-        reference = push_layout(client, profile.repository, Path(record.layout),
-                                ref_name=record.tag, tag=record.tag,
-                                mount_from=same_registry_repos(client, source)).reference
-    write_record(record, args.out / "build.json")
-    print(reference)
-    return 0

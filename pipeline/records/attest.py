@@ -15,9 +15,7 @@ job that signs its own provenance is Build L1.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline._io import canonical_json, sha256_bytes, write_atomic
+from pipeline._io import canonical_json, sha256_bytes, sha256_file, write_atomic
 from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
 from pipeline.image.oci import digest as oci_digest
@@ -339,6 +337,21 @@ def attestation_bundle(out_dir: Path, suffix: str) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
+def sign_checks(result: SuiteResult, checks_file: Path, *, signer, out_dir: Path) -> Path:
+    """Sign the in-toto test-result statement of `checks_file` into `out_dir`.
+
+    The same statement the release signs (subject: the image digest; predicate: the
+    verdicts and the sha256 of checks.json), signed by `signer` (key or sigstore); the
+    signer's public key or identity is published next to it.
+    """
+    stmt = statement(Subject.from_image_ref(result.image), TEST_RESULT,
+                     checks_predicate(result, checks_sha256=sha256_file(checks_file)))
+    path = attestation_path(out_dir, "checks", signer.suffix)
+    write_atomic(path, signer.sign(stmt))
+    signer.publish(out_dir)
+    return path
+
+
 def attach(client, repository: str, image_digest: str, out_dir: Path = DEFAULT_DIR, *,
            suffix: str) -> dict[str, str]:
     """Attach the signed statements and the SBOM to the image in the registry.
@@ -370,47 +383,3 @@ def load_statement(payload: bytes, *, what: str) -> dict[str, Any]:
         raise VerificationError(f"{what}: not an in-toto Statement v1", expected=STATEMENT_TYPE,
                                 actual=doc.get("_type") if isinstance(doc, dict) else type(doc).__name__)
     return doc
-
-
-def main(argv: list[str]) -> int:
-    from pipeline import config as config_mod
-    from pipeline.records import provenance as provenance_mod
-    from pipeline.records import signing
-    from pipeline.checks import results as results_mod
-    from pipeline.progress import say
-
-    ap = argparse.ArgumentParser(prog="python -m pipeline attest",
-                                 description="sign provenance, SBOM and check results about the built image")
-    ap.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    ap.add_argument("--image", help="name@sha256:<hex> of the built image (default: from dist/build.json)")
-    ap.add_argument("--build-record", type=Path, default=REPO_ROOT / "dist" / "build.json")
-    ap.add_argument("--provenance", type=Path, default=REPO_ROOT / "provenance.json")
-    ap.add_argument("--sbom", type=Path, default=DEFAULT_DIR / SBOM_FILE)
-    ap.add_argument("--checks", type=Path, default=REPO_ROOT / "dist" / "checks.json")
-    ap.add_argument("--signing", choices=("key", "sigstore"), help="override the profile's signing method")
-    ap.add_argument("--key", type=Path, help="private key (default: $RELEASE_SIGNING_KEY or .release/keys/)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_DIR)
-    args = ap.parse_args(argv)
-    started = datetime.now(timezone.utc)
-    cfg = config_mod.load(args.config)
-    if args.image is None:
-        from pipeline.image.build import load_record
-
-        record = load_record(args.build_record)
-        args.image = f"{record.repository}@{record.manifest_digest}"
-    prov = provenance_mod.load(args.provenance)
-    kind = args.signing or cfg.profile(prov.profile).signing
-    signer = signing.signer_for(kind, key_path=args.key)
-    checks = results_mod.load(args.checks) if args.checks.is_file() else None
-    files = write_attestations(
-        cfg=cfg, subject=Subject.from_image_ref(args.image), provenance=prov,
-        lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
-        sbom_bytes=args.sbom.read_bytes(), checks=checks,
-        checks_bytes=args.checks.read_bytes() if checks is not None else None,
-        signer=signer, out_dir=args.out, started=started, finished=datetime.now(timezone.utc),
-        invocation_id=os.environ.get("GITHUB_RUN_ID"),
-    )
-    write_readme(args.out, Subject.from_image_ref(args.image), signer, files, source_url=cfg.source_url)
-    for f in files:
-        say(f"attest: {f.path} ({f.predicate_type})")
-    return 0

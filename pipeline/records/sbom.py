@@ -11,7 +11,6 @@ timestamp is SOURCE_DATE_EPOCH, components are sorted by the library.
 
 from __future__ import annotations
 
-import argparse
 import email.parser
 import hashlib
 import json
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pipeline import __version__
-from pipeline._io import sha256_bytes, write_atomic
+from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, ReleaseConfig, Source
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.image.oci import digest as oci_digest
@@ -501,44 +500,3 @@ def project_license(root: Path = REPO_ROOT) -> str | None:
 def image_name(cfg: ReleaseConfig, profile: str) -> str:
     """Registry-qualified repository of a profile's image (the local registry has no host name)."""
     return cfg.profile(profile).image_name
-
-
-DEFAULT_BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
-
-
-def main(argv: list[str]) -> int:
-    from pipeline import config as config_mod
-    from pipeline.progress import say
-
-    ap = argparse.ArgumentParser(prog="python -m pipeline sbom", description="CycloneDX SBOM of the built image")
-    ap.add_argument("--build-record", type=Path, default=DEFAULT_BUILD_RECORD,
-                    help="build record naming the image, its layout and ref (default: dist/build.json)")
-    ap.add_argument("--layout", type=Path, help="OCI image layout (overrides the build record)")
-    ap.add_argument("--ref", help="ref name of the image in the layout, when it holds several")
-    ap.add_argument("--name", help="image name (registry/repository)")
-    ap.add_argument("--profile", default="local")
-    ap.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    ap.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="wheel lock giving wheel hashes")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
-    layout, ref, name, expected = args.layout, args.ref, args.name, None
-    if layout is None:
-        from pipeline.image.build import load_record
-
-        record = load_record(args.build_record)
-        layout, ref, expected = Path(record.layout), ref or record.tag, record.manifest_digest
-        name = name or record.repository
-    data = generate(
-        layout, name=name or image_name(cfg, profile.name), app_dir=cfg.app_dir, ref=ref,
-        sources=cfg.sources_for(profile), first_party_license=project_license(),
-        lock_text=args.lock.read_text() if args.lock.is_file() else "",
-    )
-    described = json.loads(data)["metadata"]["component"]["version"]
-    if expected is not None and described != expected:
-        raise DigestMismatch("the image in the layout is not the one the build record names",
-                             expected=expected, actual=described, hint="rebuild (`nox -s build`)")
-    write_atomic(args.out, data)
-    say(f"sbom: {args.out} ({len(json.loads(data).get('components', []))} components) for {name}@{described}")
-    return 0

@@ -305,7 +305,7 @@ def signer_for(kind: str, *, key_path: Path | None = None) -> KeySigner | Sigsto
     raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
 
 
-def _pinned_here(keyid: str, profile: str) -> str:
+def pinned_here(keyid: str, profile: str) -> str:
     """Whether this checkout's release.toml already pins `keyid` for `profile`."""
     from pipeline import config as config_mod
     from pipeline.records import trust
@@ -320,27 +320,3 @@ def _pinned_here(keyid: str, profile: str) -> str:
 def public_key_path(key_path: Path) -> Path:
     """Where `python -m pipeline key` writes the public half of a private key file."""
     return key_path.with_name(key_path.name.replace(".key.pem", "") + ".pub.pem")
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline key`: the release key's keyid and the line that pins it."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m pipeline key",
-                                 description="show (creating it if missing) the release signing key and its pin")
-    ap.add_argument("--key", type=Path, help=f"private key (default: ${KEY_ENV} or {DEFAULT_KEY})")
-    ap.add_argument("--profile", default="local", help="the release.toml profile to pin it for")
-    args = ap.parse_args(argv)
-    explicit = args.key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
-    key_path = Path(explicit or DEFAULT_KEY)
-    existed = key_path.exists()
-    signer = load_or_create_key(args.key)
-    pub = public_key_path(key_path)
-    write_atomic(pub, public_key_pem(signer.public_key))
-    print(f"release key: {key_path} ({'existing' if existed else 'created now'})")
-    print(f"public key:  {pub}")
-    print(f"keyid:       {signer.public_key.keyid}")
-    print(f"pinned:      {_pinned_here(signer.public_key.keyid, args.profile)}")
-    print(f"pin it in release.toml (and commit it):\n\n[trust.{args.profile}]\n"
-          f'keyids = ["{signer.public_key.keyid}"]')
-    return 0

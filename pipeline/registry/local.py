@@ -19,7 +19,6 @@ token auth (`token_auth=`): this is how ghcr.io answers anonymous pulls.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import fcntl
@@ -558,30 +557,3 @@ def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> Endpo
                             hint="run `python -m pipeline registry start`")
         state = start(root)
     return Endpoint(address=state.address, user=state.user, password=state.password)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline registry start|stop|status [--dir DIR]`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline registry",
-                                     description="Manage the local loopback registry.")
-    parser.add_argument("action", choices=("start", "stop", "status"))
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="registry directory (default: $RELEASE_REGISTRY_DIR or .release/registry)")
-    args = parser.parse_args(argv)
-    root = args.dir
-    if args.action == "start":
-        state = start(root)
-        print(f"registry running at {state.address} (storage {state.storage})")
-        print(f"push user {state.user!r}, password in {state.password_file}")
-        return 0
-    if args.action == "stop":
-        print("registry stopped" if stop(root) else "registry was not running")
-        return 0
-    state = status(root)
-    if state is None:
-        print("registry is not running")
-        return 3
-    print(f"registry running at {state.address} (storage {state.storage}, "
-          f"pids registry={state.registry_pid} nginx={state.nginx_pid})")
-    return 0
-

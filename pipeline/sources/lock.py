@@ -14,7 +14,6 @@ venv-like prefix with `installer` (no pip in the image).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -273,17 +272,3 @@ def generate(pins_path: Path = LOCK_IN, lock_path: Path = LOCK,
             paths.append(cached)
     size = measure(tuple(paths))
     return write_lock(lock_path, tuple(locked), size), size
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline lock [--in FILE] [--out FILE]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline lock",
-                                 description="Regenerate the hash-pinned runtime lock.")
-    ap.add_argument("--in", dest="pins", type=Path, default=LOCK_IN)
-    ap.add_argument("--out", type=Path, default=LOCK)
-    ap.add_argument("--cache", type=Path, default=WHEEL_CACHE)
-    args = ap.parse_args(argv)
-    lock, size = generate(args.pins, args.out, args.cache)
-    print(f"{lock.path}: {len(lock.wheels)} wheels, sha256 {lock.sha256}")
-    print(f"installed size: {size.human()} ({size.bytes} bytes)")
-    return 0

@@ -22,14 +22,13 @@ Git objects are cached in bare repositories under `.release/git/<host>/<path>.gi
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline import config as config_mod
-from pipeline.sources import dataset as external, git
+from pipeline.sources import git
 from pipeline._io import sha256_bytes, write_atomic
 from pipeline.errors import ConfigError, DigestMismatch, SourceError
 from pipeline.progress import say
@@ -233,29 +232,3 @@ def vendor(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: 
             f"licence {record.license} sha256 {record.license_sha256}")
         records.append(record)
     return tuple(records)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline vendor`: vendor the profile's sources and external task records."""
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline vendor", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="External task records in the mirror (see pipeline/sources/dataset.py):\n"
-               "    DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json")
-    parser.add_argument("--profile", default="local")
-    parser.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    parser.add_argument("--mirror", type=Path, default=None,
-                        help="directory of local upstream copies (layout above); no network")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
-    files = vendor(cfg, profile, args.out, mirror=args.mirror, cache_root=args.cache)
-    if not files:
-        say(f"profile {profile.name} vendors no sources")
-    records = external.fetch_records(cfg, profile, args.out, mirror=args.mirror)
-    for record in records:
-        say(f"external {record.task_id}: {record.status}"
-            + (f" ({record.reason})" if record.reason else ""))
-    return 0

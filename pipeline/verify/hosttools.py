@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 
@@ -64,17 +63,3 @@ def ensure_tools() -> list[str]:
         raise ToolError("apt-get finished but tools are still missing", expected="none",
                         actual=", ".join(still))
     return missing
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline setup",
-                                     description="Install the host tools the release needs.")
-    parser.add_argument("--check", action="store_true", help="only report what is missing")
-    args = parser.parse_args(argv)
-    if args.check:
-        missing = missing_packages()
-        print("missing: " + (" ".join(missing) if missing else "nothing"))
-        return 1 if missing else 0
-    installed = ensure_tools()
-    print("setup: " + ("installed " + " ".join(installed) if installed else "all tools present"))
-    return 0

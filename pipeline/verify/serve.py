@@ -10,7 +10,6 @@ what it changes on the host before it starts.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -89,20 +88,3 @@ def root_only_copy_file(source: Path, target: Path) -> Path:
     shutil.copyfile(source, target)
     os.chmod(target, 0o600)
     return target
-
-
-def main(argv: list[str]) -> int:
-    """`serve [--image REF] [--host-mode [--tasks FILE]] [--port P]`."""
-    p = argparse.ArgumentParser(prog="python -m pipeline serve", description=__doc__.splitlines()[0])
-    p.add_argument("--image", help="name@sha256:... to serve (default: the image of dist/build.json)")
-    p.add_argument("--record", type=Path, default=config_mod.REPO_ROOT / "dist" / "build.json")
-    p.add_argument("--host-mode", action="store_true",
-                   help="serve on this host from a root-only copy of env/ (changes the host; it says how)")
-    p.add_argument("--tasks", help="host mode: a vendored task file to serve instead of env.families")
-    p.add_argument("--port", type=int, default=None, help="host mode's port (default: release.toml's)")
-    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    args = p.parse_args(argv)
-    cfg = config_mod.load(args.config)
-    if args.host_mode:
-        return serve_host(args.port or cfg.port, args.tasks)
-    return serve_container(args.image or built_image(args.record), cfg)

@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from pipeline import cli
 from pipeline.records import signing
 from pipeline.errors import ConfigError, VerificationError
 
@@ -80,14 +81,14 @@ def test_signer_for_profile_choice():
 def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(signing.KEY_ENV, raising=False)
     monkeypatch.setattr(signing, "DEFAULT_KEY", tmp_path / "keys" / "release.key.pem")
-    assert signing.main([]) == 0
+    assert cli.main(["key"]) == 0
     out = capsys.readouterr().out
     key = signing.load_or_create_key()
     assert "created now" in out
     assert f'[trust.local]\nkeyids = ["{key.public_key.keyid}"]' in out
     pub = signing.key_from_pem((tmp_path / "keys" / "release.pub.pem").read_bytes())
     assert pub.keyid == key.public_key.keyid
-    assert signing.main(["--profile", "arena"]) == 0
+    assert cli.main(["key", "--profile", "arena"]) == 0
     assert "existing" in capsys.readouterr().out
 
 
