@@ -223,7 +223,7 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
                  work: Path) -> tuple[BaseSource | None, BaseOutcome]:
     """Rebuild the local base from the recorded commit's lock into an OCI layout."""
     try:
-        record = _base.load_record(checkout / "locks" / "base.json")
+        record = _base.load_record(checkout / _base.BASE_LOCK_FILE)
     except ConfigError as exc:
         raise VerificationError(
             f"the base lock at {prov.project.commit[:12]} cannot be rebuilt by this code",

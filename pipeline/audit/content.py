@@ -14,8 +14,8 @@ from pipeline._io import canonical_json, sha256_bytes, sha256_file
 from pipeline.audit.rows import FAIL, Check, Rows, State, equal, first_difference
 from pipeline.config import BUDGET_FIELDS
 from pipeline.errors import ReleaseError, VerificationError
+from pipeline.image.base import BASE_LOCK_FILE as BASE_LOCK
 
-BASE_LOCK = "locks/base.json"
 
 
 def expected_task_order(cfg) -> list[tuple[str, str]]:

@@ -23,9 +23,9 @@ from pipeline.checks.results import SuiteResult, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.checks.target import Target
+from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
-TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
 
 
 def finish(result: SuiteResult, out: Path) -> int:

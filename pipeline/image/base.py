@@ -35,7 +35,8 @@ from pipeline.registry.client import RegistryClient
 from pipeline.progress import say
 from pipeline.registry.push import push_layout
 
-BASE_LOCK = REPO_ROOT / "locks" / "base.json"
+BASE_LOCK_FILE = "locks/base.json"  # in a checkout: the one name of the base lock
+BASE_LOCK = REPO_ROOT / BASE_LOCK_FILE
 STATE_DIR = REPO_ROOT / ".release" / "base"
 REPOSITORY = "arena/base"
 TAG = "bookworm"

@@ -13,6 +13,11 @@ from pipeline.config import ReleaseConfig
 from pipeline.image.oci.image import ConfigChanges, rfc3339
 from pipeline.image.payload import VendoredTaskFile, tasks_file_in_image
 
+# The variable naming the vendored task file, as env/server/app.py reads it. env/ is the
+# image's own program and keeps its own copy (it must not import the pipeline); the
+# check suite starts the server with this image config, so a mismatch fails a check.
+TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
+
 
 @dataclass(frozen=True)
 class ImageConfigValues:
@@ -52,7 +57,7 @@ def image_config(cfg: ReleaseConfig, *, base_name: str, base_digest: str, revisi
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
     tasks_file = tasks_file_in_image(cfg.app_dir, vendored)
     if tasks_file:
-        env["ARENA_TASKS_FILE"] = tasks_file
+        env[TASKS_FILE_VARIABLE] = tasks_file
     labels = {
         "org.opencontainers.image.source": cfg.source_url,
         "org.opencontainers.image.revision": revision,

@@ -30,6 +30,7 @@ from pipeline.image.oci import digest as oci_digest
 from pipeline.checks.results import SuiteResult
 from pipeline.records import provenance as provenance_record
 from pipeline.records.provenance import Provenance
+from pipeline.sources.lock import allowed_hashes
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
@@ -100,8 +101,6 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
     each vendored git source (file and licence hashes, commit), the wheel lock, then
     each wheel the lock allows.
     """
-    from pipeline.records.sbom import wheel_hashes
-
     deps: list[dict[str, Any]] = [
         {"name": "base", "uri": f"oci://{prov.base.name}", "digest": {"sha256": _sha256_hex(prov.base.digest)}},
         {"name": "project", "uri": f"git+{project_repository}@{prov.project.commit}",
@@ -118,7 +117,7 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
         })
     deps.append({"name": "wheel-lock", "uri": f"file:{prov.wheel_lock.path}",
                  "digest": {"sha256": prov.wheel_lock.sha256}})
-    for (name, version), hashes in sorted(wheel_hashes(lock_text).items()):
+    for (name, version), hashes in sorted(allowed_hashes(lock_text).items()):
         deps += [{"name": f"wheel:{name}", "uri": f"pkg:pypi/{name}@{version}", "digest": {"sha256": h}}
                  for h in hashes]
     return deps

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.sources import git
+from pipeline.sources import git, lock as runtime_lock
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
 from pipeline.config import Profile
 from pipeline.errors import ConfigError, ReleaseError, SourceError
@@ -32,7 +32,7 @@ from pipeline.image.oci.layer import zlib_version
 from pipeline.sources.vendor import VendoredFile
 
 SCHEMA = "openenv-arena-release/provenance/v1"
-WHEEL_LOCK = "locks/runtime.txt"
+WHEEL_LOCK = runtime_lock.LOCK_FILE
 # The release writes these records itself, so their changes do not make the checkout dirty.
 RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
 # Every path of the checkout that the derived image is built from (the one list).

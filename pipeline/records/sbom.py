@@ -29,13 +29,14 @@ from typing import BinaryIO
 from pipeline import __version__
 from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, ReleaseConfig, Source
+from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.image.oci import digest as oci_digest
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
 DEFAULT_LAYOUT = REPO_ROOT / "dist" / "oci"
-DEFAULT_LOCK = REPO_ROOT / "locks" / "runtime.txt"
+DEFAULT_LOCK = LOCK
 # Namespace of the SBOM serial numbers: uuid5(this, "sha256:<manifest digest>").
 SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoonas/openenv-arena-release/sbom")
 
@@ -295,23 +296,6 @@ def app_files(view: FileView, app_dir: str) -> list[AppFile]:
             for p, d in view.files.items() if p.startswith(prefix)]
 
 
-def _normalize_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def wheel_hashes(lock_text: str) -> dict[tuple[str, str], tuple[str, ...]]:
-    """(normalized name, version) -> the sha256 hashes a pip hash-pinned lock allows."""
-    out: dict[tuple[str, str], tuple[str, ...]] = {}
-    joined = re.sub(r"\\\s*\n", " ", lock_text)
-    for line in joined.splitlines():
-        line = line.split("#", 1)[0].strip() if not line.strip().startswith("--hash") else line
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)", line)
-        if m:
-            hashes = tuple(sorted(re.findall(r"--hash[= ]sha256:([0-9a-f]{64})", line)))
-            out[(_normalize_name(m.group(1)), m.group(2))] = hashes
-    return out
-
-
 # ------------------------------------------------------------------ the document
 
 
@@ -404,20 +388,20 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
             props.append(Property(name="arena:deb-source", value=p.source))
         components.append(Component(type=ComponentType.LIBRARY, name=p.name, version=p.version,
                                     purl=purl, bom_ref=BomRef(purl.to_string()), properties=props))
-    locked = wheel_hashes(lock_text)
+    locked = allowed_hashes(lock_text)
     dists = python_dists(view)
     counts: dict[str, int] = {}
     for d in dists:
-        counts[_normalize_name(d.name) + d.version] = counts.get(_normalize_name(d.name) + d.version, 0) + 1
+        counts[normalize_name(d.name) + d.version] = counts.get(normalize_name(d.name) + d.version, 0) + 1
     for d in dists:
-        purl = PackageURL(type="pypi", name=_normalize_name(d.name), version=d.version)
+        purl = PackageURL(type="pypi", name=normalize_name(d.name), version=d.version)
         ref = purl.to_string()
-        if counts[_normalize_name(d.name) + d.version] > 1:
+        if counts[normalize_name(d.name) + d.version] > 1:
             ref += "#" + d.location  # the same distribution installed in two prefixes
         props = [Property(name="arena:location", value=d.location),
                  Property(name="arena:record-sha256", value=d.record_sha256)]
         props += [Property(name="arena:wheel-sha256", value=h)
-                  for h in locked.get((_normalize_name(d.name), d.version), ())]
+                  for h in locked.get((normalize_name(d.name), d.version), ())]
         components.append(Component(type=ComponentType.LIBRARY, name=d.name, version=d.version, purl=purl,
                                     bom_ref=BomRef(ref), hashes=sha256(d.record_sha256),
                                     licenses=licences(d.license), properties=props))

@@ -28,7 +28,8 @@ from pipeline.errors import ConfigError, DigestMismatch, ToolError
 from pipeline.progress import say
 
 LOCK_IN = REPO_ROOT / "locks" / "runtime.in"
-LOCK = REPO_ROOT / "locks" / "runtime.txt"
+LOCK_FILE = "locks/runtime.txt"  # in a checkout: the one name of the wheel lock
+LOCK = REPO_ROOT / LOCK_FILE
 WHEEL_CACHE = REPO_ROOT / ".release" / "wheels"
 
 # The image's interpreter is Debian bookworm's CPython 3.11 on x86_64 (glibc 2.36):
@@ -52,7 +53,7 @@ class Pin:
     @property
     def key(self) -> str:
         """The normalised project name (PEP 503), used to match wheel file names."""
-        return re.sub(r"[-_.]+", "-", self.name).lower()
+        return normalize_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,28 @@ class InstalledSize:
 
     def human(self) -> str:
         return f"{self.bytes / 1e6:.1f} MB in {self.files} files"
+
+
+def normalize_name(name: str) -> str:
+    """A project name normalised as PEP 503 says (`Foo_Bar.baz` -> `foo-bar-baz`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def allowed_hashes(lock_text: str) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(normalised name, version) -> the wheel sha256s a pip hash-pinned lock allows.
+
+    Reads any pip requirements file with hashes (continuation lines, several hashes per
+    requirement), for the records that describe a lock; `load_lock` is the strict loader
+    of this project's own one-hash-per-line format."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    joined = re.sub(r"\\\s*\n", " ", lock_text)
+    for line in joined.splitlines():
+        line = line.split("#", 1)[0].strip() if not line.strip().startswith("--hash") else line
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)", line)
+        if m:
+            hashes = tuple(sorted(re.findall(r"--hash[= ]sha256:([0-9a-f]{64})", line)))
+            out[(normalize_name(m.group(1)), m.group(2))] = hashes
+    return out
 
 
 def read_pins(path: Path = LOCK_IN) -> tuple[Pin, ...]:
