@@ -398,12 +398,17 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         ref = purl.to_string()
         if counts[normalize_name(d.name) + d.version] > 1:
             ref += "#" + d.location  # the same distribution installed in two prefixes
+        wheels = locked.get((normalize_name(d.name), d.version), ())
+        # The component's hash is the wheel's, as the lock pins it: what a consumer
+        # matches against PyPI. Installed files have no single hash; the sha256 of the
+        # dist-info RECORD (which lists each installed file's hash) is kept under its own
+        # name. A lock allowing several wheels gives no single component hash: each is a
+        # property then.
         props = [Property(name="arena:location", value=d.location),
-                 Property(name="arena:record-sha256", value=d.record_sha256)]
-        props += [Property(name="arena:wheel-sha256", value=h)
-                  for h in locked.get((normalize_name(d.name), d.version), ())]
+                 Property(name="arena:dist-info-RECORD-sha256", value=d.record_sha256)]
+        props += [Property(name="arena:wheel-sha256", value=h) for h in wheels]
         components.append(Component(type=ComponentType.LIBRARY, name=d.name, version=d.version, purl=purl,
-                                    bom_ref=BomRef(ref), hashes=sha256(d.record_sha256),
+                                    bom_ref=BomRef(ref), hashes=sha256(wheels[0]) if len(wheels) == 1 else [],
                                     licenses=licences(d.license), properties=props))
     for f in app_files(view, app_dir):
         src = _vendored_source(f.path, app_dir, sources)
