@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc
+from pipeline import _proc, plan
 from pipeline.image import base, basesource, build
 from pipeline.registry import local as localregistry, pull, push as publish
 from pipeline.records import provenance  # noqa: E402
@@ -85,7 +85,7 @@ def main() -> int:
         stamp = str(int(time.time()))
         push_s, pushed = timed(lambda: publish.push_layout(
             client, f"bench/ours-{stamp}", Path(rec.layout), ref_name="bench",
-            mount_from=build.same_registry_repos(client, source)))
+            mount_from=plan.same_registry_repos(client, source)))
         pull_s, _ = timed(lambda: pull.pull(pushed.reference, tmp / "pulled"))
         creds = f"{ep.user}:{ep.password}"
         skopeo_push, _ = timed(lambda: _proc.run(

@@ -33,7 +33,7 @@ from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
 from pipeline.records import statement as release_statement, signing, submission, trust
 from pipeline.sources import vendor as sources
-from pipeline import config as _config
+from pipeline import config as _config, plan
 from pipeline.sources import lock as runtime_lock
 from pipeline._io import write_atomic
 from pipeline.checks import external as checks_external
@@ -194,8 +194,10 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     timings = Timings()
     started_at = datetime.now(timezone.utc)
     started_registry = False
+    # The profile resolved once: where the image goes and who signs.
+    target = plan.target(profile)
     signer = signing.signer_for(signing_kind or profile.signing)
-    image_name = profile.image_name
+    image_name = target.image_name
     att_dir = staging / "attestations"
     links = intoto_links.StageRecorder(
         repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", profile.name), signer.suffix)
@@ -214,25 +216,25 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
             if profile.base == "local" and not allow_dirty:
                 _check_base_lock(cfg)
-        if profile.local:
+        if target.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
                 state = localregistry.start()
                 say(f"    local registry at {state.address}")
-        client = build.push_client(profile)
+        client = target.client()
         with timings.stage("base"):
             if profile.base == "local":
                 base_record, what = base.ensure(client)
                 say(f"    base {what}: {base_record.pull_reference(client.registry)}")
-            base_src = build.base_source(profile, registry=client.registry)
+            base_src = plan.base_source(profile, registry=client.registry)
             base_pin = provenance.Base(base_src.name, base_src.digest)
         with timings.stage("vendor"), links.step("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
-        task_file = build.vendored_task_file(cfg, profile, vendor_dir)
+        task_file = plan.task_source(cfg, profile, vendor_dir)
         with timings.stage("build"), links.step("build"):
             record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
-                                 tag=profile.tag, source_revision=inputs.commit,
+                                 tag=target.tag, source_revision=inputs.commit,
                                  source_date_epoch=sde, vendored=task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
@@ -244,9 +246,9 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
         with timings.stage("push"):
-            pushed = push_layout(client, profile.repository, Path(record.layout),
-                                 ref_name=record.tag, tag=profile.tag,
-                                 mount_from=build.same_registry_repos(client, base_src))
+            pushed = push_layout(client, target.repository, Path(record.layout),
+                                 ref_name=record.tag, tag=target.tag,
+                                 mount_from=plan.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))
@@ -271,7 +273,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                  allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
             placed = _install_records(staging, repo)
         with timings.stage("attach"):
-            attest.attach(client, profile.repository, record.manifest_digest, repo / "attestations",
+            attest.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,

@@ -34,7 +34,8 @@ from pipeline.registry import local as localregistry
 from pipeline.records import provenance
 from pipeline.sources import lock as runtime_lock
 from pipeline.image.basesource import BaseSource
-from pipeline.image.build import build, vendored_task_file
+from pipeline.image.build import build
+from pipeline.plan import task_source
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
@@ -334,7 +335,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                     expected=prov.image_inputs.commit, actual=inputs.commit)
             revision = prov.image_inputs.commit if prov.image_inputs else commit
             sde = prov.source_date_epoch
-            vendored = vendored_task_file(cfg, profile, vendor_dir or repo / "vendor")
+            vendored = task_source(cfg, profile, vendor_dir or repo / "vendor")
             say(f"reproduce: application layers of {commit[:12]}")
             layers = compare_app_layers(checkout, cfg, vendored, prov.image, sde, tmp / "layers")
             if layers_only:

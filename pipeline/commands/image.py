@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline import config as config_mod
+from pipeline import config as config_mod, plan
 from pipeline.image import base as base_mod, build as build_mod
 from pipeline.image.basesource import BaseSource
 from pipeline.records import provenance
@@ -78,28 +78,25 @@ def build(args: argparse.Namespace) -> int:
     """Build the derived image, push it, write dist/build.json."""
     cfg = config_mod.load(args.config)
     profile = cfg.profile(args.profile)
+    target = plan.target(profile)
     repo = args.repo.resolve()
     provenance.project_revision(repo, allow_dirty=args.allow_dirty)
     inputs = provenance.image_inputs(repo)
     sde = provenance.source_date_epoch(repo)
-    if args.base:
-        source = BaseSource.from_registry(args.base)
-    elif args.base_layout:
-        source = BaseSource.from_layout(args.base_layout, *build_mod.pinned_base(profile))
-    else:
-        source = build_mod.base_source(profile)
+    source = (BaseSource.from_registry(args.base) if args.base else
+              plan.base_source(profile, layout=args.base_layout))
     record = build_mod.build(
-        cfg, repo=repo, base=source, repository=profile.image_name, tag=profile.tag,
+        cfg, repo=repo, base=source, repository=target.image_name, tag=target.tag,
         source_revision=inputs.commit, source_date_epoch=sde,
-        vendored=build_mod.vendored_task_file(cfg, profile, args.vendor_dir), out=args.out,
+        vendored=plan.task_source(cfg, profile, args.vendor_dir), out=args.out,
     )
     reference = f"{record.repository}@{record.manifest_digest}"
     if not args.no_push:
-        client = build_mod.push_client(profile)
+        client = target.client()
         # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
-        reference = push_layout(client, profile.repository, Path(record.layout),
+        reference = push_layout(client, target.repository, Path(record.layout),
                                 ref_name=record.tag, tag=record.tag,
-                                mount_from=build_mod.same_registry_repos(client, source)).reference
+                                mount_from=plan.same_registry_repos(client, source)).reference
     build_mod.write_record(record, args.out / "build.json")
     print(reference)
     return 0

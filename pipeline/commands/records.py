@@ -43,7 +43,7 @@ def sbom(args: argparse.Namespace) -> int:
         layout, ref, expected = Path(record.layout), ref or record.tag, record.manifest_digest
         name = name or record.repository
     data = sbom_mod.generate(
-        layout, name=name or sbom_mod.image_name(cfg, profile.name), app_dir=cfg.app_dir, ref=ref,
+        layout, name=name or profile.image_name, app_dir=cfg.app_dir, ref=ref,
         sources=cfg.sources_for(profile), first_party_license=sbom_mod.project_license(),
         lock_text=args.lock.read_text() if args.lock.is_file() else "",
     )

@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.image import base as _base
 from pipeline import config as _config
-from pipeline.registry import local as localregistry
 from pipeline._io import read_json, write_json_atomic
 from pipeline.image.basesource import BaseSource, read_base
 from pipeline.errors import ConfigError
@@ -25,10 +23,8 @@ from pipeline.image.layerdiff import AppLayer, members_of_blob
 from pipeline.image.oci.image import NewLayer, derive
 from pipeline.image.oci.layer import write_layer, zlib_version
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Credentials, Reference, RegistryClient
 from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
-from pipeline.sources.vendor import check_vendored
 
 RECORD_VERSION = 2
 
@@ -140,51 +136,3 @@ def build(
     say(f"  base {base_source}; {len(built_layers)} app layers, {record.app_size:,} bytes "
         f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})")
     return record
-
-
-def vendored_task_file(cfg: _config.ReleaseConfig, profile: _config.Profile,
-                       vendor_dir: Path) -> VendoredTaskFile | None:
-    """The profile's vendored task module, verified from `vendor_dir` (no network)."""
-    name = profile.vendored_source
-    if name is None:
-        return None
-    record = check_vendored(cfg.source(name), vendor_dir)
-    return VendoredTaskFile(source=name, file=vendor_dir / record.vendor_path,
-                            license_file=vendor_dir / record.license_path)
-
-
-def push_client(profile: _config.Profile) -> RegistryClient:
-    """A client for the profile's registry with push credentials (local registry's own,
-    else from the environment)."""
-    if profile.local:
-        ep = localregistry.endpoint()
-        return RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
-    return RegistryClient(profile.registry, credentials=Credentials.from_env(profile.registry))
-
-
-def same_registry_repos(client: RegistryClient, base: BaseSource) -> tuple[str, ...]:
-    """The base's repository when it lives in the push registry: its blobs are mounted,
-    not uploaded again."""
-    return (base.repository,) if base.repository and base.registry == client.registry else ()
-
-
-def pinned_base(profile: _config.Profile) -> tuple[str, str]:
-    """The recorded name and digest of the profile's base (release.toml or locks/base.json)."""
-    if profile.base != "local":
-        ref = Reference.parse(profile.base)
-        return ref.name, ref.digest or ""
-    record = _base.load_record()
-    if record is None:
-        raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
-                          hint="run `nox -s base` first")
-    return record.name, record.digest
-
-
-def base_source(profile: _config.Profile, *, registry: str | None = None) -> BaseSource:
-    """The base to build on, read from a registry: the profile's pinned digest, or the
-    local base lock's from `registry` (default: the local registry)."""
-    if profile.base != "local":
-        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
-    name, digest = pinned_base(profile)
-    return BaseSource(name=name, digest=digest, repository=name,
-                      registry=registry or localregistry.endpoint().address)

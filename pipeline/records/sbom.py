@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from pipeline import __version__
 from pipeline._io import sha256_bytes
-from pipeline.config import REPO_ROOT, ReleaseConfig, Source
+from pipeline.config import REPO_ROOT, Source
 from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.image.oci import digest as oci_digest
@@ -484,8 +484,3 @@ def project_license(root: Path = REPO_ROOT) -> str | None:
         return None
     lic = data.get("project", {}).get("license")
     return lic if isinstance(lic, str) else None
-
-
-def image_name(cfg: ReleaseConfig, profile: str) -> str:
-    """Registry-qualified repository of a profile's image (the local registry has no host name)."""
-    return cfg.profile(profile).image_name

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.image import base, basesource, build
-from pipeline import config
+from pipeline import config, plan
 from pipeline.records import provenance
 from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
@@ -83,7 +83,7 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
                                              registry=registry, repository=lock.name)
     inputs = provenance.image_inputs(clone)
     sde = provenance.source_date_epoch(clone)
-    vendored = build.vendored_task_file(cfg, profile, vendor_dir) if vendor_dir else None
+    vendored = plan.task_source(cfg, profile, vendor_dir) if vendor_dir else None
     record = build.build(cfg, repo=clone, base=source, repository=profile.image_name,
                          tag=profile.tag, source_revision=inputs.commit, source_date_epoch=sde,
                          vendored=vendored, out=clone / "dist")
