@@ -21,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, plan
-from pipeline.image import base, basesource, build
+from pipeline import _proc, basestage, plan
+from pipeline.image import build
+from pipeline.registry import basesource
 from pipeline.registry import local as localregistry, pull, push as publish
 from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
@@ -48,7 +49,7 @@ def main() -> int:
     profile = cfg.profile("local")
     ep = localregistry.endpoint()
     client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
-    record, _ = base.ensure(client)
+    record, _ = basestage.ensure(client)
     base_ref = record.pull_reference(ep.address)
     source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)

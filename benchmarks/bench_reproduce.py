@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.image import base, basesource, build
+from pipeline import basestage
+from pipeline.image import base, build
+from pipeline.registry import basesource
 from pipeline import config
 from pipeline.registry import local as localregistry
 from pipeline.records import provenance  # noqa: E402
@@ -82,7 +84,7 @@ def main() -> int:
         client = RegistryClient(state.address, credentials=Credentials(state.user, state.password))
         # The pinned base's layout from an earlier build is re-pushed; else it is built.
         shutil.copyfile(base.BASE_LOCK, work / "base.json")
-        record, _ = base.ensure(client, record_path=work / "base.json")
+        record, _ = basestage.ensure(client, record_path=work / "base.json")
         released = work / "released"
         released_clone(released, state.address)
         rows = [

@@ -4,12 +4,13 @@ The packages are the stages, and data flows one way: each floor of `LAYERS` impo
 only from its own floor or the floors below (tests/test_layers.py enforces it).
 
     cli, commands/, __main__           one CLI: every command registered in pipeline.cli
-    release, reproduce, audit/, plan   orchestration: resolve the profile once, call the stages
+    release, reproduce, audit/, plan,  orchestration: resolve the profile once, call the stages,
+    basestage                          push the layouts the image stage returns
     records/                           provenance, SBOM, statements, signing, submission, VSA
     checks/                            the functional suite and its independent solvers
     verify/                            container runtime adapter, limits, serve, host tools
-    image/                             base, payload, config, build, layer diff
-    registry/                          client (HTTP API), local registry, push, pull
+    registry/                          client (HTTP API), local registry, push, pull, base source
+    image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
     image/oci/                         OCI formats: digests, layers, config/manifest, layouts
     config, errors, progress, _io, _proc   shared by every floor
@@ -23,11 +24,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),
-    ("pipeline.registry",),
     ("pipeline.image",),
+    ("pipeline.registry",),
     ("pipeline.verify",),
     ("pipeline.checks",),
     ("pipeline.records",),
-    ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan"),
+    ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",
+     "pipeline.basestage"),
     ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
 )

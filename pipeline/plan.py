@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline import config as _config
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
-from pipeline.image.basesource import BaseSource
+from pipeline.registry.basesource import BaseSource
 from pipeline.image.payload import VendoredTaskFile
 from pipeline.registry import local as localregistry
 from pipeline.registry.client import Credentials, Reference, RegistryClient

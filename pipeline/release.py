@@ -33,7 +33,7 @@ from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
 from pipeline.records import statement as release_statement, signing, submission, trust
 from pipeline.sources import vendor as sources
-from pipeline import config as _config, plan
+from pipeline import basestage, config as _config, plan
 from pipeline.sources import lock as runtime_lock
 from pipeline._io import write_atomic
 from pipeline.checks import external as checks_external
@@ -224,7 +224,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         client = target.client()
         with timings.stage("base"):
             if profile.base == "local":
-                base_record, what = base.ensure(client)
+                base_record, what = basestage.ensure(client)
                 say(f"    base {what}: {base_record.pull_reference(client.registry)}")
             base_src = plan.base_source(profile, registry=client.registry)
             base_pin = provenance.Base(base_src.name, base_src.digest)

@@ -33,7 +33,7 @@ from pipeline.sources import git
 from pipeline.registry import local as localregistry
 from pipeline.records import provenance
 from pipeline.sources import lock as runtime_lock
-from pipeline.image.basesource import BaseSource
+from pipeline.registry.basesource import BaseSource
 from pipeline.image.build import build
 from pipeline.plan import task_source
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError

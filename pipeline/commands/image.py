@@ -6,9 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline import config as config_mod, plan
+from pipeline import basestage, config as config_mod, plan
 from pipeline.image import base as base_mod, build as build_mod
-from pipeline.image.basesource import BaseSource
+from pipeline.registry.basesource import BaseSource
 from pipeline.records import provenance
 from pipeline.registry import local as localregistry
 from pipeline.registry.client import Credentials, RegistryClient
@@ -46,7 +46,7 @@ def base(args: argparse.Namespace) -> int:
     else:
         ep = localregistry.endpoint()
         client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
-    record, what = base_mod.ensure(client, spec=spec, force=args.force, use_cache=not args.no_cache)
+    record, what = basestage.ensure(client, spec=spec, force=args.force, use_cache=not args.no_cache)
     if what == "up to date":
         print(f"base is up to date: {record.reference}")
     else:

@@ -12,21 +12,33 @@ build record `dist/build.json`, which holds every value written into the config.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Protocol
 from pathlib import Path
 
 from pipeline import config as _config
 from pipeline._io import read_json, write_json_atomic
-from pipeline.image.basesource import BaseSource, read_base
 from pipeline.errors import ConfigError
 from pipeline.image.imageconfig import ImageConfigValues, image_config
 from pipeline.image.layerdiff import AppLayer, members_of_blob
-from pipeline.image.oci.image import NewLayer, derive
+from pipeline.image.oci.image import BaseImage, NewLayer, derive
 from pipeline.image.oci.layer import write_layer, zlib_version
 from pipeline.image.oci.layout import Layout
 from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
 
 RECORD_VERSION = 2
+
+
+class Base(Protocol):
+    """The base a build is handed, already resolved: its recorded name and digest, and a
+    way to read it (registry/basesource.py's BaseSource reads a registry or a layout).
+    The build never finds a registry itself."""
+
+    name: str
+    digest: str
+
+    def read(self, layout: Layout) -> BaseImage:
+        """The base's manifest and config, its layer blobs linked into `layout`."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ def build(
     cfg: _config.ReleaseConfig,
     *,
     repo: Path,
-    base: BaseSource,
+    base: Base,
     repository: str,
     tag: str,
     source_revision: str,
@@ -108,7 +120,7 @@ def build(
     `source_revision` is the image-input commit (`provenance.image_inputs`)."""
     base_source = base
     layout = Layout.init(Path(out) / "oci")
-    base_image = read_base(base_source, layout)
+    base_image = base.read(layout)
     blobs_dir = layout.root / "blobs" / "sha256"
     built_layers: list[AppLayer] = []
     for spec in app_layers(repo, cfg.app_dir, vendored):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.image import base, basesource, build
+from pipeline.image import base, build
+from pipeline.registry import basesource
 from pipeline import config, plan
 from pipeline.records import provenance
 from pipeline.registry.client import Credentials, RegistryClient

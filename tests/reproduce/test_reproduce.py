@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.image import basesource
+from pipeline.registry import basesource
 from pipeline.registry.client import Credentials
 
 from .conftest import (VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,

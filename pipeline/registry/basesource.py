@@ -78,6 +78,10 @@ class BaseSource:
         where = f"registry {self.registry}" if self.layout is None else f"OCI layout {self.layout}"
         return f"{self.name}@{self.digest} from {where}"
 
+    def read(self, layout: Layout) -> BaseImage:
+        """What the build calls (image/build.py's `Base`): see `read_base`."""
+        return read_base(self, layout)
+
 
 def read_base(source: BaseSource, layout: Layout) -> BaseImage:
     """The base's manifest and config, its layer blobs linked into `layout`."""
