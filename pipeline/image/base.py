@@ -82,7 +82,8 @@ _CLEANUP_HOOK = (
 _INDEX_SUFFIX = ".Packages"
 
 
-_BUILDER_MODULES = ("base.py", "lock.py", "oci/layer.py", "oci/image.py")
+# Relative to pipeline/: the modules whose code makes the base's bytes.
+BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py")
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,8 @@ class BaseRecord:
 
 def builder_sha256() -> str:
     """sha256 over the modules that turn the inputs into the image (a change rebuilds)."""
-    here = Path(__file__).resolve().parent
-    parts = [(here / rel).read_bytes() for rel in _BUILDER_MODULES]
+    package = Path(__file__).resolve().parent.parent
+    parts = [(package / rel).read_bytes() for rel in BUILDER_MODULES]
     return sha256_bytes(b"".join(sha256_bytes(p).encode() for p in parts))
 
 
