@@ -23,11 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import attest, audit, config, provenance, sbom, signing  # noqa: E402
+from pipeline.records import attest, provenance, sbom, signing
+from pipeline import audit, config  # noqa: E402
 from pipeline.checks.results import CheckResult, SuiteResult  # noqa: E402
-from pipeline.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST  # noqa: E402
-from pipeline.oci.layer import FileEntry, parents_of, write_layer  # noqa: E402
-from pipeline.oci.layout import Layout  # noqa: E402
+from pipeline.image.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST  # noqa: E402
+from pipeline.image.oci.layer import FileEntry, parents_of, write_layer  # noqa: E402
+from pipeline.image.oci.layout import Layout  # noqa: E402
 
 EPOCH = 1_700_000_000
 SITE = "opt/arena-python/lib/python3.11/site-packages"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import base, lock  # noqa: E402
+from pipeline.image import base
+from pipeline.sources import lock  # noqa: E402
 from pipeline.config import load  # noqa: E402
 
 GOAL_BYTES = 80_000_000

@@ -21,10 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, base, basesource, build, localregistry, provenance, pull, publish  # noqa: E402
+from pipeline import _proc, basestage, plan
+from pipeline.image import build
+from pipeline.registry import basesource
+from pipeline.registry import local as localregistry, pull, push as publish
+from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
-from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
-from pipeline.runtime import ContainerRuntime  # noqa: E402
+from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
+from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
 
 DOCKERFILE = """FROM {base}
 COPY env /opt/arena/env
@@ -45,7 +49,7 @@ def main() -> int:
     profile = cfg.profile("local")
     ep = localregistry.endpoint()
     client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
-    record, _ = base.ensure(client)
+    record, _ = basestage.ensure(client)
     base_ref = record.pull_reference(ep.address)
     source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)
@@ -82,7 +86,7 @@ def main() -> int:
         stamp = str(int(time.time()))
         push_s, pushed = timed(lambda: publish.push_layout(
             client, f"bench/ours-{stamp}", Path(rec.layout), ref_name="bench",
-            mount_from=build.same_registry_repos(client, source)))
+            mount_from=plan.same_registry_repos(client, source)))
         pull_s, _ = timed(lambda: pull.pull(pushed.reference, tmp / "pulled"))
         creds = f"{ep.user}:{ep.password}"
         skopeo_push, _ = timed(lambda: _proc.run(

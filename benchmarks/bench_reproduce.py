@@ -20,9 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import base, basesource, build, config, localregistry, provenance  # noqa: E402
+from pipeline import basestage
+from pipeline.image import base, build
+from pipeline.registry import basesource
+from pipeline import config
+from pipeline.registry import local as localregistry
+from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT  # noqa: E402
-from pipeline.oci.registry import Credentials, RegistryClient  # noqa: E402
+from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
 
 GOALS = {"no registry (base rebuilt from the lock)": 90.0, "base reachable in a registry": 5.0}
 
@@ -79,7 +84,7 @@ def main() -> int:
         client = RegistryClient(state.address, credentials=Credentials(state.user, state.password))
         # The pinned base's layout from an earlier build is re-pushed; else it is built.
         shutil.copyfile(base.BASE_LOCK, work / "base.json")
-        record, _ = base.ensure(client, record_path=work / "base.json")
+        record, _ = basestage.ensure(client, record_path=work / "base.json")
         released = work / "released"
         released_clone(released, state.address)
         rows = [

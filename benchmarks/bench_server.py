@@ -29,7 +29,7 @@ from openenv.core.generic_client import GenericEnvClient
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from pipeline.serve import root_only_copy  # noqa: E402
+from pipeline.verify.serve import root_only_copy  # noqa: E402
 from tests.contained import ContainedProcess, contained_argv  # noqa: E402
 from tests.env.test_server_reset_attacks import DEEP, WIDE  # noqa: E402
 TARGETS_MS = {"reset": 50.0, "action `true`": 30.0}

@@ -1,7 +1,35 @@
 """Release machinery for the OpenEnv data-workflow environment image.
 
-One module per concern; data flows one way:
-config -> sources -> build -> sbom/attest -> publish -> verify -> records.
+The packages are the stages, and data flows one way: each floor of `LAYERS` imports
+only from its own floor or the floors below (tests/test_layers.py enforces it).
+
+    cli, commands/, __main__           one CLI: every command registered in pipeline.cli
+    release, reproduce, audit/, plan,  orchestration: resolve the profile once, call the stages,
+    basestage                          push the layouts the image stage returns
+    records/                           provenance, SBOM, statements, signing, submission, VSA
+    checks/                            the functional suite and its independent solvers
+    verify/                            container runtime adapter, limits, serve, host tools
+    registry/                          client (HTTP API), local registry, push, pull, base source
+    image/                             base, payload, config, build, layer diff (into layouts)
+    sources/                           git, vendored files, dataset records, wheel lock
+    image/oci/                         OCI formats: digests, layers, config/manifest, layouts
+    config, errors, progress, _io, _proc   shared by every floor
 """
 
 __version__ = "0.1.0"
+
+# Lowest floor first. A module belongs to the floor of the longest prefix naming it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pipeline", "pipeline.config", "pipeline.errors", "pipeline.progress", "pipeline._io",
+     "pipeline._proc"),
+    ("pipeline.image.oci",),
+    ("pipeline.sources",),
+    ("pipeline.image",),
+    ("pipeline.registry",),
+    ("pipeline.verify",),
+    ("pipeline.checks",),
+    ("pipeline.records",),
+    ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",
+     "pipeline.basestage"),
+    ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
+)

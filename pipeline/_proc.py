@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import ToolError
+from pipeline.errors import ToolError
 
 log = logging.getLogger("pipeline.proc")
 

@@ -1,45 +1,63 @@
-"""`python -m pipeline <command> [args]`: one entry point for every stage.
+"""`python -m pipeline <command> [args]`: every command, registered in one table.
 
-Each command lives in its own module as `main(argv) -> int` and parses its own
-arguments; this module only dispatches and turns a ReleaseError into one line and an
-exit code.
+Each command is an argparse sub-command whose arguments and body live in
+`pipeline.commands.<stage>` as `<name>_arguments(parser)` and `<name>(args) -> int`.
+Only the chosen command's module is imported (so `--help` and quick commands do not
+load the signing and SBOM libraries). A ReleaseError becomes one line and an exit code.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import os
 import sys
+from dataclasses import dataclass
 
-from .errors import ReleaseError
-
-COMMANDS: dict[str, tuple[str, str]] = {
-    # name: ("module:function", one-line description)
-    "lock": ("pipeline.lock:main", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
-    "base": ("pipeline.base:main", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
-    "verify": ("pipeline.checks.commands:verify_main", "pull an image anonymously, start it and run every check of verification.md"),
-    "serve": ("pipeline.serve:main", "serve the built image in a container (or, with --host-mode, on this host)"),
-    "checks": ("pipeline.checks.commands:checks_main", "the check suite against running servers (--url), one shard of it (--shard I/N), or `checks merge` of the shards"),
-    "submission": ("pipeline.checks.commands:submission_main", "write submission.json from passing check results"),
-    "build": ("pipeline.build:main", "build the derived image daemonlessly from the base digest and push it"),
-    "release": ("pipeline.release:main", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
-    "reproduce": ("pipeline.reproduce:main", "rebuild and compare with the recorded digests, explaining differences"),
-    "setup": ("pipeline.system:main", "install the host tools a release needs (apt, as root)"),
-    "registry": ("pipeline.localregistry:main", "start, stop or show the local loopback registry"),
-    "sbom": ("pipeline.sbom:main", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
-    "attest": ("pipeline.attest:main", "sign provenance, SBOM and check-result statements into attestations/"),
-    "audit": ("pipeline.audit:main", "verify a release's records offline against a pinned trust root; writes a VSA"),
-    "key": ("pipeline.signing:main", "show (creating if missing) the release key, its keyid and the release.toml pin"),
-    "vendor": ("pipeline.sources:main", "fetch, verify and vendor pinned upstream files and external task records"),
-}
+from pipeline.errors import ReleaseError
 
 
-def _usage() -> str:
-    width = max((len(n) for n in COMMANDS), default=8)
-    lines = ["usage: python -m pipeline <command> [args]", "", "commands:"]
-    lines += [f"  {n:<{width}}  {d}" for n, (_, d) in sorted(COMMANDS.items())]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Command:
+    name: str
+    stage: str  # the module pipeline.commands.<stage> that defines it
+    summary: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("setup", "verify", "install the host tools a release needs (apt, as root)"),
+    Command("registry", "registry", "start, stop or show the local loopback registry"),
+    Command("lock", "sources", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
+    Command("vendor", "sources", "fetch, verify and vendor pinned upstream files and external task records"),
+    Command("base", "image", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
+    Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),
+    Command("serve", "verify", "serve the built image in a container (or, with --host-mode, on this host)"),
+    Command("verify", "verify", "pull an image anonymously, start it and run every check of verification.md"),
+    Command("checks", "verify", "the check suite against running servers (--url), one shard of it "
+                                "(--shard I/N), or `checks merge` of the shards"),
+    Command("submission", "verify", "write submission.json from passing check results"),
+    Command("sbom", "records", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
+    Command("attest", "records", "sign provenance, SBOM and check-result statements into attestations/"),
+    Command("key", "records", "show (creating if missing) the release key, its keyid and the release.toml pin"),
+    Command("release", "release", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
+    Command("reproduce", "release", "rebuild and compare with the recorded digests, explaining differences"),
+    Command("audit", "release", "verify a release's records offline against a pinned trust root; writes a VSA"),
+)
+
+
+def parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; only `chosen`'s sub-parser gets its arguments (and its module)."""
+    top = argparse.ArgumentParser(prog="python -m pipeline",
+                                  description="The release machinery of the OpenEnv environment image.")
+    sub = top.add_subparsers(dest="command", metavar="<command>", title="commands")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.summary, description=command.summary)
+        if command.name == chosen:
+            module = importlib.import_module(f"pipeline.commands.{command.stage}")
+            getattr(module, f"{command.name}_arguments")(p)
+            p.set_defaults(run=getattr(module, command.name))
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,18 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("PIPELINE_LOG", "WARNING").upper(),
         format="%(name)s: %(message)s",
     )
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
+    names = {c.name for c in COMMANDS}
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    top = parser(chosen if chosen in names else None)
+    if not argv or argv[0] == "help":
+        top.print_help()
         return 0
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"pipeline: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    target, _ = COMMANDS[name]
-    module_name, func_name = target.split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
     try:
-        return int(func(rest) or 0)
+        args = top.parse_args(argv)
+        args.argv = tuple(argv[1:])
+        return int(args.run(args) or 0)
     except ReleaseError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code

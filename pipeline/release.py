@@ -4,8 +4,8 @@ lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 provenance.json, attestations/, submission.json -> attach -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
-in-toto link while they run (pipeline.intoto_links); the last record written is the
-release statement that binds every other one (pipeline.release_statement). A release
+in-toto link while they run (pipeline.records.links); the last record written is the
+release statement that binds every other one (pipeline.records.statement). A release
 key that release.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
@@ -17,7 +17,6 @@ containers) is stopped on the way out, Ctrl-C included.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -28,18 +27,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import attest, base, build, external, intoto_links, localregistry, provenance, sbom
-from . import release_statement, signing, sources, submission, trust
-from . import config as _config
-from . import lock as runtime_lock
-from ._io import write_atomic
-from .checks import external as checks_external
-from .checks import report as checks_report
-from .checks import results as checks_results
-from .checks.commands import references_of, verify_image
-from .errors import CheckFailure, ReleaseError, SourceError
-from .progress import say
-from .publish import push_layout
+from pipeline.records import attest, links as intoto_links, provenance, sbom
+from pipeline.image import base, build
+from pipeline.sources import dataset as external
+from pipeline.registry import local as localregistry
+from pipeline.records import statement as release_statement, signing, submission, trust
+from pipeline.sources import vendor as sources
+from pipeline import basestage, config as _config, plan
+from pipeline.sources import lock as runtime_lock
+from pipeline._io import write_atomic
+from pipeline.checks import external as checks_external
+from pipeline.checks import report as checks_report
+from pipeline.checks import results as checks_results
+from pipeline.checks.run import references_of, verify_image
+from pipeline.errors import CheckFailure, SourceError
+from pipeline.progress import say
+from pipeline.registry.push import push_layout
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
@@ -191,8 +194,10 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     timings = Timings()
     started_at = datetime.now(timezone.utc)
     started_registry = False
+    # The profile resolved once: where the image goes and who signs.
+    target = plan.target(profile)
     signer = signing.signer_for(signing_kind or profile.signing)
-    image_name = profile.image_name
+    image_name = target.image_name
     att_dir = staging / "attestations"
     links = intoto_links.StageRecorder(
         repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", profile.name), signer.suffix)
@@ -211,25 +216,25 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
             if profile.base == "local" and not allow_dirty:
                 _check_base_lock(cfg)
-        if profile.local:
+        if target.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
                 state = localregistry.start()
                 say(f"    local registry at {state.address}")
-        client = build.push_client(profile)
+        client = target.client()
         with timings.stage("base"):
             if profile.base == "local":
-                base_record, what = base.ensure(client)
+                base_record, what = basestage.ensure(client)
                 say(f"    base {what}: {base_record.pull_reference(client.registry)}")
-            base_src = build.base_source(profile, registry=client.registry)
+            base_src = plan.base_source(profile, registry=client.registry)
             base_pin = provenance.Base(base_src.name, base_src.digest)
         with timings.stage("vendor"), links.step("vendor"):
             vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
-        task_file = build.vendored_task_file(cfg, profile, vendor_dir)
+        task_file = plan.task_source(cfg, profile, vendor_dir)
         with timings.stage("build"), links.step("build"):
             record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
-                                 tag=profile.tag, source_revision=inputs.commit,
+                                 tag=target.tag, source_revision=inputs.commit,
                                  source_date_epoch=sde, vendored=task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
@@ -241,9 +246,9 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
         with timings.stage("push"):
-            pushed = push_layout(client, profile.repository, Path(record.layout),
-                                 ref_name=record.tag, tag=profile.tag,
-                                 mount_from=build.same_registry_repos(client, base_src))
+            pushed = push_layout(client, target.repository, Path(record.layout),
+                                 ref_name=record.tag, tag=target.tag,
+                                 mount_from=plan.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))
@@ -268,7 +273,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                                  allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
             placed = _install_records(staging, repo)
         with timings.stage("attach"):
-            attest.attach(client, profile.repository, record.manifest_digest, repo / "attestations",
+            attest.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
@@ -281,34 +286,3 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         if started_registry:
             localregistry.stop()
             say("    stopped the local registry this release started")
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline release [--profile P] [--allow-dirty] [--mirror DIR]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline release",
-                                 description="The whole release, from sources to signed records.")
-    ap.add_argument("--profile", default="local", help="release.toml profile (default: local)")
-    ap.add_argument("--config", type=Path, default=_config.DEFAULT_CONFIG)
-    ap.add_argument("--repo", type=Path, default=_config.REPO_ROOT, help="the project checkout")
-    ap.add_argument("--allow-dirty", action="store_true",
-                    help="release from a checkout with uncommitted changes (recorded)")
-    ap.add_argument("--mirror", type=Path, default=None,
-                    help="local mirror directory for git sources and external records")
-    ap.add_argument("--parallel", type=int, default=2, help="containers for the check suite")
-    ap.add_argument("--signing", choices=("key", "sigstore"), default=None,
-                    help="override the profile's signer")
-    args = ap.parse_args(argv)
-    cfg = _config.load(args.config)
-    profile = cfg.profile(args.profile)
-    try:
-        outcome = release(cfg, profile, repo=args.repo, allow_dirty=args.allow_dirty,
-                          mirror=args.mirror, parallel=args.parallel, signing_kind=args.signing,
-                          command=("python", "-m", "pipeline", "release", *argv))
-    except ReleaseError:
-        say(f"release stopped; the previous records are untouched ({', '.join(RECORDS)})")
-        raise
-    print(f"released {outcome.image}")
-    for path in outcome.records:
-        print(f"  wrote {path.relative_to(args.repo.resolve())}")
-    print(f"  report {outcome.report}")
-    return 0

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import subprocess
 import tempfile
@@ -29,25 +27,29 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import base as _base
-from . import config as _config
-from . import git, localregistry, provenance
-from . import lock as runtime_lock
-from .basesource import BaseSource
-from .build import build, vendored_task_file
-from .errors import ConfigError, ReleaseError, SourceError, VerificationError
-from .imageconfig import ImageConfigValues
-from .layerdiff import AppLayer, explain, members_of_blob
-from .oci.layer import write_layer, zlib_version
-from .oci.registry import Reference, RegistryClient
-from .payload import VendoredTaskFile, app_layers
-from .progress import say
+from pipeline.image import base as _base
+from pipeline import config as _config
+from pipeline.sources import git
+from pipeline.registry import local as localregistry
+from pipeline.records import provenance
+from pipeline.sources import lock as runtime_lock
+from pipeline.registry.basesource import BaseSource
+from pipeline.image.build import build
+from pipeline.plan import task_source
+from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
+from pipeline.image.imageconfig import ImageConfigValues
+from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
+from pipeline.image.oci.layer import write_layer, zlib_version
+from pipeline.registry.client import Reference, RegistryClient
+from pipeline.image.payload import VendoredTaskFile, app_layers
+from pipeline.progress import say
 
 # The modules that turn the image inputs into the derived image's bytes: when HEAD's
 # differ from the recorded commit's, a mismatch may come from the code, not the inputs.
-IMAGE_BUILDER = ("pipeline/build.py", "pipeline/payload.py", "pipeline/imageconfig.py",
-                 "pipeline/oci/layer.py", "pipeline/oci/image.py", "pipeline/base.py",
-                 "pipeline/lock.py")
+IMAGE_BUILDER = ("pipeline/image/build.py", "pipeline/image/payload.py",
+                 "pipeline/image/imageconfig.py", "pipeline/image/oci/layer.py",
+                 "pipeline/image/oci/image.py", "pipeline/image/base.py",
+                 "pipeline/sources/lock.py")
 DIFFOSCOPE_LINES = 200
 
 
@@ -222,7 +224,7 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
                  work: Path) -> tuple[BaseSource | None, BaseOutcome]:
     """Rebuild the local base from the recorded commit's lock into an OCI layout."""
     try:
-        record = _base.load_record(checkout / "locks" / "base.json")
+        record = _base.load_record(checkout / _base.BASE_LOCK_FILE)
     except ConfigError as exc:
         raise VerificationError(
             f"the base lock at {prov.project.commit[:12]} cannot be rebuilt by this code",
@@ -333,7 +335,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                     expected=prov.image_inputs.commit, actual=inputs.commit)
             revision = prov.image_inputs.commit if prov.image_inputs else commit
             sde = prov.source_date_epoch
-            vendored = vendored_task_file(cfg, profile, vendor_dir or repo / "vendor")
+            vendored = task_source(cfg, profile, vendor_dir or repo / "vendor")
             say(f"reproduce: application layers of {commit[:12]}")
             layers = compare_app_layers(checkout, cfg, vendored, prov.image, sde, tmp / "layers")
             if layers_only:
@@ -413,44 +415,3 @@ def render(result: Reproduction) -> str:
         lines.append(f"image {mark}: recorded {result.image_recorded}  rebuilt {result.image_rebuilt}")
     lines += result.diffoscope
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m pipeline reproduce [--records DIR] [--layers-only] [--base-registry H:P]`."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline reproduce",
-                                 description="Rebuild the recorded commit and compare every digest.")
-    ap.add_argument("--repo", type=Path, default=_config.REPO_ROOT,
-                    help="the git clone holding the recorded commit (default: this one)")
-    ap.add_argument("--records", type=Path, default=None,
-                    help="directory holding provenance.json (default: the clone)")
-    ap.add_argument("--layers-only", action="store_true",
-                    help="compare the application layers only (a PARTIAL result)")
-    ap.add_argument("--base-registry", default=None,
-                    help="read the base (and recorded blobs) from this registry (host:port)")
-    ap.add_argument("--mirror", default=os.environ.get("RELEASE_DEBIAN_MIRROR", _base.MIRROR),
-                    help="Debian mirror serving the lock's snapshot (not an image input)")
-    ap.add_argument("--vendor-dir", type=Path, default=None,
-                    help="verified vendored sources (default: <repo>/vendor)")
-    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                    help="keep the reproduced image as an OCI layout in DIR (e.g. dist/oci, where "
-                         "`audit` checks the SBOM against its layers)")
-    args = ap.parse_args(argv)
-    repo = args.repo.resolve()
-    result = reproduce(repo, (args.records or repo).resolve(), layers_only=args.layers_only,
-                       registry=args.base_registry, mirror=args.mirror,
-                       vendor_dir=args.vendor_dir, keep=args.keep.resolve() if args.keep else None)
-    print(render(result))
-    if not result.ok:
-        bad = [l.name for l in result.layers if not l.same]
-        raise VerificationError(
-            "the rebuild does not reproduce the recorded digests",
-            expected=f"image {result.image_recorded}",
-            actual=(f"image {result.image_rebuilt or 'not rebuilt'}; differing layers: "
-                    f"{', '.join(bad) or 'none'}"),
-            hint="the lines above name each differing file, config field or .deb")
-    if result.partial:
-        print("PARTIAL: the application layers are identical, but --layers-only compared neither "
-              "the base nor the image digest; run without it for the whole image")
-        return 0
-    print(f"reproduced: image {result.image_recorded} is bit-identical")
-    return 0

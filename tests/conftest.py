@@ -1,7 +1,7 @@
 """Fixtures shared by every test area.
 
 `local_registry`: one real registry (docker-registry behind nginx, as
-`pipeline.localregistry` runs it) for the whole test session, in a temporary
+`pipeline.registry.local` runs it) for the whole test session, in a temporary
 directory, stopped at the end. It exposes `.address` ("127.0.0.1:PORT"), `.user`,
 `.password`, `.storage` (the registry's filesystem storage) and `.url`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import localregistry
+from pipeline.registry import local as localregistry
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .client import ServerError
-from .results import CheckResult
+from pipeline.checks.client import ServerError
+from pipeline.checks.results import CheckResult
 
 
 class Recorder:

@@ -13,14 +13,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import _commands as cmd
-from . import solvers
-from ._record import Recorder
-from .answers import Variant, graded_variants
-from .cases import Case
-from .client import Reply, ServerError, Session
-from .results import CheckResult
-from .target import Target
+from pipeline.checks import shell as cmd
+from pipeline.checks import solvers
+from pipeline.checks._record import Recorder
+from pipeline.checks.answers import Variant, graded_variants
+from pipeline.checks.cases import Case
+from pipeline.checks.client import Reply, ServerError, Session
+from pipeline.checks.results import CheckResult
+from pipeline.checks.target import Target
 
 INSTRUCTIONS = "INSTRUCTIONS.md"
 SHELL_UID = "2000"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .solvers import FAMILIES
+from pipeline.checks.solvers import FAMILIES
 
 # Blocks of eight (one case per family), in request order.
 BLOCKS = ((1, 101), (1, 307), (2, 101), (2, 307))

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import ExternalTask, Profile, RepairConventions
-from ..errors import CheckFailure, ReleaseError
-from ..oci.image import Index, parse, parse_config
-from ..oci.registry import Reference, RegistryClient
-from ..progress import say
-from ..pull import pull
-from . import repair
-from .results import CheckResult
+from pipeline.config import ExternalTask, Profile, RepairConventions
+from pipeline.errors import CheckFailure, ReleaseError
+from pipeline.image.oci.image import Index, parse, parse_config
+from pipeline.registry.client import Reference, RegistryClient
+from pipeline.progress import say
+from pipeline.registry.pull import pull
+from pipeline.checks import repair
+from pipeline.checks.results import CheckResult
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import _commands as cmd
-from . import schema, solvers
-from ._record import Recorder
-from .answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
-from .case_checks import solve_in_episode
-from .cases import Case
-from .client import ServerError, Session, http_get
-from .limit_checks import LIMIT_CHECKS, limit_checks
-from .results import CheckResult
-from .target import Target
+from pipeline.checks import shell as cmd
+from pipeline.checks import schema, solvers
+from pipeline.checks._record import Recorder
+from pipeline.checks.answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
+from pipeline.checks.case_checks import solve_in_episode
+from pipeline.checks.cases import Case
+from pipeline.checks.client import ServerError, Session, http_get
+from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
+from pipeline.checks.results import CheckResult
+from pipeline.checks.target import Target
 
 SHELL_TIMEOUT_S = 60
 MAX_OUTPUT_BYTES = 12_000

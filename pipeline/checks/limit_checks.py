@@ -1,6 +1,6 @@
 """image/limit-*: the budget's container limits are in force, seen from inside as UID 2000.
 
-The container runtime applies them (pipeline/limits.py); these checks read what the
+The container runtime applies them (pipeline/verify/limits.py); these checks read what the
 kernel enforces (the cgroup the shell runs in, the size of the /workspace filesystem)
 through the server's own shell, so they see what an agent's processes are held to.
 A limit that cannot be read or is not set fails with the reason (for example a
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ._record import Recorder
-from .cases import Case
-from .client import ServerError, Session
+from pipeline.checks._record import Recorder
+from pipeline.checks.cases import Case
+from pipeline.checks.client import ServerError, Session
 
 LIMIT_CHECKS = ("limit-memory", "limit-pids", "limit-cpus", "limit-workspace")
 # A cgroup v1 "no limit" is a huge number (PAGE_COUNTER_MAX pages); anything at or over

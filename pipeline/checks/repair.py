@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import RepairConventions
-from . import _commands as cmd
-from ._record import Recorder
-from .client import ServerError, Session
-from .image_checks import CAPACITY_CODE, http_checks
-from .results import CheckResult
-from .target import Target
+from pipeline.config import RepairConventions
+from pipeline.checks import shell as cmd
+from pipeline.checks._record import Recorder
+from pipeline.checks.client import ServerError, Session
+from pipeline.checks.image_checks import CAPACITY_CODE, http_checks
+from pipeline.checks.results import CheckResult
+from pipeline.checks.target import Target
 
 REPAIR_CHECKS = ("health", "metadata", "schema", "reset", "identity-across-seeds", "unprivileged",
                  "protected-grader", "unsolved", "repeated-finish", "reset-removes-edits",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cases import all_cases
-from .repair import REPAIR_CHECKS
-from .results import CheckResult, SuiteResult
-from .solvers import FAMILIES
+from pipeline.checks.cases import all_cases
+from pipeline.checks.repair import REPAIR_CHECKS
+from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.checks.solvers import FAMILIES
 
 COLUMNS = ("reset", "identity-across-seeds", "correct", "partial", "all-but-one", "wrong",
            "unknown-key", "edited-inputs", "cached-terminal")

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._io import pretty_json, write_atomic
-from ..errors import VerificationError
-from .shards import Shard
+from pipeline._io import pretty_json, write_atomic
+from pipeline.errors import VerificationError
+from pipeline.checks.shards import Shard
 
 FORMAT = "openenv-arena-checks/v1"
 

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..progress import say
-from . import case_checks, image_checks
-from .cases import Case, all_cases
-from .client import ServerError, Session
-from .results import CheckResult, SuiteResult
-from .shards import Shard, plan
-from .target import Target
+from pipeline.progress import say
+from pipeline.checks import case_checks, image_checks
+from pipeline.checks.cases import Case, all_cases
+from pipeline.checks.client import ServerError, Session
+from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.checks.shards import Shard, plan
+from pipeline.checks.target import Target
 
 # Reconnect attempts after a dropped session: the server frees a closed session
 # asynchronously, so an immediate reconnect can briefly meet the capacity limit.

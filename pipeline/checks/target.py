@@ -26,7 +26,7 @@ class Target:
     server_pid: int = 1
     workspace: str = "/workspace/repo"
     host_root: str | None = None
-    # The container limits the runtime applied (pipeline/limits.py `expected()`), as
+    # The container limits the runtime applied (pipeline/verify/limits.py `expected()`), as
     # sorted pairs; empty: none were applied, and the limit-* checks do not run.
     limits: tuple[tuple[str, float], ...] = ()
 

@@ -1,7 +1,7 @@
 """A small real image for the SBOM and attestation tests, and the audit's records.
 
 `small_image` writes an OCI image layout whose layers are made with
-pipeline.oci.layer: a fake Debian base (dpkg status, os-release as a symlink like
+pipeline.image.oci.layer: a fake Debian base (dpkg status, os-release as a symlink like
 bookworm's), a Python prefix with two dist-infos, an upper layer that deletes one
 of them with a whiteout, and the app layer under /opt/arena (first-party code, a
 vendored task file and its licence).
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.checks.cases import all_cases
-from pipeline.oci import digest as oci_digest
-from pipeline.oci.layer import FileEntry, parents_of, write_layer
+from pipeline.image.oci import digest as oci_digest
+from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
 
 EPOCH = 1_700_000_000
 APP = "/opt/arena"
@@ -213,7 +213,7 @@ split = "train"
 class Records:
     root: Path
     image: SmallImage
-    signer: object  # pipeline.signing.KeySigner
+    signer: object  # pipeline.records.signing.KeySigner
 
 
 def make_records(root: Path, signer=None, *, image_name: str | None = None) -> Records:
@@ -224,13 +224,22 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
 
     from securesystemslib.signer import CryptoSigner
 
-    from pipeline import attest, external, intoto_links, provenance, release_statement, sbom, signing, submission
+    from pipeline.records import (
+        attest,
+        links as intoto_links,
+        provenance,
+        statement as release_statement,
+        sbom,
+        signing,
+        submission,
+    )
+    from pipeline.sources import dataset as external
     from pipeline import config as config_mod
     from pipeline._io import canonical_json, write_atomic
     from pipeline.checks.external import ExternalResult
     from pipeline.checks.results import CheckResult, SuiteResult
-    from pipeline.layerdiff import AppLayer
-    from pipeline.sources import VendoredFile
+    from pipeline.image.layerdiff import AppLayer
+    from pipeline.sources.vendor import VendoredFile
 
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())

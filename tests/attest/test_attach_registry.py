@@ -6,8 +6,10 @@ import uuid
 
 import pytest
 
-from pipeline import attest, audit, publish, signing
-from pipeline.oci.registry import Credentials, RegistryClient
+from pipeline.records import attest, signing
+from pipeline import audit
+from pipeline.registry import push as publish
+from pipeline.registry.client import Credentials, RegistryClient
 
 from .conftest import EPOCH, make_records
 

@@ -17,7 +17,14 @@ import pytest
 from in_toto.models.metadata import Envelope, Metadata
 from securesystemslib.signer import CryptoSigner
 
-from pipeline import attest, audit, intoto_links, release_statement, signing, trust
+from pipeline.records import (
+    attest,
+    links as intoto_links,
+    statement as release_statement,
+    signing,
+    trust,
+)
+from pipeline import audit, cli
 from pipeline._io import canonical_json, sha256_file
 
 from .conftest import RELEASED_ON
@@ -234,7 +241,7 @@ def test_the_issue_attack_reproduced_exactly(records):
     forger.publish(root / "attestations")
     (root / "attestations" / "layout.json").unlink()
     shutil.rmtree(root / "attestations" / "links")
-    assert audit.main(["--records", str(root)]) == 1
+    assert cli.main(["audit", "--records", str(root)]) == 1
 
 
 def test_subject_swap(records):
@@ -247,7 +254,7 @@ def test_subject_swap(records):
 
 
 def test_sbom_swapped(records, tmp_path):
-    from pipeline import sbom
+    from pipeline.records import sbom
 
     from .conftest import make_image
 
@@ -443,7 +450,7 @@ def test_release_statement_removed(records):
     assert fails["release/present"].startswith("attestations/release.dsse.json or release.sigstore.json is missing")
     assert fails["release/signature"].startswith("not checked:")
     assert fails["intoto/links"].startswith("not checked:")
-    assert audit.main(["--records", str(records.root)]) == 1
+    assert cli.main(["audit", "--records", str(records.root)]) == 1
 
 
 def test_external_record_changed(records):
@@ -964,14 +971,14 @@ def test_layout_with_an_inspection_signed_by_an_insider(records, tmp_path):
 
 
 def test_cli_table_json_and_exit_codes(records, capsys):
-    assert audit.main(["--records", str(records.root)]) == 0
+    assert cli.main(["audit", "--records", str(records.root)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("AUDIT PASSED") and "verification summary:" in out
-    assert audit.main(["--records", str(records.root), "--json"]) == 0
+    assert cli.main(["audit", "--records", str(records.root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["result"] == "PASSED" and {c["id"] for c in doc["checks"]} >= {"release/signature", "sbom/layers"}
     (records.root / "attestations" / "checks.dsse.json").unlink()
-    assert audit.main(["--records", str(records.root)]) == 1
+    assert cli.main(["audit", "--records", str(records.root)]) == 1
     assert capsys.readouterr().out.startswith("AUDIT FAILED")
 
 
@@ -980,7 +987,7 @@ def test_vsa_is_signed_and_verifies(records, tmp_path, capsys):
     key_file = tmp_path / "auditor.pem"
     key_file.write_bytes(key.private_bytes)
     out = tmp_path / "vsa.dsse.json"
-    assert audit.main(["--records", str(records.root), "--vsa", str(out), "--vsa-key", str(key_file)]) == 0
+    assert cli.main(["audit", "--records", str(records.root), "--vsa", str(out), "--vsa-key", str(key_file)]) == 0
     stmt = json.loads(signing.dsse_verify(out.read_bytes(), key.public_key, what="vsa"))
     assert stmt["predicateType"] == "https://slsa.dev/verification_summary/v1"
     assert stmt["subject"][0]["digest"]["sha256"] == records.image.digest[7:]
@@ -996,7 +1003,7 @@ def test_vsa_is_signed_and_verifies(records, tmp_path, capsys):
 def test_vsa_of_a_failed_audit_says_so(records, tmp_path):
     (records.root / "attestations" / "layout.json").unlink()
     out = tmp_path / "vsa.json"
-    assert audit.main(["--records", str(records.root), "--vsa", str(out)]) == 1
+    assert cli.main(["audit", "--records", str(records.root), "--vsa", str(out)]) == 1
     pred = json.loads(out.read_text())["predicate"]
     assert pred["verificationResult"] == "FAILED" and pred["verifiedLevels"] == []
     assert pred["checks"]["intoto/links"] == "fail"

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from in_toto.models.metadata import Envelope, Metadata
 
-from pipeline import intoto_links
+from pipeline.records import links as intoto_links
 from pipeline.errors import VerificationError
 
 from .conftest import RELEASED_ON

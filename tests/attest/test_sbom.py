@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline import sbom
+from pipeline.records import sbom
 from pipeline.config import Source
 from pipeline.errors import DigestMismatch
 
@@ -47,6 +47,8 @@ def test_sbom_describes_the_layers(small_image, monkeypatch):
     assert req["licenses"] == [{"license": {"id": "Apache-2.0"}}]
     wheel = sorted(p["value"] for p in req["properties"] if p["name"] == "arena:wheel-sha256")
     assert wheel == ["a" * 64, "b" * 64]
+    # Two wheels allowed: no single hash can be the component's.
+    assert "hashes" not in req
     assert not any("old-pkg" in r for r in comps), "the whiteout did not remove Old_Pkg"
     tasks = comps["file:/opt/arena/vendor/metaharness-tasks/tasks.py"]
     import hashlib
@@ -55,6 +57,25 @@ def test_sbom_describes_the_layers(small_image, monkeypatch):
     assert {"name": "arena:source-revision", "value": SOURCE.revision} in tasks["properties"]
     deps = {d["ref"]: d.get("dependsOn", []) for d in doc["dependencies"]}
     assert set(deps[meta["bom-ref"]]) == set(comps)
+
+
+def test_a_wheel_component_carries_the_wheel_hash_from_the_lock(small_image, monkeypatch):
+    """The component hash is the locked wheel's sha256, not the RECORD file's: consumers
+    match it against the wheel they download. RECORD's hash keeps its own name."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    one = "requests==2.32.3 --hash=sha256:" + "c" * 64 + "\n"
+    doc = json.loads(sbom.generate(small_image.layout, name=small_image.name, app_dir="/opt/arena",
+                                   sources=[SOURCE], first_party_license="MIT", lock_text=one))
+    req = _components(doc)["pkg:pypi/requests@2.32.3"]
+    assert req["hashes"] == [{"alg": "SHA-256", "content": "c" * 64}]
+    props = {p["name"]: p["value"] for p in req["properties"]}
+    assert props["arena:wheel-sha256"] == "c" * 64
+    record = props["arena:dist-info-RECORD-sha256"]
+    assert len(record) == 64 and record != "c" * 64
+    # Without a lock naming the wheel, nothing claims to be its hash.
+    bare = json.loads(sbom.generate(small_image.layout, name=small_image.name, app_dir="/opt/arena",
+                                    sources=[SOURCE], first_party_license="MIT", lock_text=""))
+    assert "hashes" not in _components(bare)["pkg:pypi/requests@2.32.3"]
 
 
 def test_sbom_is_byte_identical_across_runs(tmp_path, monkeypatch):

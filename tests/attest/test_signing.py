@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from pipeline import signing
+from pipeline import cli
+from pipeline.records import signing
 from pipeline.errors import ConfigError, VerificationError
 
 STATEMENT = b'{"_type":"https://in-toto.io/Statement/v1","predicate":{},"predicateType":"x","subject":[]}'
@@ -80,19 +81,20 @@ def test_signer_for_profile_choice():
 def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(signing.KEY_ENV, raising=False)
     monkeypatch.setattr(signing, "DEFAULT_KEY", tmp_path / "keys" / "release.key.pem")
-    assert signing.main([]) == 0
+    assert cli.main(["key"]) == 0
     out = capsys.readouterr().out
     key = signing.load_or_create_key()
     assert "created now" in out
     assert f'[trust.local]\nkeyids = ["{key.public_key.keyid}"]' in out
     pub = signing.key_from_pem((tmp_path / "keys" / "release.pub.pem").read_bytes())
     assert pub.keyid == key.public_key.keyid
-    assert signing.main(["--profile", "arena"]) == 0
+    assert cli.main(["key", "--profile", "arena"]) == 0
     assert "existing" in capsys.readouterr().out
 
 
 def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
-    from pipeline import config as config_mod, trust
+    from pipeline import config as config_mod
+    from pipeline.records import trust
 
     from .conftest import make_records
 
@@ -106,7 +108,8 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
 
 
 def test_unpinned_sigstore_identity_warning(tmp_path):
-    from pipeline import config as config_mod, trust
+    from pipeline import config as config_mod
+    from pipeline.records import trust
 
     from .conftest import make_records
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import attest, audit, signing, trust
+from pipeline.records import attest, signing, trust
+from pipeline import audit
 from pipeline.errors import VerificationError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sigstore"

@@ -40,7 +40,7 @@ def test_readme_dsse_snippet_verifies_and_rejects_a_forgery(fresh):
     proc = _run(fresh, snippet)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"{n} signature OK" for n in ("release", "provenance", "sbom", "checks")]
-    from pipeline import signing
+    from pipeline.records import signing
 
     signing.KeySigner(signing.CryptoSigner.generate_ed25519()).publish(fresh.root / "attestations")
     assert _run(fresh, snippet).returncode != 0  # the snippet checks the published key's keyid first

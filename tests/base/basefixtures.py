@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, lock
+from pipeline import basestage
+from pipeline.image import base
+from pipeline.sources import lock
 from pipeline.config import REPO_ROOT
-from pipeline.oci.registry import Credentials, RegistryClient
+from pipeline.registry.client import Credentials, RegistryClient
 
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"
@@ -72,7 +74,7 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
             base.load_record(record_path)
         except base.ConfigError:
             record_path.unlink()  # written by an older format: rebuilt below
-    record, _ = base.ensure(registry_client(local_registry), record_path=record_path,
+    record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
                             state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
     cached.write_bytes(record_path.read_bytes())
     return record

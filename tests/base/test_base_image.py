@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, localregistry
-from pipeline.oci.layout import Layout
-from pipeline.runtime import ContainerRuntime
+from pipeline import basestage
+from pipeline.image import base
+from pipeline.registry import local as localregistry
+from pipeline.image.oci.layout import Layout
+from pipeline.verify.runtime import ContainerRuntime
 
 from .basefixtures import TEST_STATE, registry_client
 
@@ -93,7 +95,7 @@ def test_layers_keep_real_owners_and_clamp_mtimes(base_image):
 def test_rerun_with_the_digest_in_the_registry_does_nothing(base_image, local_registry, tmp_path):
     record_path = tmp_path / "base.json"
     base.write_record(base_image, record_path)
-    record, what = base.ensure(registry_client(local_registry), record_path=record_path,
+    record, what = basestage.ensure(registry_client(local_registry), record_path=record_path,
                                state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
     assert (what, record) == ("up to date", base_image)
 
@@ -104,7 +106,7 @@ def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, t
     fresh = localregistry.start(tmp_path / "registry")
     try:
         client = registry_client(fresh)
-        record, what = base.ensure(client, record_path=record_path, state_dir=TEST_STATE,
+        record, what = basestage.ensure(client, record_path=record_path, state_dir=TEST_STATE,
                                    rootfs_cache=base.STATE_DIR / "rootfs")
         assert what == "re-pushed"
         assert record.digest == base_image.digest

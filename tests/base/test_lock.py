@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import lock
+from pipeline.sources import lock
 from pipeline.errors import ConfigError, DigestMismatch
 
 from .basefixtures import HERE, make_venv, pip_install, wheel_dir

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.oci import image as oci_image
-from pipeline.oci.layer import FileEntry, write_layer
-from pipeline.oci.layout import Layout
-from pipeline.oci.registry import Credentials, RegistryClient
-from pipeline.publish import push_layout
+from pipeline.image.oci import image as oci_image
+from pipeline.image.oci.layer import FileEntry, write_layer
+from pipeline.image.oci.layout import Layout
+from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.push import push_layout
 
 REPO = Path(__file__).resolve().parents[2]
 SDE = 1_700_000_000
@@ -45,7 +45,7 @@ def _push_base(registry, tmp: Path, family: oci_image.Family, arch: str = "amd64
         import json
 
         from pipeline._io import canonical_json
-        from pipeline.oci import digest
+        from pipeline.image.oci import digest
 
         cfg = json.loads(config_bytes)
         cfg["architecture"] = arch

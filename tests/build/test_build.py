@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import build as build_mod
-from pipeline.layerdiff import explain, members_of_blob
-from pipeline.oci import image as oci_image
-from pipeline.oci.layout import Layout
+from pipeline.image import build as build_mod
+from pipeline.image.layerdiff import explain, members_of_blob
+from pipeline.image.oci import image as oci_image
+from pipeline.image.oci.layout import Layout
 
 from .conftest import clone, commit_change
 
@@ -163,7 +163,7 @@ def test_two_fresh_clones_with_their_own_registries_build_one_digest(
     """Each clone has its own registry (another loopback port) holding the same base, its own
     path, TZ, umask and locale: the image digest is the same, and neither the config nor
     the manifest carries a loopback address, a port, a temporary path or the checkout path."""
-    from pipeline import localregistry
+    from pipeline.registry import local as localregistry
 
     from .conftest import _push_base
 

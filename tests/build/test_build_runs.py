@@ -10,9 +10,9 @@ import pytest
 import requests
 
 from pipeline.checks.client import Session
-from pipeline.oci import image as oci_image
-from pipeline.oci.registry import Credentials, RegistryClient
-from pipeline.runtime import ContainerRuntime
+from pipeline.image.oci import image as oci_image
+from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.verify.runtime import ContainerRuntime
 
 from ..base.basefixtures import base_image, registry_client  # noqa: F401
 from .conftest import clone

@@ -13,11 +13,11 @@ import pytest
 from pipeline.checks import external
 from pipeline.config import ExternalTask, Profile
 from pipeline.errors import CheckFailure
-from pipeline.oci.image import DOCKER, ConfigChanges, NewLayer, derive
-from pipeline.oci.layer import FileEntry, write_layer
-from pipeline.oci.layout import Layout
-from pipeline.oci.registry import Credentials, RegistryClient
-from pipeline.publish import push_layout
+from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
+from pipeline.image.oci.layer import FileEntry, write_layer
+from pipeline.image.oci.layout import Layout
+from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.push import push_layout
 
 REPO = "mock-ghcr/akseljoonas/mimo-openenv-software"
 

@@ -15,7 +15,7 @@ from pipeline import config
 from pipeline.checks import external, repair
 from pipeline.checks.results import SuiteResult
 from pipeline.config import ExternalTask
-from pipeline.runtime import ContainerRuntime
+from pipeline.verify.runtime import ContainerRuntime
 
 from ..base.basefixtures import base_image  # noqa: F401
 from ..build.test_build_runs import _schema2_copy

@@ -73,7 +73,7 @@ def test_applier_refuses_a_hunk_whose_context_does_not_match(tmp_path):
 
 
 def test_not_applicable_is_neither_passed_nor_failed_in_the_signed_test_result():
-    from pipeline.attest import checks_predicate
+    from pipeline.records.attest import checks_predicate
     from pipeline.checks.results import CheckResult, SuiteResult
 
     task = "format-code-task-000666"

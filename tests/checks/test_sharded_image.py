@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from securesystemslib.signer import CryptoSigner
 
-from pipeline import attest, signing
+from pipeline.records import attest, signing
 from pipeline._io import sha256_file
 from pipeline.checks import results as results_mod
 

@@ -71,7 +71,7 @@ def test_audit_passes_on_the_committed_records(tmp_path):
 def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes_one(tmp_path):
     """The issue-10 attack on the real records: a copy re-signed by a fresh key that publishes
     itself beside them is refused, naming the signer."""
-    from pipeline import signing
+    from pipeline.records import signing
 
     copy = tmp_path / "records"
     shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".nox", ".release", "dist", "__pycache__"))

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import localregistry
-from pipeline.runtime import ContainerRuntime
+from pipeline.registry import local as localregistry
+from pipeline.verify.runtime import ContainerRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = ("provenance.json", "submission.json", "attestations")

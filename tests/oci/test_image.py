@@ -6,11 +6,28 @@ import json
 
 import pytest
 
-from pipeline.oci import digest
-from pipeline.oci.image import (
-    DOCKER, DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_LIST, DOCKER_MANIFEST, OCI, OCI_CONFIG,
-    OCI_INDEX, OCI_LAYER_GZIP, OCI_MANIFEST, BaseImage, ConfigChanges, Index, ManifestError,
-    NewLayer, UnsupportedPlatform, derive, parse, parse_config, parse_manifest,
+from pipeline.image.oci import digest
+from pipeline.image.oci.image import (
+    DOCKER,
+    DOCKER_CONFIG,
+    DOCKER_LAYER_GZIP,
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    OCI,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_LAYER_GZIP,
+    OCI_MANIFEST,
+    BaseImage,
+    ConfigChanges,
+    Index,
+    ManifestError,
+    NewLayer,
+    UnsupportedPlatform,
+    derive,
+    parse,
+    parse_config,
+    parse_manifest,
 )
 
 EPOCH = 1_700_000_000

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from pipeline.errors import DigestMismatch
-from pipeline.oci.image import ConfigChanges, NewLayer, derive
-from pipeline.oci.layer import FileEntry, write_layer
-from pipeline.oci.layout import REF_NAME, Layout, LayoutError
+from pipeline.image.oci.image import ConfigChanges, NewLayer, derive
+from pipeline.image.oci.layer import FileEntry, write_layer
+from pipeline.image.oci.layout import REF_NAME, Layout, LayoutError
 
 
 def _image(root, content=b"hello\n"):

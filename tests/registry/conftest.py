@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import localregistry
-from pipeline.oci.image import OCI, ConfigChanges, Family, NewLayer, derive
-from pipeline.oci.layer import FileEntry, write_layer
-from pipeline.oci.layout import Layout
-from pipeline.oci.registry import Credentials, RegistryClient
+from pipeline.registry import local as localregistry
+from pipeline.image.oci.image import OCI, ConfigChanges, Family, NewLayer, derive
+from pipeline.image.oci.layer import FileEntry, write_layer
+from pipeline.image.oci.layout import Layout
+from pipeline.registry.client import Credentials, RegistryClient
 
 _counter = itertools.count()
 

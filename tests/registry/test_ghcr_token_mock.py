@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from pipeline import localregistry
+from pipeline.registry import local as localregistry
 from pipeline.errors import RegistryError
-from pipeline.oci.registry import RegistryClient
-from pipeline.publish import push_layout
-from pipeline.pull import pull
+from pipeline.registry.client import RegistryClient
+from pipeline.registry.push import push_layout
+from pipeline.registry.pull import pull
 
 SERVICE, ISSUER = "mock-ghcr.io", "mock-ghcr-token-issuer"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.pull import pull
-from pipeline.publish import push_layout
+from pipeline.registry.pull import pull
+from pipeline.registry.push import push_layout
 
 
 def _socket_inodes(pid: int) -> set[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from pipeline import localregistry
+from pipeline.registry import local as localregistry
 
 
 def test_policy_anonymous_read_authenticated_write(local_registry):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import DigestMismatch, RegistryError
-from pipeline.oci.image import DOCKER, DOCKER_MANIFEST
-from pipeline.oci.layout import Layout
-from pipeline.oci.registry import RegistryClient
-from pipeline.publish import attach, attachment_tag, fetch_attachment, push_layout
-from pipeline.pull import pull
+from pipeline.image.oci.image import DOCKER, DOCKER_MANIFEST
+from pipeline.image.oci.layout import Layout
+from pipeline.registry.client import RegistryClient
+from pipeline.registry.push import attach, attachment_tag, fetch_attachment, push_layout
+from pipeline.registry.pull import pull
 
 
 def test_push_then_anonymous_pull_by_digest(local_registry, repo_name, tmp_path, build_image, writer):
@@ -61,7 +61,7 @@ def test_anonymous_push_is_refused(local_registry, repo_name, tmp_path, build_im
 
 
 def test_wrong_password_is_refused(local_registry, repo_name, tmp_path, build_image, writer):
-    from pipeline.oci.registry import Credentials
+    from pipeline.registry.client import Credentials
     build_image(tmp_path / "src")
     client = RegistryClient(local_registry.address, credentials=Credentials(local_registry.user, "x"))
     with pytest.raises(RegistryError, match="HTTP 401"):

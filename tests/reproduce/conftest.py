@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import base, basesource, build, config, provenance
-from pipeline.oci.registry import Credentials, RegistryClient
-from pipeline.publish import push_layout
+from pipeline.image import base, build
+from pipeline.registry import basesource
+from pipeline import config, plan
+from pipeline.records import provenance
+from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.push import push_layout
 
 from ..base.basefixtures import base_image  # noqa: F401
 
@@ -81,7 +84,7 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
                                              registry=registry, repository=lock.name)
     inputs = provenance.image_inputs(clone)
     sde = provenance.source_date_epoch(clone)
-    vendored = build.vendored_task_file(cfg, profile, vendor_dir) if vendor_dir else None
+    vendored = plan.task_source(cfg, profile, vendor_dir) if vendor_dir else None
     record = build.build(cfg, repo=clone, base=source, repository=profile.image_name,
                          tag=profile.tag, source_revision=inputs.commit, source_date_epoch=sde,
                          vendored=vendored, out=clone / "dist")

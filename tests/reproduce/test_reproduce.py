@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import basesource
-from pipeline.oci.registry import Credentials
+from pipeline.registry import basesource
+from pipeline.registry.client import Credentials
 
 from .conftest import (VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,
                        vendor)

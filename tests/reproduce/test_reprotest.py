@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 TOOLS = ("reprotest", "disorderfs", "sudo", "faketime")
 PYTHON311 = Path("/usr/bin/python3.11")
-# The build's third-party imports (pipeline.build's closure outside the stdlib).
+# The build's third-party imports (pipeline.image.build's closure outside the stdlib).
 PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer")
 SUDO_SHIM = """#!/bin/sh
 if [ "$1" = "-h" ]; then shift 2; fi

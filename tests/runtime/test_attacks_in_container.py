@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import runtime
+from pipeline.verify import runtime
 from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
-from pipeline.limits import ContainerLimits
+from pipeline.verify.limits import ContainerLimits
 from tests.env import test_server_reset_attacks as battery
 
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]

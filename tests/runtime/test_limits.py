@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import runtime
+from pipeline.verify import runtime
 from pipeline.checks._record import Recorder
 from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.config import Budgets
-from pipeline.limits import GIB, ContainerLimits
+from pipeline.verify.limits import GIB, ContainerLimits
 
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, runtime
+from pipeline import config
+from pipeline.verify import runtime
 from pipeline.errors import ToolError
 
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]

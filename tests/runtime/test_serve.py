@@ -8,7 +8,7 @@ import stat
 import pytest
 
 import env.__main__ as env_cli
-from pipeline import serve
+from pipeline.verify import serve
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError
 

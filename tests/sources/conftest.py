@@ -20,7 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 
-from pipeline import config, git
+from pipeline import config
+from pipeline.sources import git
 from pipeline._io import sha256_bytes
 
 TASK_PATH = "integrations/arena/tasks.py"

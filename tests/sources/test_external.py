@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from pipeline import config, external
+from pipeline import config
+from pipeline.sources import dataset as external
 from pipeline._io import canonical_json, sha256_bytes
 from pipeline.errors import DigestMismatch, SourceError
 

@@ -9,7 +9,9 @@ import zlib
 
 import pytest
 
-from pipeline import config, external, provenance, sources
+from pipeline import config
+from pipeline.sources import dataset as external, vendor as sources
+from pipeline.records import provenance
 from pipeline._io import sha256_bytes
 from pipeline.errors import ConfigError, SourceError
 

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from pipeline import cli, config, git, sources
+from pipeline import cli, config
+from pipeline.sources import git, vendor as sources
 from pipeline._io import sha256_bytes
 from pipeline.errors import DigestMismatch, SourceError
 

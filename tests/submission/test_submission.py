@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline import config, submission
+from pipeline import config
+from pipeline.records import submission
 from pipeline.checks import schema
 from pipeline.checks.cases import all_cases
 from pipeline.checks.external import ExternalResult

@@ -1,8 +1,8 @@
 """A stand-in MiMo repair image, built with the project's own build machinery.
 
 `build_standin` derives it from a base in the local registry (schema-2 or OCI; the
-family is kept) with `pipeline.oci` (write_layer, derive) and pushes it with
-`pipeline.publish`: one layer holding the OpenEnv server (`server.py`), the buggy
+family is kept) with `pipeline.image.oci` (write_layer, derive) and pushes it with
+`pipeline.registry.push`: one layer holding the OpenEnv server (`server.py`), the buggy
 project and, root-only, the grader's hidden tests, all under /opt/arena/repair
 (0700/0600; a `grader-readable` stand-in gets 0755/0644). The reference solution is
 `reference.patch`; `record()` is the stand-in MiMo dataset record carrying it.
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.oci.image import BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
-from pipeline.oci.layer import FileEntry, parents_of, write_layer
-from pipeline.oci.registry import Credentials, Reference, RegistryClient
-from pipeline.publish import push_image
+from pipeline.image.oci.image import BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
+from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
+from pipeline.registry.client import Credentials, Reference, RegistryClient
+from pipeline.registry.push import push_image
 
 HERE = Path(__file__).resolve().parent
 APP = "opt/arena/repair"

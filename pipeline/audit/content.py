@@ -1,0 +1,431 @@
+"""Audit checks of content: submission.json's tasks, provenance against the pins, vendored files
+and external records, the SBOM against the image, checks.json against its statement, and the
+registry (`--registry`)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from pipeline.records import attest, sbom as sbom_mod, signing, statement as release_statement
+from pipeline.sources import dataset as external, vendor as sources
+from pipeline._io import canonical_json, sha256_bytes, sha256_file
+from pipeline.audit.rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
+from pipeline.config import BUDGET_FIELDS
+from pipeline.errors import ReleaseError, VerificationError
+from pipeline.image.base import BASE_LOCK_FILE as BASE_LOCK
+
+
+
+def expected_task_order(cfg) -> list[tuple[str, str]]:
+    """(task id, kind) in request order: each block of cases, then the external tasks after it."""
+    from pipeline.checks.cases import blocks
+
+    order = []
+    for number, block in enumerate(blocks(), start=1):
+        order += [(c.id, "procedural") for c in block]
+        order += [(t.task_id, "external") for t in cfg.external.tasks if t.after_block == number]
+    return order
+
+
+def audit_submission(r: Rows, s: State) -> None:
+    if s.sub is None or s.cfg is None:
+        return
+    order = expected_task_order(s.cfg)
+    kinds = dict(order)
+    r.run("submission/tasks", "submission.json", lambda: equal(
+        "task ids of submission.json, in request order", [t for t, _ in order], [t.task_id for t in s.sub.tasks]))
+
+    def budgets() -> None:
+        for t in s.sub.tasks:
+            pinned = s.cfg.budgets.get(kinds.get(t.task_id, "procedural"))
+            if pinned is None:
+                raise VerificationError(f"release.toml has no [budgets.{kinds.get(t.task_id)}]")
+            diff = sorted(k for k in BUDGET_FIELDS if t.budgets.get(k) != pinned.values[k])
+            equal(f"budgets of task {t.task_id} ({', '.join(diff) or 'split'}) vs release.toml",
+                   {**{k: pinned.values[k] for k in diff}, "split": pinned.split},
+                   {**{k: t.budgets.get(k) for k in diff}, "split": t.split})
+
+    r.run("submission/budgets", "submission.json", budgets)
+
+    def images() -> None:
+        pinned = {t.task_id: t.image for t in s.cfg.external.tasks}
+        built = s.sub.image
+        if s.prov is not None and s.prov.image is not None:
+            equal("submission.json's image vs the image provenance.json records",
+                   f"{s.prov.image.name}@{s.prov.image.digest}", built)
+        for t in s.sub.tasks:
+            equal(f"image of task {t.task_id}", pinned.get(t.task_id, built), t.image)
+
+    r.run("submission/images", "submission.json", images)
+    if s.profile is None or s.prov is None:
+        r.not_checked("submission/verification", "submission.json",
+                      "provenance.json or the release statement's profile did not load")
+        return
+    r.run("submission/verification", "submission.json", lambda: _verification_matches(s))
+
+
+def _verification_matches(s: State) -> None:
+    """submission.json's per-task verification, image sizes and revision = rebuilt from checks.json."""
+    from . import submission as submission_mod
+    from .checks import results as results_mod
+
+    def plain(sub) -> dict:
+        return json.loads(json.dumps(submission_mod.to_json(sub)))
+
+    suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+    rebuilt = plain(submission_mod.build(s.cfg, s.profile, suite, image=s.sub.image,
+                                         source_revision=s.prov.project.commit))
+    actual = plain(s.sub)
+    for want, got in zip(rebuilt["tasks"], actual["tasks"]):
+        equal(f"verification of task {got['task_id']} in submission.json vs checks.json",
+              want["verification"], got["verification"], hint="submission.json claims what the checks did not show")
+    equal("source_revision of submission.json vs provenance.json's project commit",
+          rebuilt["source_revision"], actual["source_revision"])
+    for field in ("images", "total_compressed_bytes"):
+        equal(f"{field} of submission.json vs the layers checks.json recorded", rebuilt[field], actual[field])
+
+
+def _base_pin(root: Path, profile) -> str:
+    """The base the release config pins: release.toml, or locks/base.json for a local base."""
+    if profile.base != "local":
+        return profile.base
+    from pipeline.image.base import load_record
+
+    record = load_record(root / BASE_LOCK)
+    if record is None:
+        raise VerificationError(f"{BASE_LOCK} is missing", hint="a local-base release records its base there")
+    return record.reference
+
+
+def audit_provenance(r: Rows, s: State) -> None:
+    prov, cfg, root = s.prov, s.cfg, s.root
+    if prov is None or cfg is None:
+        return
+    stmt = (s.statements or {}).get("provenance")
+    rec = f"attestations/provenance{s.suffix or signing.DSSE_SUFFIX}"
+    if s.profile is not None:
+        r.run("provenance/profile", "provenance.json", lambda: equal(
+            "profile of provenance.json vs the release statement", s.profile.name, prov.profile))
+    if s.image is not None:
+        r.run("provenance/image", "provenance.json", lambda: equal(
+            "image digest of provenance.json vs submission.json", s.image.digest,
+            prov.image.digest if prov.image else None))
+    lock_text = r.run("provenance/wheel-lock", prov.wheel_lock.path, lambda: _lock_text(root, prov))
+    if stmt is None:
+        r.not_checked("provenance/record", "provenance.json", "the provenance statement did not verify")
+    else:
+        pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+        def bound_digest() -> str | None:
+            byproducts = {b.get("name"): b for b in pred.get("runDetails", {}).get("byproducts", [])}
+            return byproducts.get(attest.PROVENANCE_RECORD, {}).get("digest", {}).get("sha256")
+
+        r.run("provenance/record", "provenance.json", lambda: equal(
+            "sha256 of provenance.json vs the provenance statement's byproduct", bound_digest(),
+            sha256_file(root / "provenance.json"), hint="provenance.json was edited after signing"))
+        if lock_text is not None:
+            def consistent() -> None:
+                bd = pred.get("buildDefinition", {})
+                expected = attest.resolved_dependencies(prov, project_repository=cfg.source_url, lock_text=lock_text)
+                diff = first_difference(expected, bd.get("resolvedDependencies", []))
+                if diff:
+                    raise VerificationError(f"attested resolvedDependencies differ from provenance.json: {diff}")
+                ext = bd.get("externalParameters", {})
+                equal("externalParameters profile/revision", (prov.profile, prov.project.commit),
+                       (ext.get("profile"), ext.get("source", {}).get("revision")))
+                equal("internalParameters.slsaBuildLevel", attest.SLSA_BUILD_LEVEL,
+                       bd.get("internalParameters", {}).get("slsaBuildLevel"))
+                _whole_predicate(s, pred, lock_text)
+
+            r.run("provenance/statement", rec, consistent)
+    try:
+        if not isinstance(prov.profile, str):  # a list or an object cannot name a profile (nor be looked up)
+            raise VerificationError("provenance.json's profile is not a profile name", expected="a string",
+                                    actual=json.dumps(prov.profile))
+        profile = cfg.profile(prov.profile)
+    except ReleaseError as exc:
+        r.rows.append(Check("provenance/sources", "provenance.json", FAIL, exc.one_line()))
+        return
+    r.run("provenance/base", "provenance.json", lambda: equal(
+        "base image of provenance.json vs the release.toml pin", _base_pin(root, profile),
+        f"{prov.base.name}@{prov.base.digest}"))
+    r.run("provenance/sources", "provenance.json", lambda: _sources_match(cfg, profile, prov))
+    recorded = {v.source: v for v in prov.sources}
+
+    def vendored() -> None:
+        for source in cfg.sources_for(profile):
+            lic = recorded[source.name].license_sha256 if source.name in recorded else None
+            sources.check_vendored(source, root / "vendor", license_sha256=lic)
+
+    r.run("vendor/files", "vendor/", vendored)
+
+
+def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
+    """The provenance predicate = the one a release writes from provenance.json, release.toml and how
+    the records are signed; only the run's times and id come from the statement itself."""
+    meta = pred.get("runDetails", {}).get("metadata", {})
+    expected = attest.provenance_predicate(
+        s.cfg, s.prov, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
+        started=release_statement.parse_time(meta.get("startedOn"), what="runDetails.metadata.startedOn"),
+        finished=release_statement.parse_time(meta.get("finishedOn"), what="runDetails.metadata.finishedOn"),
+        invocation_id=str(meta.get("invocationId")))
+    where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+    if where is not None:
+        path, want, got = where
+        raise VerificationError(f"provenance statement {path} vs the one release.toml, provenance.json and the "
+                                "signature give", expected=json.dumps(want, sort_keys=True),
+                                actual=json.dumps(got, sort_keys=True),
+                                hint="the builder, build type, signing and parameters are not the release's")
+
+
+def _sources_match(cfg, profile, prov) -> None:
+    wanted = {x.name: x for x in cfg.sources_for(profile)}
+    recorded = {x.source: x for x in prov.sources}
+    equal("source names of provenance.json vs release.toml", sorted(wanted), sorted(recorded))
+    fields = ("repository", "revision", "path", "sha256", "size", "license", "license_file")
+    for name in sorted(wanted):
+        pin, got = wanted[name], recorded[name]
+        diff = sorted(f for f in fields if getattr(pin, f) != getattr(got, f))
+        equal(f"source {name} in provenance.json ({', '.join(diff)}) vs release.toml",
+               {f: getattr(pin, f) for f in diff}, {f: getattr(got, f) for f in diff})
+        if pin.license_sha256:
+            equal(f"licence sha256 of source {name} vs release.toml", pin.license_sha256, got.license_sha256)
+
+
+def _lock_text(root: Path, prov) -> str:
+    data = (root / prov.wheel_lock.path).read_bytes()
+    equal(f"sha256 of {prov.wheel_lock.path} vs provenance.json", prov.wheel_lock.sha256, sha256_bytes(data),
+           hint="the wheel lock changed after the release")
+    return data.decode()
+
+
+def audit_external(r: Rows, s: State) -> None:
+    if s.prov is None or s.cfg is None:
+        return
+
+    def records() -> None:
+        pinned = {t.task_id: t for t in s.cfg.external.tasks}
+        equal("external task ids of provenance.json vs release.toml", list(pinned),
+               [e.task_id for e in s.prov.external])
+        for rec in s.prov.external:
+            task = pinned[rec.task_id]
+            equal(f"image of external task {rec.task_id} vs release.toml", task.image, rec.image)
+            _external_fields(s.cfg, task, rec)
+            if rec.status == external.VERIFIED and not (task.record_sha256 and task.row is not None):
+                raise VerificationError(f"external record {rec.task_id} is marked verified, but release.toml "
+                                        "pins no row and record_sha256 to verify it against",
+                                        expected="row and record_sha256 pinned",
+                                        actual=f"row {task.row}, record_sha256 {task.record_sha256!r}")
+            if rec.status != external.NOT_FETCHED and task.record_sha256:
+                equal(f"sha256 of external record {rec.task_id} vs release.toml", task.record_sha256, rec.sha256)
+                if task.row is not None:
+                    equal(f"row of external record {rec.task_id} vs release.toml", task.row, rec.row)
+            if s.profile is not None and s.profile.external_tasks_required:
+                equal(f"status of external record {rec.task_id} (profile {s.profile.name} requires it)",
+                       external.VERIFIED, rec.status)
+            external.check_stored(rec, s.root / "vendor")
+
+    r.run("external/records", "vendor/external/", records)
+
+
+def _external_fields(cfg, task, rec) -> None:
+    """What an external record copies from release.toml (dataset, revision, split, budgets ...)."""
+    ext, budgets = cfg.external, cfg.budgets["external"]
+    want = {"dataset": ext.dataset, "revision": ext.revision, "subset": ext.subset, "split": task.split,
+            "digest": task.digest, "compressed_bytes": task.compressed_bytes, "budget_split": budgets.split,
+            "budgets": dict(budgets.values), "license": ext.license}
+    diff = sorted(k for k, v in want.items() if getattr(rec, k) != v)
+    equal(f"external record {rec.task_id} in provenance.json ({', '.join(diff)}) vs release.toml",
+          {k: want[k] for k in diff}, {k: getattr(rec, k) for k in diff})
+
+
+def audit_sbom(r: Rows, s: State, registry: bool) -> None:
+    path = s.att_dir / attest.SBOM_FILE
+    rec = f"attestations/{attest.SBOM_FILE}"
+
+    def valid() -> dict:
+        data = path.read_bytes()
+        sbom_mod.validate(data)
+        return json.loads(data)
+
+    doc = r.run("sbom/schema", rec, valid)
+    if doc is None:
+        return
+    stmt = (s.statements or {}).get("sbom")
+    if stmt is None:
+        r.not_checked("sbom/attested", rec, "the SBOM statement did not verify")
+    else:
+        r.run("sbom/attested", rec, lambda: equal(
+            f"{rec} vs the SBOM in the signed SBOM statement (canonical JSON sha256)",
+            sha256_bytes(canonical_json(stmt.get("predicate"))), sha256_bytes(canonical_json(doc)),
+            hint="the SBOM file was replaced or edited after signing"))
+    if s.image is None:
+        return
+    r.run("sbom/image", rec, lambda: equal(
+        "metadata.component.version and serialNumber of the SBOM",
+        (s.image.digest, f"urn:uuid:{sbom_mod.serial_number(s.image.digest)}"),
+        (doc.get("metadata", {}).get("component", {}).get("version"), doc.get("serialNumber"))))
+    if s.prov is not None and s.prov.image is not None:
+        r.run("sbom/layers", rec, lambda: _layers_match(doc, s.prov.image))
+    _sbom_components(r, s, doc, rec, registry)
+
+
+def _sbom_layers(doc: dict) -> list[str]:
+    props = doc.get("metadata", {}).get("component", {}).get("properties", [])
+    layers = sorted((int(p["value"].split(":", 1)[0]), p["value"].split(":", 1)[1])
+                    for p in props if p.get("name") == "arena:layer")
+    return [d for _, d in layers]
+
+
+def _layers_match(doc: dict, image) -> None:
+    layers = _sbom_layers(doc)
+    equal("number of image layers the SBOM lists vs provenance.json", image.layer_count, len(layers))
+    app = [l.digest for l in image.app_layers]
+    equal("application layers the SBOM lists vs provenance.json", app, layers[len(layers) - len(app):])
+
+
+def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> None:
+    layout = s.root / "dist" / "oci"
+    if s.cfg is None or s.prov is None or s.profile is None:
+        r.not_checked("sbom/components", rec, "release.toml, provenance.json or the release statement did not load")
+        return
+    has_image = (layout / "blobs" / "sha256" / s.image.digest.split(":", 1)[1]).is_file()
+    if not has_image and not registry:
+        r.not_checked("sbom/components", rec,
+                      f"the image's layers are not here (no dist/oci holding {s.image.digest}); "
+                      "audit after `nox -s build`, or with --registry to pull them")
+        return
+
+    def regenerate(layout: Path) -> None:
+        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
+        view = sbom_mod.read_view(image, s.cfg.app_dir)
+        lock = s.root / s.prov.wheel_lock.path
+        bom = sbom_mod.build_bom(image, view, name=s.image.name, app_dir=s.cfg.app_dir,
+                                 epoch=s.prov.source_date_epoch, sources=s.cfg.sources_for(s.profile),
+                                 first_party_license=sbom_mod.project_license(s.root),
+                                 lock_text=lock.read_text() if lock.is_file() else "")
+        regenerated = json.loads(sbom_mod.render(bom))
+        _component_difference(regenerated, doc)
+
+    if has_image:
+        r.run("sbom/components", rec, lambda: regenerate(layout))
+        return
+    with tempfile.TemporaryDirectory(prefix="audit-pull-") as tmp:
+        def pulled() -> None:
+            from pipeline.registry import pull
+
+            pull.pull(f"{s.image.name}@{s.image.digest}", Path(tmp) / "oci")
+            regenerate(Path(tmp) / "oci")
+
+        r.run("sbom/components", rec, pulled)
+
+
+def _component_difference(expected: dict, actual: dict) -> None:
+    """Name the first component that the image's layers and the SBOM file disagree on."""
+    def by_ref(doc: dict) -> dict[str, str]:
+        return {c.get("bom-ref"): json.dumps(c, sort_keys=True) for c in doc.get("components", [])}
+
+    refs = [c.get("bom-ref") for c in actual.get("components", [])]
+    repeated = sorted({str(ref) for ref in refs if refs.count(ref) > 1})
+    if repeated:
+        raise VerificationError("the SBOM lists a component more than once", expected="each bom-ref once",
+                                actual=", ".join(repeated[:3]))
+    e, a = by_ref(expected), by_ref(actual)
+    missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
+    changed = sorted(k for k in set(e) & set(a) if e[k] != a[k])
+    if missing or extra or changed:
+        raise VerificationError(
+            "SBOM components differ from the image's layers",
+            expected="the components read from the layer blobs",
+            actual="; ".join(x for x in (f"missing {', '.join(missing[:3])}" if missing else "",
+                                         f"not in the image {', '.join(extra[:3])}" if extra else "",
+                                         f"changed {', '.join(changed[:3])}" if changed else "") if x))
+    equal("SBOM regenerated from the image's layers (canonical JSON sha256)",
+           sha256_bytes(canonical_json(expected)), sha256_bytes(canonical_json(actual)))
+
+
+def audit_checks(r: Rows, s: State) -> None:
+    stmt = (s.statements or {}).get("checks")
+    rec = f"attestations/{attest.CHECKS_FILE}"
+    if stmt is None:
+        r.not_checked("checks/record", rec, "the checks statement did not verify")
+        return
+    pred = stmt["predicate"]  # an object (audit_statements); what is inside is read under r.run
+
+    def conf() -> dict:
+        return (pred.get("configuration") or [{}])[0]
+
+    r.run("checks/record", rec, lambda: equal(
+        f"sha256 of {rec} vs the checks statement", conf().get("digest", {}).get("sha256"),
+        sha256_file(s.att_dir / attest.CHECKS_FILE), hint="checks.json was edited after signing"))
+
+    def results() -> None:
+        from pipeline.checks import results as results_mod
+
+        suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+        equal(f"passed checks of {rec} vs the statement", pred.get("passedTests"),
+               sorted(c.id for c in suite.checks if c.passed))
+        equal(f"failed checks of {rec} vs the statement", pred.get("failedTests"),
+               sorted(c.id for c in suite.failures))
+        # Everything else the statement says (checks that could not apply, the counts, the image)
+        # is a function of checks.json too; its digest is checks/record's to compare.
+        expected = attest.checks_predicate(suite, checks_sha256=conf().get("digest", {}).get("sha256"))
+        where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
+        if where is not None:
+            raise VerificationError(f"checks statement {where[0]} vs {rec}", expected=json.dumps(where[1]),
+                                    actual=json.dumps(where[2]))
+
+    r.run("checks/results", rec, results)
+    srec = f"attestations/checks{s.suffix}"
+
+    def passed() -> None:
+        from .checks import results as results_mod
+
+        equal(f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
+              "PASSED", pred.get("result"))
+        # The verdict is read from checks.json too: a statement saying PASSED over failed checks
+        # (or over none) is not a passed suite.
+        suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
+        equal(f"failed checks in {rec} (the statement says PASSED)", [], sorted(c.id for c in suite.failures))
+        if not suite.ok:
+            raise VerificationError(f"{rec} holds no passed check", expected="a whole suite",
+                                    actual=f"{len(suite.checks)} check(s)")
+
+    r.run("checks/passed", srec, passed)
+    if s.image is not None:
+        r.run("checks/image", srec, lambda: equal(
+            "digest of the image the check suite ran on", s.image.digest,
+            str(conf().get("annotations", {}).get("image", "")).rpartition("@")[2]))
+
+
+def audit_registry(r: Rows, s: State) -> None:
+    from pipeline.registry import push as publish
+    from pipeline.image.oci import digest as oci_digest
+    from pipeline.registry.client import Reference, RegistryClient
+
+    ref = r.run("registry/reference", "submission.json", lambda: Reference.parse(s.image.name))
+    if ref is None:
+        return
+    client = RegistryClient(ref.registry)  # anonymous: an auditor has no credentials
+
+    def manifest() -> None:
+        fetched = client.get_manifest(ref.repository, s.image.digest)
+        equal(f"digest of the manifest served for {ref.name}@{s.image.digest}", s.image.digest,
+               oci_digest.of_bytes(fetched.raw))
+
+    r.run("registry/manifest", f"{ref.name}@{s.image.digest}", manifest)
+    if s.suffix is None:
+        return
+    for kind, expected in (("att", lambda: attest.attestation_bundle(s.att_dir, s.suffix)),
+                           ("sbom", lambda: (s.att_dir / attest.SBOM_FILE).read_bytes())):
+        tag = publish.attachment_tag(s.image.digest, kind)
+
+        def attached(kind=kind, expected=expected, tag=tag) -> None:
+            payload = publish.fetch_attachment(client, ref.repository, s.image.digest, kind)
+            if payload is None:
+                raise VerificationError(f"tag {tag} is missing from {ref.name}")
+            equal(f"sha256 of the {tag} payload vs the records", sha256_bytes(expected()), sha256_bytes(payload))
+
+        r.run(f"registry/{kind}", f"{ref.name}:{tag}", attached)

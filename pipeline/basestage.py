@@ -1,0 +1,83 @@
+"""The base stage as the orchestration runs it: make sure a registry holds the local base.
+
+image/base.py builds the base (mmdebstrap + slim runtime) into an OCI layout and pins it
+in locks/base.json; it never talks to a registry. `ensure` is handed the registry client
+the profile resolved to, and pushes the layout there (building it first when the
+inputs changed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pipeline.config import load
+from pipeline.errors import ReleaseError
+from pipeline.image.base import (
+    BASE_LOCK,
+    REPOSITORY,
+    STATE_DIR,
+    TAG,
+    BaseRecord,
+    BaseSpec,
+    build,
+    builder_sha256,
+    load_record,
+    mmdebstrap_version,
+    snapshot_url,
+    write_record,
+)
+from pipeline.image.oci import layer as oci_layer
+from pipeline.image.oci.layout import Layout, LayoutError
+from pipeline.registry.client import RegistryClient
+from pipeline.registry.push import push_layout
+from pipeline.sources import lock as runtime_lock
+
+
+def _layout_has(layout_dir: Path, digest: str) -> bool:
+    try:
+        return Layout.open(layout_dir).verify_image(f"{REPOSITORY}:{TAG}").descriptor.digest == digest
+    except (LayoutError, ReleaseError, FileNotFoundError):
+        return False
+
+
+def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
+           lock_path: Path = runtime_lock.LOCK, record_path: Path = BASE_LOCK,
+           python: str | None = None, state_dir: Path = STATE_DIR,
+           wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
+           force: bool = False, use_cache: bool = True) -> tuple[BaseRecord, str]:
+    """Make sure the registry holds the base the inputs describe; return it and what was done.
+
+    Up to date (the record's digest is in this registry) -> nothing; record current
+    but the registry lost it -> re-push from the layout; otherwise build and push.
+    """
+    python = python or load().python
+    lock = runtime_lock.load_lock(lock_path)
+    # The record names the repository only: the local registry's loopback address
+    # differs between machines and runs, the digest does not.
+    name = REPOSITORY
+    record = load_record(record_path)
+    current = record is not None and record.built_from(spec, lock.sha256, python) and not force
+    if current and record.name == name and \
+            client.head_manifest(REPOSITORY, record.digest) == record.digest:
+        return record, "up to date"
+    layout_dir = Path(state_dir) / "oci"
+    if current and _layout_has(layout_dir, record.digest):
+        push_layout(client, REPOSITORY, layout_dir, ref_name=f"{REPOSITORY}:{TAG}", tag=TAG)
+        record = replace(record, name=name)
+        write_record(record, record_path)
+        return record, "re-pushed"
+    built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
+                  rootfs_cache=rootfs_cache, use_cache=use_cache)
+    result = push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+    record = BaseRecord(
+        name=name, digest=result.manifest_digest, media_type=built.media_type,
+        config_digest=built.config_digest, layers=built.layers,
+        runtime_lock_sha256=lock.sha256, python=python, python_version=built.python_version,
+        debian_suite=spec.suite, debian_snapshot=spec.snapshot,
+        debian_snapshot_url=snapshot_url(spec.snapshot), packages=spec.packages, debs=built.debs,
+        source_date_epoch=spec.source_date_epoch, mmdebstrap_version=mmdebstrap_version(),
+        zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(),
+    )
+    write_record(record, record_path)
+    return record, "built"

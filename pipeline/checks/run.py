@@ -1,0 +1,117 @@
+"""The suite against an image or running servers: the API `verify` and `checks` call.
+
+`verify_image` pulls an image anonymously (every blob checked), starts containers of
+the pulled digest, runs the suite and verifies the external tasks; `target_for` maps a
+running server to a check target; `finish` writes and reports the results.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pipeline import config as config_mod
+from pipeline.errors import CheckFailure, ConfigError
+from pipeline.progress import say
+from pipeline.checks import external, repair, report
+from pipeline.checks.results import SuiteResult, write
+from pipeline.checks.shards import Shard
+from pipeline.checks.suite import run_suite
+from pipeline.checks.target import Target
+from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
+
+DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
+
+
+def finish(result: SuiteResult, out: Path) -> int:
+    write(out, result)
+    return verdict(result, out)
+
+
+def verdict(result: SuiteResult, out: Path) -> int:
+    """Print the summary of results written to `out`; raise if any check failed."""
+    print(report.summary(result))
+    print(f"results: {out}")
+    if not result.ok:
+        raise CheckFailure(f"{result.counts()['failed']} check(s) failed against {result.image}",
+                           expected="every check passes", actual=", ".join(c.id for c in result.failures[:10]),
+                           hint=f"observed vs expected for each is in {out}")
+    return 0
+
+
+def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> Target:
+    """The layout of the image from its config: a vendored task file is named in its env."""
+    vendored = env.get(TASKS_FILE_VARIABLE) or None
+    app = cfg.app_dir.rstrip("/") + "/"
+    if vendored and not vendored.startswith(app):
+        raise ConfigError(f"{TASKS_FILE_VARIABLE} lies outside the app dir", expected=app, actual=vendored)
+    relative = vendored[len(app):] if vendored else None
+    if relative:
+        return Target(url=url, app_dir=cfg.app_dir, task_module=relative, vendored_file=relative)
+    return Target(url=url, app_dir=cfg.app_dir)
+
+
+def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
+                 start_external: bool = False, shard: Shard | None = None,
+                 references: Mapping[str, repair.ReferenceSolution] | None = None) -> SuiteResult:
+    """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
+
+    With `start_external`, each reachable external image is pulled, started and given
+    the repair checks (`references`: each task's reference solution); their results
+    join the suite's checks as `<task_id>/<check>`. With `shard`, only that shard's jobs
+    run, and the external tasks are verified by shard 1 alone (once per sharded run).
+    Returns the results (failures included); callers decide what a failure stops.
+    """
+    from pipeline.image.oci.image import parse_config
+    from pipeline.image.oci.layout import Layout
+    from pipeline.registry.pull import pull
+    from pipeline.verify.limits import ContainerLimits
+    from pipeline.verify.runtime import ContainerRuntime
+
+    if parallel < 1:
+        raise ConfigError("--parallel must be at least 1", actual=parallel)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
+        pulled = pull(image, Path(tmp) / "oci")
+        image_config = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest))
+    env = image_config.config.env_map()
+    runtime = ContainerRuntime(cfg.runtime)
+    runtime.pull(image)
+    # The containers run under the procedural budget, and the suite checks it is in force.
+    limits = ContainerLimits.from_budgets(cfg.budgets["procedural"])
+    containers = []
+    try:
+        with ThreadPoolExecutor(parallel) as pool:
+            containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port, limits=limits),
+                                       range(parallel)))
+        targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c),
+                           limits=tuple(sorted(limits.expected().items()))) for c in containers]
+        say(f"checks: {len(targets)} container(s) of {image}")
+        result = run_suite(targets, image=image, shard=shard)
+    finally:
+        for c in containers:
+            runtime.remove(c)
+    plan = external.StartPlan(runtime=runtime, port=cfg.port, budget=cfg.budgets["external"].values,
+                              conventions=cfg.external.repair,
+                              references=references or {}) if start_external else None
+    externals = external.verify_all(cfg.external.tasks, start=plan) if verifies_externals(shard) else []
+    return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
+                   external=tuple(e.to_json() for e in externals),
+                   layers=tuple((d.digest, d.size) for d in pulled.layers),
+                   seconds=time.monotonic() - started)
+
+
+def verifies_externals(shard: Shard | None) -> bool:
+    return shard is None or shard.index == 1
+
+
+def references_of(cfg: config_mod.ReleaseConfig,
+                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.ReferenceSolution]:
+    """Each external task's reference solution from `rows`: task id -> (row, why none)."""
+    return {task_id: repair.ReferenceSolution.from_record(row, cfg.external.repair, why)
+            for task_id, (row, why) in rows.items()}

@@ -1,0 +1,51 @@
+"""`lock` and `vendor`: the wheel lock and the pinned upstream files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline import config as config_mod
+from pipeline.progress import say
+from pipeline.sources import dataset, lock as runtime_lock, vendor as vendor_mod
+
+
+def lock_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Regenerate the hash-pinned runtime lock."
+    p.add_argument("--in", dest="pins", type=Path, default=runtime_lock.LOCK_IN)
+    p.add_argument("--out", type=Path, default=runtime_lock.LOCK)
+    p.add_argument("--cache", type=Path, default=runtime_lock.WHEEL_CACHE)
+
+
+def lock(args: argparse.Namespace) -> int:
+    result, size = runtime_lock.generate(args.pins, args.out, args.cache)
+    print(f"{result.path}: {len(result.wheels)} wheels, sha256 {result.sha256}")
+    print(f"installed size: {size.human()} ({size.bytes} bytes)")
+    return 0
+
+
+def vendor_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = vendor_mod.__doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ("External task records in the mirror (see pipeline/sources/dataset.py):\n"
+                "    DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json")
+    p.add_argument("--profile", default="local")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+    p.add_argument("--mirror", type=Path, default=None,
+                   help="directory of local upstream copies (layout above); no network")
+    p.add_argument("--out", type=Path, default=vendor_mod.DEFAULT_OUT)
+    p.add_argument("--cache", type=Path, default=vendor_mod.DEFAULT_CACHE, help=argparse.SUPPRESS)
+
+
+def vendor(args: argparse.Namespace) -> int:
+    """Vendor the profile's sources and external task records."""
+    cfg = config_mod.load(args.config)
+    profile = cfg.profile(args.profile)
+    files = vendor_mod.vendor(cfg, profile, args.out, mirror=args.mirror, cache_root=args.cache)
+    if not files:
+        say(f"profile {profile.name} vendors no sources")
+    records = dataset.fetch_records(cfg, profile, args.out, mirror=args.mirror)
+    for record in records:
+        say(f"external {record.task_id}: {record.status}"
+            + (f" ({record.reason})" if record.reason else ""))
+    return 0

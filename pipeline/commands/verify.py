@@ -1,0 +1,169 @@
+"""`setup`, `serve`, `verify`, `checks` (and `checks merge`) and `submission`.
+
+`verify <name@digest>`: anonymous pull (every blob checked), start containers of the
+pulled digest, run the whole suite, verify the external tasks, write dist/checks.json
+and print the per-family table. `checks --url URL`: the suite against servers already
+running. Both take `--shard I/N` (run shard I of the plan; a CI matrix runs the N
+shards) and `checks merge SHARD.json...` joins the shards into one checks.json and can
+sign its test-result statement. `submission`: submission.json from passing results.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from pipeline import config as config_mod
+from pipeline.checks import external, run
+from pipeline.checks.merge import merge as merge_shards
+from pipeline.checks.results import load, write
+from pipeline.checks.shards import Shard
+from pipeline.checks.suite import run_suite
+from pipeline.progress import say
+from pipeline.records import attest, signing, submission as submission_mod
+from pipeline.sources import dataset
+from pipeline.sources.git import head_commit
+from pipeline.verify import hosttools, serve as serve_mod
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Install the host tools the release needs."
+    p.add_argument("--check", action="store_true", help="only report what is missing")
+
+
+def setup(args: argparse.Namespace) -> int:
+    if args.check:
+        missing = hosttools.missing_packages()
+        print("missing: " + (" ".join(missing) if missing else "nothing"))
+        return 1 if missing else 0
+    installed = hosttools.ensure_tools()
+    print("setup: " + ("installed " + " ".join(installed) if installed else "all tools present"))
+    return 0
+
+
+def serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = serve_mod.__doc__.splitlines()[0]
+    p.add_argument("--image", help="name@sha256:... to serve (default: the image of dist/build.json)")
+    p.add_argument("--record", type=Path, default=config_mod.REPO_ROOT / "dist" / "build.json")
+    p.add_argument("--host-mode", action="store_true",
+                   help="serve on this host from a root-only copy of env/ (changes the host; it says how)")
+    p.add_argument("--tasks", help="host mode: a vendored task file to serve instead of env.families")
+    p.add_argument("--port", type=int, default=None, help="host mode's port (default: release.toml's)")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+
+
+def serve(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.config)
+    if args.host_mode:
+        return serve_mod.serve_host(args.port or cfg.port, args.tasks)
+    return serve_mod.serve_container(args.image or serve_mod.built_image(args.record), cfg)
+
+
+def _shard_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=Shard.parse, default=None, metavar="I/N",
+                   help="run only shard I of N of the suite (then `checks merge` the N results)")
+
+
+def verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Pull anonymously, start, run every check, verify externals."
+    p.add_argument("image", help="the image to verify, name@sha256:<digest>")
+    p.add_argument("--parallel", type=int, default=2, help="containers to run the suite on (default 2)")
+    p.add_argument("--out", type=Path, default=run.DEFAULT_OUT, help="check results (default dist/checks.json)")
+    p.add_argument("--profile", default="local", help="release profile (decides if external tasks must verify)")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+    p.add_argument("--start-external", action="store_true",
+                   help="also pull and start the external task images and run their repair checks")
+    p.add_argument("--vendor-dir", type=Path, default=config_mod.REPO_ROOT / "vendor",
+                   help="where the pinned external records are (for the reference solutions)")
+    _shard_argument(p)
+
+
+def verify(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.config)
+    profile = cfg.profile(args.profile)
+    references = (run.references_of(cfg, dataset.stored_rows(cfg, args.vendor_dir))
+                  if args.start_external else None)
+    result = run.verify_image(args.image, cfg=cfg, parallel=args.parallel,
+                              start_external=args.start_external, shard=args.shard,
+                              references=references)
+    code = run.finish(result, args.out)
+    if run.verifies_externals(args.shard):
+        external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+    return code
+
+
+def checks_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "The suite against already running servers (`checks --url URL [--url URL ...]`)."
+    p.epilog = "`python -m pipeline checks merge --help`: join the results of N shards"
+    p.add_argument("--url", action="append", default=None,
+                   help="base URL of a running server (repeat for several servers of one image)")
+    p.add_argument("--image", default=None,
+                   help="the image the servers run, as recorded (default: the first URL; "
+                        "shards to be merged must name the same image)")
+    _shard_argument(p)
+    p.add_argument("--out", type=Path, default=run.DEFAULT_OUT)
+    p.add_argument("--app-dir", default=None, help="where the server's code lives (default: release.toml)")
+    p.add_argument("--tasks-file", default=None,
+                   help="the vendored task file the server uses, if any (absolute, inside --app-dir)")
+    p.add_argument("--server-pid", type=int, default=1, help="the server's PID as its shell sees it")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+    merge_p = p.add_subparsers(dest="checks_command", metavar="{merge}").add_parser(
+        "merge", help="one checks.json from the N shard records of one run",
+        description="`checks merge SHARD.json...`: one checks.json from the N shard records of one run.")
+    merge_arguments(merge_p)
+    merge_p.set_defaults(run=merge)
+    p.set_defaults(parser=p)
+
+
+def checks(args: argparse.Namespace) -> int:
+    if not args.url:
+        args.parser.error("the following arguments are required: --url")
+    cfg = config_mod.load(args.config)
+    if args.app_dir:
+        cfg = replace(cfg, app_dir=args.app_dir)
+    env = {run.TASKS_FILE_VARIABLE: args.tasks_file} if args.tasks_file else {}
+    targets = [replace(run.target_for(cfg, url, env), server_pid=args.server_pid) for url in args.url]
+    return run.finish(run_suite(targets, image=args.image or args.url[0], shard=args.shard), args.out)
+
+
+def merge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shards", nargs="+", type=Path, help="the checks.json of every shard (any order)")
+    p.add_argument("--out", type=Path, default=run.DEFAULT_OUT)
+    p.add_argument("--profile", default="local", help="release profile (decides if external tasks must verify)")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+    p.add_argument("--sign", choices=("key", "sigstore"), default=None,
+                   help="also sign the test-result statement of the merged results")
+    p.add_argument("--attestations", type=Path, default=None,
+                   help="where the signed statement goes (default: next to --out)")
+
+
+def merge(args: argparse.Namespace) -> int:
+    profile = config_mod.load(args.config).profile(args.profile)
+    result = merge_shards([load(path, shard=True) for path in args.shards])
+    write(args.out, result)
+    if args.sign:
+        signed = attest.sign_checks(result, args.out, signer=signing.signer_for(args.sign),
+                                    out_dir=args.attestations or args.out.parent)
+        say(f"signed test-result statement: {signed}")
+    code = run.verdict(result, args.out)
+    external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+    return code
+
+
+def submission_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Write submission.json from dist/checks.json (refused on any failure)."
+    p.add_argument("--checks", type=Path, default=run.DEFAULT_OUT)
+    p.add_argument("--profile", default="local")
+    p.add_argument("--out", type=Path, default=config_mod.REPO_ROOT / "submission.json")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
+
+
+def submission(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.config)
+    checks_result = load(args.checks)
+    sub = submission_mod.build(cfg, cfg.profile(args.profile), checks_result, image=checks_result.image,
+                               source_revision=head_commit(config_mod.REPO_ROOT))
+    submission_mod.write_submission(args.out, sub)
+    say(f"wrote {args.out}: {len(sub.tasks)} tasks, release total {sub.total_compressed_bytes:,} compressed bytes")
+    return 0

@@ -1,0 +1,433 @@
+"""The local base image: a minimal Debian rootfs plus the slim OpenEnv runtime.
+
+`mmdebstrap` makes a bookworm rootfs (Essential packages, `python3` — not just
+`python3-minimal`, which lacks compiled stdlib modules such as `resource` — and
+`passwd` for `useradd`) with SOURCE_DATE_EPOCH set; documentation, man pages,
+locales, apt and log leftovers and timestamp-based bytecode are left out. The
+runtime of `locks/runtime.txt` is installed on the host with `installer` (no pip in
+the image) into a venv-like prefix at the interpreter path release.toml names
+(`/opt/arena-python/bin/python3` -> Debian's `/usr/bin/python3.11`). Two
+deterministic layers (OS, Python runtime) and an OCI config/manifest are written to
+an OCI layout under `.release/base/oci/`, pushed to the registry by digest with a
+human tag, and pinned in `locks/base.json`; later stages use only that digest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+
+from pipeline import _proc
+from pipeline.sources import lock as runtime_lock
+from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
+from pipeline.config import REPO_ROOT
+from pipeline.errors import ConfigError, ReleaseError
+from pipeline.image.oci import layer as oci_layer
+from pipeline.image.oci.image import OCI, ConfigChanges, NewLayer, derive
+from pipeline.image.oci.layout import Layout
+from pipeline.progress import say
+
+BASE_LOCK_FILE = "locks/base.json"  # in a checkout: the one name of the base lock
+BASE_LOCK = REPO_ROOT / BASE_LOCK_FILE
+STATE_DIR = REPO_ROOT / ".release" / "base"
+REPOSITORY = "arena/base"
+TAG = "bookworm"
+SUITE = "bookworm"
+# The point in time the base is pinned to: the Debian archive as snapshot.debian.org
+# served it at 2025-05-20T00:00:00Z. The image names only the snapshot, never the mirror
+# that served the packages: this machine's deb.debian.org serves exactly that snapshot,
+# and RELEASE_DEBIAN_MIRROR / --mirror can point elsewhere without moving the digest.
+SNAPSHOT = "20250520T000000Z"
+
+
+def snapshot_url(snapshot: str) -> str:
+    return f"https://snapshot.debian.org/archive/debian/{snapshot}/"
+
+
+SNAPSHOT_URL = snapshot_url(SNAPSHOT)
+MIRROR = "http://deb.debian.org/debian"
+SOURCE_DATE_EPOCH = 1747699200  # the snapshot's time
+VARIANT = "essential"
+PACKAGES = ("python3", "passwd")
+# mmdebstrap's merged-usr hooks lay out /usr-merged symlinks and install
+# `usr-is-merged` up front; otherwise init-system-helpers' `usrmerge | usr-is-merged`
+# pulls usrmerge and with it the whole of perl into the image.
+MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
+PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_DPKG_EXCLUDES = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/lintian/*",
+    "path-exclude=/usr/share/doc/*",
+    # Licences stay: they are what the SBOM and auditors point at.
+    "path-include=/usr/share/doc/*/copyright",
+)
+# Runs on the host after the packages are installed. Debian's py3compile leaves
+# timestamp-checked .pyc files, which would tie the layer to build-time details.
+_CLEANUP_HOOK = (
+    'rm -rf "$1"/var/cache/* "$1"/var/log/* "$1"/var/lib/apt/lists/* "$1"/etc/resolv.conf'
+    ' "$1"/var/lib/dpkg/*-old; '
+    'find "$1"/usr -depth -name __pycache__ -type d -exec rm -rf {} +; '
+    'printf "arena\\n" > "$1"/etc/hostname'
+)
+# Beside the rootfs (never in it): the apt indexes the packages were resolved from, so
+# the lock can record every .deb's sha256.
+_INDEX_SUFFIX = ".Packages"
+
+
+# Relative to pipeline/: the modules whose code makes the base's bytes.
+BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py")
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """Every input of the OS rootfs; equal specs give equal rootfs caches."""
+
+    suite: str = SUITE
+    snapshot: str = SNAPSHOT
+    source_date_epoch: int = SOURCE_DATE_EPOCH
+    variant: str = VARIANT
+    packages: tuple[str, ...] = PACKAGES
+    # Where the snapshot's packages are downloaded from: not an input of the image.
+    mirror: str = MIRROR
+
+    def cache_key(self, mmdebstrap_version: str) -> str:
+        fields = {**asdict(self), "packages": list(self.packages),
+                  "dpkg": list(_DPKG_EXCLUDES), "hook": _CLEANUP_HOOK,
+                  "hook_dir": MERGED_USR_HOOKS,
+                  "mmdebstrap": mmdebstrap_version}
+        del fields["mirror"]
+        return sha256_bytes(canonical_json(fields))[:32]
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One layer of the base as recorded in locks/base.json."""
+
+    role: str
+    digest: str
+    diff_id: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Deb:
+    """One Debian package that went into the OS layer."""
+
+    name: str
+    version: str
+    architecture: str
+    sha256: str
+
+    def __str__(self) -> str:
+        return f"{self.name}_{self.version}_{self.architecture}.deb"
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    """locks/base.json: the base image, pinned by digest, and what made it."""
+
+    name: str
+    digest: str
+    media_type: str
+    config_digest: str
+    layers: tuple[LayerRecord, ...]
+    runtime_lock_sha256: str
+    python: str
+    python_version: str
+    debian_suite: str
+    debian_snapshot: str
+    debian_snapshot_url: str
+    packages: tuple[str, ...]
+    debs: tuple[Deb, ...]
+    source_date_epoch: int
+    mmdebstrap_version: str
+    zlib_version: str
+    builder_sha256: str
+
+    @property
+    def reference(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+    def pull_reference(self, registry: str) -> str:
+        """`registry/repository@digest`: where this base is read in `registry`."""
+        return f"{registry}/{self.name}@{self.digest}"
+
+    @property
+    def compressed_size(self) -> int:
+        return sum(layer.size for layer in self.layers)
+
+    def built_from(self, spec: BaseSpec, lock_sha256: str, python: str) -> bool:
+        """Whether this record was built from exactly these inputs, by this code."""
+        return (self.debian_suite, self.debian_snapshot, self.source_date_epoch, self.packages,
+                self.runtime_lock_sha256, self.python, self.builder_sha256) == (
+            spec.suite, spec.snapshot, spec.source_date_epoch, spec.packages, lock_sha256, python,
+            builder_sha256())
+
+    def spec(self, mirror: str = MIRROR) -> BaseSpec:
+        """The rootfs inputs this record was built from (packages fetched from `mirror`)."""
+        return BaseSpec(suite=self.debian_suite, snapshot=self.debian_snapshot,
+                        source_date_epoch=self.source_date_epoch, packages=self.packages,
+                        mirror=mirror)
+
+
+def builder_sha256() -> str:
+    """sha256 over the modules that turn the inputs into the image (a change rebuilds)."""
+    package = Path(__file__).resolve().parent.parent
+    parts = [(package / rel).read_bytes() for rel in BUILDER_MODULES]
+    return sha256_bytes(b"".join(sha256_bytes(p).encode() for p in parts))
+
+
+def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
+    """The one loader of locks/base.json; None when there is none yet."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    raw = read_json(path)
+    try:
+        return BaseRecord(
+            name=raw["name"], digest=raw["digest"], media_type=raw["media_type"],
+            config_digest=raw["config_digest"],
+            layers=tuple(LayerRecord(**layer) for layer in raw["layers"]),
+            runtime_lock_sha256=raw["runtime_lock_sha256"], python=raw["python"],
+            python_version=raw["python_version"], debian_suite=raw["debian_suite"],
+            debian_snapshot=raw["debian_snapshot"],
+            debian_snapshot_url=raw["debian_snapshot_url"], packages=tuple(raw["packages"]),
+            debs=tuple(Deb(**d) for d in raw["debs"]),
+            source_date_epoch=raw["source_date_epoch"],
+            mmdebstrap_version=raw["mmdebstrap_version"], zlib_version=raw["zlib_version"],
+            builder_sha256=raw["builder_sha256"],
+        )
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{path} is not a base record: {exc}",
+                          hint="delete it and run `python -m pipeline base`") from None
+
+
+def write_record(record: BaseRecord, path: Path = BASE_LOCK) -> None:
+    """The one writer of locks/base.json (atomic; `reference` added for readers)."""
+    data = asdict(record)
+    data["reference"] = record.reference
+    data["compressed_size"] = record.compressed_size
+    write_json_atomic(Path(path), data)
+
+
+# ------------------------------------------------------------------ the OS rootfs
+
+
+def mmdebstrap_version() -> str:
+    out = _proc.run([_proc.which("mmdebstrap"), "--version"]).stdout.decode().strip()
+    return out.split()[-1]
+
+
+def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
+    argv: list[str | Path] = [
+        _proc.which("mmdebstrap"), "--quiet", "--mode=root", "--format=directory",
+        f"--variant={spec.variant}", "--include=" + ",".join(spec.packages),
+        '--aptopt=APT::Install-Recommends "false"', f"--hook-dir={MERGED_USR_HOOKS}",
+    ]
+    argv += [f"--dpkgopt={opt}" for opt in _DPKG_EXCLUDES]
+    index = shlex.quote(str(target) + _INDEX_SUFFIX)
+    argv += [f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
+             f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
+             f"--customize-hook={_CLEANUP_HOOK}",
+             # mmdebstrap writes the mirror it used; the image names the snapshot instead.
+             f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
+             '> "$1"/etc/apt/sources.list',
+             spec.suite, target, spec.mirror]
+    env = {"PATH": os.environ.get("PATH", PATH_ENV), "LC_ALL": "C.UTF-8", "TZ": "UTC",
+           "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
+    _proc.run(argv, env=env, timeout=3600)
+
+
+def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
+    """The mmdebstrap rootfs for `spec`, built once per spec into `cache_dir/<key>`."""
+    version = mmdebstrap_version()
+    target = Path(cache_dir) / spec.cache_key(version)
+    marker = target.with_name(target.name + ".complete")
+    if use_cache and marker.exists() and target.is_dir():
+        say(f"rootfs: reusing {target}")
+        return target
+    marker.unlink(missing_ok=True)
+    if target.exists():
+        shutil.rmtree(target)
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    say(f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
+        f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
+    started = time.monotonic()
+    _mmdebstrap(spec, partial)
+    os.replace(partial.with_name(partial.name + _INDEX_SUFFIX),
+               target.with_name(target.name + _INDEX_SUFFIX))
+    os.replace(partial, target)
+    # The marker lives beside the tree, so it never ends up in the layer.
+    marker.touch()
+    say(f"rootfs: done in {time.monotonic() - started:.0f} s")
+    return target
+
+
+# Device nodes come from the container runtime, not the image. apt is not in the
+# image; mmdebstrap recreates its state directories after the hooks, with an owner
+# that depends on how apt ran (`_apt` or root), so they are left out.
+_NOT_IN_LAYER = ("dev", "var/lib/apt", "var/cache/apt")
+
+
+def _in_rootfs(rel: str) -> bool:
+    """Whether a rootfs path belongs in the OS layer (`dev` itself stays, empty)."""
+    return not any(rel.startswith(d + "/") for d in _NOT_IN_LAYER) and \
+        rel not in _NOT_IN_LAYER[1:]
+
+
+def _stanzas(text: str) -> list[dict[str, str]]:
+    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line)."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields:
+            out.append(fields)
+    return out
+
+
+def installed_debs(root: Path) -> tuple[Deb, ...]:
+    """Every package installed in the rootfs with the sha256 of the .deb apt resolved."""
+    root = Path(root)
+    index_path = root.with_name(root.name + _INDEX_SUFFIX)
+    if not index_path.is_file():
+        raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
+                           hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
+    index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
+             for p in _stanzas(index_path.read_text(encoding="utf-8"))}
+    debs = []
+    for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8")):
+        if not pkg.get("Status", "").endswith(" installed"):
+            continue
+        key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
+        if key not in index:
+            raise ReleaseError(f"installed package {key[0]} {key[1]} is not in the apt index",
+                               hint="the rootfs and its index do not match: rebuild with --no-cache")
+        debs.append(Deb(*key, sha256=index[key]))
+    return tuple(sorted(debs, key=lambda d: d.name))
+
+
+def changed_debs(recorded: tuple[Deb, ...], rebuilt: tuple[Deb, ...]) -> list[str]:
+    """What differs between two package sets, one line per package."""
+    old, new = {d.name: d for d in recorded}, {d.name: d for d in rebuilt}
+    lines = [f"{old[n]}: missing from the rebuild" for n in sorted(old.keys() - new.keys())]
+    lines += [f"{new[n]}: not in the lock" for n in sorted(new.keys() - old.keys())]
+    lines += [f"{n}: recorded {old[n]} sha256 {old[n].sha256[:16]}, rebuilt {new[n]} "
+              f"sha256 {new[n].sha256[:16]}"
+              for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
+    return lines
+
+
+def debian_python_version(root: Path) -> str:
+    """Upstream version of the rootfs' python3.11 package (e.g. 3.11.2)."""
+    status = (Path(root) / "var/lib/dpkg/status").read_text(encoding="utf-8")
+    m = re.search(r"^Package: python3\.11\n(?:[^\n]+\n)*?Version: (\d+\.\d+\.\d+)", status,
+                  re.MULTILINE)
+    if m is None:
+        raise ReleaseError("python3.11 is not installed in the base rootfs",
+                           hint=f"check that PACKAGES includes python3 ({root})")
+    return m[1]
+
+
+# ------------------------------------------------------------------ the Python runtime
+
+
+def python_prefix(python: str) -> str:
+    """`/opt/arena-python` for `/opt/arena-python/bin/python3`."""
+    path = PurePosixPath(python)
+    if not path.is_absolute() or path.parent.name != "bin":
+        raise ConfigError("release.python must be <prefix>/bin/<python>", actual=python)
+    return str(path.parent.parent)
+
+
+def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
+                  python_version: str) -> None:
+    """Lay out the venv-like prefix under `dest` (a staging root, not the image)."""
+    prefix = python_prefix(python)
+    short = ".".join(python_version.split(".")[:2])
+    runtime_lock.install(wheels, destdir=dest, prefix=prefix, interpreter=python,
+                         python_version=short)
+    root = Path(dest) / prefix.lstrip("/")
+    bindir = root / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    name = PurePosixPath(python).name
+    os.symlink(f"/usr/bin/python{short}", bindir / name)
+    for alias in ("python", f"python{short}"):
+        if alias != name:
+            os.symlink(name, bindir / alias)
+    (root / "pyvenv.cfg").write_text(
+        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {python_version}\n",
+        encoding="utf-8")
+
+
+# ------------------------------------------------------------------ image
+
+
+@dataclass(frozen=True)
+class BuiltBase:
+    layout: Path
+    ref_name: str
+    debs: tuple[Deb, ...]
+    manifest_digest: str
+    media_type: str
+    config_digest: str
+    layers: tuple[LayerRecord, ...]
+    python_version: str
+
+
+def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_dir: Path,
+          wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
+          use_cache: bool = True) -> BuiltBase:
+    """Rootfs + runtime -> two layers, config and manifest in `state_dir/oci`."""
+    root = rootfs(spec, rootfs_cache or Path(state_dir) / "rootfs", use_cache=use_cache)
+    version = debian_python_version(root)
+    wheels = runtime_lock.fetch(lock, wheel_cache)
+    layout = Layout.init(Path(state_dir) / "oci")
+    blobs = layout.root / "blobs" / "sha256"
+    sde = spec.source_date_epoch
+    say("layer 1/2: OS rootfs")
+    os_entries = oci_layer.tree_entries(root, skip=lambda rel: not _in_rootfs(rel))
+    os_layer = oci_layer.write_layer(os_entries, blobs, source_date_epoch=sde,
+                                     mtime_policy="clamp")
+    say(f"  {os_layer.digest} {os_layer.size / 1e6:.1f} MB")
+    say(f"layer 2/2: Python runtime ({len(lock.wheels)} wheels) at {python_prefix(python)}")
+    with tempfile.TemporaryDirectory(prefix="base-runtime-", dir=state_dir) as tmp:
+        stage_runtime(wheels, Path(tmp), python=python, python_version=version)
+        py_entries = oci_layer.tree_entries(Path(tmp), normalize=oci_layer.normalized)
+        py_layer = oci_layer.write_layer(py_entries, blobs, source_date_epoch=sde,
+                                         mtime_policy="clamp")
+    say(f"  {py_layer.digest} {py_layer.size / 1e6:.1f} MB")
+    layers = (
+        NewLayer(os_layer.digest, os_layer.diff_id, os_layer.size,
+                 created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
+                 comment=f"debian snapshot {snapshot_url(spec.snapshot)}"),
+        NewLayer(py_layer.digest, py_layer.diff_id, py_layer.size,
+                 created_by=f"installer: locks/runtime.txt -> {python_prefix(python)}",
+                 comment=f"runtime lock sha256:{lock.sha256}"),
+    )
+    changes = ConfigChanges(cmd=(python,), env={"PATH": PATH_ENV, "LANG": "C.UTF-8"})
+    image = derive(None, layers, changes, source_date_epoch=sde, family=OCI)
+    layout.put_bytes(image.config_bytes)
+    ref_name = f"{REPOSITORY}:{TAG}"
+    layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=ref_name)
+    return BuiltBase(
+        layout=layout.root, ref_name=ref_name, debs=installed_debs(root), manifest_digest=image.manifest_digest,
+        media_type=image.media_type, config_digest=image.config_digest,
+        layers=(LayerRecord("os", os_layer.digest, os_layer.diff_id, os_layer.size),
+                LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size)),
+        python_version=version,
+    )

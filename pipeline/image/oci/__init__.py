@@ -1,0 +1,1 @@
+"""OCI images as data: digests, deterministic layers, config/manifest, layouts."""

@@ -1,0 +1,45 @@
+"""Content digests in the OCI form `sha256:<64 hex>`."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from pipeline.errors import ConfigError, DigestMismatch
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def of_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def is_digest(value: str) -> bool:
+    return bool(_DIGEST.match(value))
+
+
+def parse(value: str, *, what: str = "digest") -> str:
+    """Validate `sha256:<64 lowercase hex>` and return it unchanged."""
+    if not isinstance(value, str) or not _DIGEST.match(value):
+        raise ConfigError(
+            f"{what} is not a sha256 digest",
+            expected="sha256:<64 lowercase hex>",
+            actual=repr(value),
+        )
+    return value
+
+
+def hex_of(digest: str) -> str:
+    return parse(digest)[len("sha256:"):]
+
+
+def verify(data: bytes, digest: str, *, what: str) -> None:
+    """Raise DigestMismatch naming `what` when data does not hash to digest."""
+    actual = of_bytes(data)
+    if actual != digest:
+        raise DigestMismatch(
+            f"{what} does not match its digest",
+            expected=digest,
+            actual=actual,
+            hint="the content was modified or corrupted; do not use it",
+        )

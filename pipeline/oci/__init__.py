@@ -1,1 +1,0 @@
-"""OCI images as data: digests, deterministic layers, config/manifest, layout, registry."""

@@ -1,0 +1,8 @@
+"""Records: what a release says about itself, signed.
+
+`provenance` (what went in), `sbom` (CycloneDX of the image's layers), `attest`
+(in-toto statements, DSSE), `signing` (key and sigstore signers), `trust` (pinned
+trust roots), `links` (in-toto stage links), `statement` (the release statement
+that binds every record), `submission` (submission.json), `vsa` (the verification
+summary an audit writes).
+"""

@@ -1,0 +1,254 @@
+"""provenance.json: what went into a release, as one typed record with one loader and one writer.
+
+It names every pinned input (git sources with their licences, external task
+records, the base by digest, the wheel lock by hash), the project's own revision,
+the image-input commit, the builder, the profile, SOURCE_DATE_EPOCH and every value
+written into the image config. It holds no wall-clock time, so the same inputs give
+byte-identical files.
+
+The image-input commit is the last commit that changed a path of `IMAGE_INPUTS`: the
+image's revision label and (unless SOURCE_DATE_EPOCH is set explicitly, which is then
+recorded as such) its SOURCE_DATE_EPOCH come from it, so a commit that only adds
+release records moves no digest.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import __version__
+from pipeline.sources import git, lock as runtime_lock
+from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
+from pipeline.config import Profile
+from pipeline.errors import ConfigError, ReleaseError, SourceError
+from pipeline.sources.dataset import ExternalRecord
+from pipeline.image.imageconfig import ImageConfigValues
+from pipeline.image.layerdiff import AppLayer
+from pipeline.image.oci.layer import zlib_version
+from pipeline.sources.vendor import VendoredFile
+
+SCHEMA = "openenv-arena-release/provenance/v1"
+WHEEL_LOCK = runtime_lock.LOCK_FILE
+# The release writes these records itself, so their changes do not make the checkout dirty.
+RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
+# Every path of the checkout that the derived image is built from (the one list).
+IMAGE_INPUTS = ("env/", "LICENSE", "locks/", "release.toml")
+
+
+@dataclass(frozen=True)
+class ProjectRevision:
+    """The project checkout the release was made from."""
+
+    commit: str
+    tree: str
+    dirty: bool
+    dirty_paths: tuple[str, ...]
+    allow_dirty: bool
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """The last commit that changed an image input, and its committer time."""
+
+    commit: str
+    time: int
+    paths: tuple[str, ...] = IMAGE_INPUTS
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class WheelLock:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Builder:
+    pipeline_version: str
+    python_version: str
+    zlib_version: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """The image the release built: digests and compressed sizes, and its application
+    layers member by member (what `reproduce` compares a rebuild with)."""
+
+    name: str
+    digest: str
+    media_type: str
+    config_digest: str
+    compressed_size: int
+    layer_count: int
+    app_layers: tuple[AppLayer, ...]
+    # None only in records written before the config was recorded.
+    config: ImageConfigValues | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["app_layers"] = [l.to_json() for l in self.app_layers]
+        data["config"] = self.config.to_json() if self.config else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Image":
+        data = {"config": None, **data} if isinstance(data, dict) else data
+        fields = dict(_build(cls, data, "image").__dict__)
+        fields["app_layers"] = tuple(AppLayer.from_json(l) for l in data["app_layers"])
+        if data["config"] is not None:
+            fields["config"] = ImageConfigValues.from_json(data["config"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    schema: str
+    profile: str
+    source_date_epoch: int
+    project: ProjectRevision
+    base: Base
+    wheel_lock: WheelLock
+    builder: Builder
+    sources: tuple[VendoredFile, ...]
+    external: tuple[ExternalRecord, ...]
+    image: Image | None = None
+    # None only in records written before image inputs were recorded.
+    image_inputs: ImageInputs | None = None
+
+
+def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
+    """Commit, tree and dirty state of the project checkout.
+
+    A dirty checkout (changes or untracked files outside the release's own output
+    records) is refused unless `allow_dirty`, which is then recorded.
+    """
+    try:
+        commit, tree = git.head_commit(repo_dir), git.head_tree(repo_dir)
+    except ReleaseError as exc:
+        raise SourceError(f"{repo_dir} is not a git checkout with a commit",
+                          expected="a committed git checkout", actual=exc.one_line()) from None
+    changed = tuple(sorted(p for p in git.changed_paths(repo_dir)
+                           if not any(p == o or p.startswith(o) for o in RELEASE_OUTPUTS)))
+    if changed and not allow_dirty:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise SourceError(
+            "the project checkout is dirty, so its commit does not describe the release",
+            expected="a clean checkout", actual=f"{len(changed)} changed path(s): {shown}",
+            hint="commit or stash the changes, or allow it explicitly (--allow-dirty; recorded)",
+        )
+    return ProjectRevision(commit=commit, tree=tree, dirty=bool(changed), dirty_paths=changed,
+                           allow_dirty=allow_dirty)
+
+
+def image_inputs(repo_dir: Path) -> ImageInputs:
+    """The last commit of `repo_dir` that changed an image input, and its time."""
+    try:
+        commit, time = git.last_change(repo_dir, IMAGE_INPUTS)
+    except ReleaseError as exc:
+        raise SourceError(f"{repo_dir} has no commit of the image inputs",
+                          expected="a committed git checkout", actual=exc.one_line()) from None
+    return ImageInputs(commit=commit, time=time)
+
+
+def source_date_epoch(repo_dir: Path) -> int:
+    """SOURCE_DATE_EPOCH from the environment if set (recorded in provenance.json beside
+    the image-input commit's time), else the time of the image-input commit."""
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value is not None and value != "":
+        if not value.isdigit():
+            raise ConfigError("SOURCE_DATE_EPOCH is not a number of seconds",
+                              expected="a non-negative integer", actual=value)
+        return int(value)
+    return image_inputs(repo_dir).time
+
+
+def wheel_lock(repo_dir: Path) -> WheelLock:
+    """The hash of the image's wheel lock."""
+    path = repo_dir / WHEEL_LOCK
+    if not path.is_file():
+        raise SourceError("the wheel lock is missing", expected=str(path), actual="absent",
+                          hint="run `nox -s lock` to write it")
+    return WheelLock(path=WHEEL_LOCK, sha256=sha256_file(path))
+
+
+def builder() -> Builder:
+    """The versions that can change the bytes the pipeline writes."""
+    return Builder(pipeline_version=__version__, python_version=platform.python_version(),
+                   zlib_version=zlib_version())
+
+
+def assemble(repo_dir: Path, profile: Profile, *, base: Base, sources: tuple[VendoredFile, ...],
+             external: tuple[ExternalRecord, ...], allow_dirty: bool = False,
+             image: Image | None = None) -> Provenance:
+    """Collect the provenance of a release made from `repo_dir` with `profile`."""
+    return Provenance(
+        schema=SCHEMA, profile=profile.name, source_date_epoch=source_date_epoch(repo_dir),
+        project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
+        wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
+        external=tuple(external), image=image, image_inputs=image_inputs(repo_dir),
+    )
+
+
+def to_json(record: Provenance) -> bytes:
+    """The exact bytes of provenance.json (sorted keys, stable indentation)."""
+    data = asdict(record)
+    if record.image is not None:
+        data["image"] = record.image.to_json()
+    return pretty_json(data)
+
+
+def write(path: Path, record: Provenance) -> None:
+    """Write provenance.json atomically."""
+    write_atomic(path, to_json(record))
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} is not an object", actual=type(data).__name__)
+    names = list(cls.__dataclass_fields__)
+    if sorted(data) != sorted(names):
+        raise ConfigError(f"{where} has unexpected fields", expected=sorted(names),
+                          actual=sorted(data))
+    return cls(**data)
+
+
+def _image_inputs(data: Any) -> ImageInputs | None:
+    if data is None:
+        return None
+    data = dict(data) if isinstance(data, dict) else data
+    if isinstance(data, dict):
+        data["paths"] = tuple(data.get("paths", ()))
+    return _build(ImageInputs, data, "image_inputs")
+
+
+def load(path: Path) -> Provenance:
+    """Read provenance.json back into its typed record; ConfigError if it is malformed."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path} is not a provenance record", expected=SCHEMA,
+                          actual=data.get("schema") if isinstance(data, dict) else type(data).__name__)
+    project = dict(data.get("project") or {})
+    project["dirty_paths"] = tuple(project.get("dirty_paths", ()))
+    fields = dict(data)
+    fields.update(
+        project=_build(ProjectRevision, project, "project"),
+        base=_build(Base, data.get("base"), "base"),
+        wheel_lock=_build(WheelLock, data.get("wheel_lock"), "wheel_lock"),
+        builder=_build(Builder, data.get("builder"), "builder"),
+        sources=tuple(_build(VendoredFile, s, f"sources[{i}]")
+                      for i, s in enumerate(data.get("sources") or [])),
+        external=tuple(_build(ExternalRecord, e, f"external[{i}]")
+                       for i, e in enumerate(data.get("external") or [])),
+        image=Image.from_json(data["image"]) if data.get("image") is not None else None,
+        image_inputs=_image_inputs(data.get("image_inputs")),
+    )
+    return _build(Provenance, fields, str(path))

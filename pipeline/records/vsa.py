@@ -1,0 +1,69 @@
+"""The audit's verdict as a SLSA Verification Summary Attestation (VSA v1) about the image.
+
+What was verified (the input attestations with their sha256), against which policy
+(release.toml and the trust root, by sha256), the result and the SLSA level verified.
+Checks the auditor skipped are listed, so a summary never claims more than was checked.
+Signed as a DSSE envelope with the auditor's key when one is given (`--vsa-key`);
+otherwise written as the plain statement.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeline import __version__
+from pipeline.records import attest, statement as release_statement, signing
+from pipeline._io import pretty_json, sha256_file, write_atomic
+
+PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
+VERIFIER_ID = "https://github.com/akseljoonas/openenv-arena-release/pipeline/audit"
+SLSA_LEVEL = "SLSA_BUILD_LEVEL_1"  # what the provenance states (attest.SLSA_BUILD_LEVEL)
+
+
+def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict[str, Any]:
+    """The VSA predicate for the audit rows of the records under `records`."""
+    passed = bool(rows) and all(c.ok for c in rows)
+    att = records / "attestations"
+    inputs = []
+    for p in sorted(att.glob("*.json")):
+        # Regular files only: a pipe or a link to /dev/zero (the audit fails on them) is never read.
+        if p.name.endswith((signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)) and p.is_file() and not p.is_symlink():
+            inputs.append({"uri": f"attestations/{p.name}", "digest": {"sha256": sha256_file(p)}})
+    policy = records / "release.toml"
+    skipped = sorted(c.id for c in rows if c.status == "skipped")
+    return {
+        "verifier": {"id": VERIFIER_ID, "version": {"pipeline": __version__}},
+        "timeVerified": verified_on.astimezone(timezone.utc).strftime(release_statement.TIME_FORMAT),
+        "resourceUri": f"oci://{image}",
+        "policy": {"uri": "release.toml",
+                   "digest": {"sha256": sha256_file(policy)} if policy.is_file() and not policy.is_symlink() else {}},
+        "inputAttestations": inputs,
+        "verificationResult": "PASSED" if passed else "FAILED",
+        "verifiedLevels": [SLSA_LEVEL] if passed else [],
+        "dependencyLevels": {},
+        "slsaVersion": "1.0",
+        # Beyond the VSA fields: which checks ran, so "PASSED" can be read precisely.
+        "checks": {c.id: c.status for c in rows},
+        "notVerified": skipped,
+    }
+
+
+def statement(rows, *, records: Path, image: str | None, verified_on: datetime | None = None) -> bytes:
+    subject = attest.Subject.from_image_ref(image) if image and "@" in image else attest.Subject("unknown",
+                                                                                                 "sha256:" + "0" * 64)
+    return attest.statement(subject, PREDICATE_TYPE, predicate(
+        rows, records=records, image=f"{subject.name}@{subject.digest}",
+        verified_on=verified_on or datetime.now(timezone.utc)))
+
+
+def write(out: Path, rows, *, records: Path, image: str | None, key_path: Path | None = None) -> Path:
+    """Write the VSA: a DSSE envelope signed with `key_path`, or the bare statement."""
+    stmt = statement(rows, records=records, image=image)
+    if key_path is not None:
+        write_atomic(out, signing.dsse_sign(stmt, signing.load_or_create_key(key_path)))
+    else:
+        write_atomic(out, pretty_json(json.loads(stmt)))
+    return out

@@ -1,0 +1,475 @@
+"""A client for the OCI distribution API, on `requests`.
+
+Manifests are returned as the exact bytes the registry sent (their sha256 is the
+image identity) and checked against the digest they were fetched by. Blobs are
+streamed to disk and checked (sha256 and size) before they are kept. Auth follows
+the registry's challenge: the anonymous bearer-token flow (ghcr.io's: 401 +
+`WWW-Authenticate: Bearer realm=...,service=...,scope=...` -> token -> retry), or
+basic auth with push credentials from the environment. Plain http only for loopback
+registries. 5xx answers and dropped connections are retried with exponential backoff
+a bounded number of times; an unreachable registry is one RegistryError line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit, parse_qsl
+
+import requests
+
+from pipeline._io import CHUNK
+from pipeline.errors import ConfigError, DigestMismatch, RegistryError
+from pipeline.progress import Progress
+from pipeline.image.oci import digest as _digest
+from pipeline.image.oci.image import INDEX_TYPES, MANIFEST_TYPES
+
+log = logging.getLogger("pipeline.registry.client")
+
+MANIFEST_ACCEPT = ", ".join(MANIFEST_TYPES + INDEX_TYPES)
+MAX_MANIFEST_BYTES = 4 << 20
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+RETRY_STATUS = {500, 502, 503, 504}
+_REF = re.compile(
+    r"^(?P<repo>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+class RegistryUnavailable(RegistryError):
+    """The registry could not be reached, or kept answering 5xx: worth a later retry."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """`host[:port]/repository[:tag][@digest]`."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Reference:
+        host, sep, rest = text.partition("/")
+        if not sep or not ("." in host or ":" in host or host == "localhost"):
+            raise ConfigError(f"image reference {text!r} names no registry host",
+                              expected="host[:port]/repository[:tag|@digest]", actual=text)
+        m = _REF.match(rest)
+        if not m:
+            raise ConfigError(f"image reference {text!r} is malformed",
+                              expected="host[:port]/repository[:tag|@digest] (lowercase repository)",
+                              actual=text)
+        return cls(host, m["repo"], m["tag"], m["digest"])
+
+    @property
+    def name(self) -> str:
+        """`host/repository`, without tag or digest."""
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def ref(self) -> str:
+        """What to ask the registry for: the digest if there is one, else the tag."""
+        return self.digest or self.tag or "latest"
+
+    def with_digest(self, digest: str) -> Reference:
+        return Reference(self.registry, self.repository, None, digest)
+
+    def __str__(self) -> str:
+        out = self.name
+        if self.tag:
+            out += f":{self.tag}"
+        if self.digest:
+            out += f"@{self.digest}"
+        return out
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: str
+
+    @classmethod
+    def from_env(cls, registry: str = "") -> Credentials | None:
+        """RELEASE_REGISTRY_USER/PASSWORD; for ghcr.io a GITHUB_TOKEN also works."""
+        user = os.environ.get("RELEASE_REGISTRY_USER")
+        password = os.environ.get("RELEASE_REGISTRY_PASSWORD")
+        if password:
+            return cls(user or "token", password)
+        if registry == "ghcr.io" and os.environ.get("GITHUB_TOKEN"):
+            return cls(user or os.environ.get("GITHUB_ACTOR", "token"), os.environ["GITHUB_TOKEN"])
+        return None
+
+
+@dataclass(frozen=True)
+class FetchedManifest:
+    """A manifest exactly as the registry sent it."""
+
+    raw: bytes
+    media_type: str
+    digest: str
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, params = header.strip().partition(" ")
+    return scheme.lower(), {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', params)}
+
+
+def is_loopback(registry: str) -> bool:
+    host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
+    return host in LOOPBACK
+
+
+class RegistryClient:
+    """One registry host. `credentials` are only needed to write (or for private reads)."""
+
+    def __init__(self, registry: str, *, credentials: Credentials | None = None,
+                 attempts: int = 5, backoff: float = 0.25, timeout: float = 60.0,
+                 chunk_size: int = 64 << 20) -> None:
+        self.registry = registry
+        self.scheme = "http" if is_loopback(registry) else "https"
+        self.base = f"{self.scheme}://{registry}"
+        self.credentials = credentials
+        self.attempts, self.backoff, self.timeout = max(1, attempts), backoff, timeout
+        self.chunk_size = chunk_size
+        self.session = requests.Session()
+        # An anonymous client sends nothing the environment holds: requests would otherwise
+        # add ~/.netrc credentials (and honour proxy and CA settings from the environment).
+        self.session.trust_env = credentials is not None
+        self.session.headers["User-Agent"] = "openenv-arena-release"
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+        self.requests_sent = 0
+
+    # ------------------------------------------------------------ transport
+
+    def _auth_headers(self, scope: str) -> dict[str, str]:
+        if scope in self._tokens:
+            return {"Authorization": f"Bearer {self._tokens[scope]}"}
+        return {}
+
+    def _authenticate(self, resp: requests.Response, scope: str) -> bool:
+        """Answer a 401 challenge; False when there is nothing more to try."""
+        scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
+        # A cached token may have expired: fetch a fresh one (the caller bounds the rounds).
+        if scheme == "bearer" and "realm" in params:
+            query = {"service": params.get("service", "")}
+            query["scope"] = params.get("scope") or scope
+            auth = (self.credentials.user, self.credentials.password) if self.credentials else None
+            try:
+                tok = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout)
+            except requests.RequestException as exc:
+                raise RegistryError(f"token service {params['realm']} of {self.registry} "
+                                    f"unreachable: {type(exc).__name__}",
+                                    hint="check the network or the registry address") from None
+            if tok.status_code != 200:
+                raise RegistryError(f"token service of {self.registry} refused scope {query['scope']}",
+                                    expected="HTTP 200", actual=f"HTTP {tok.status_code}",
+                                    hint="the repository may be private or the credentials wrong")
+            body = tok.json()
+            token = body.get("token") or body.get("access_token")
+            if not token:
+                raise RegistryError(f"token service of {self.registry} returned no token")
+            self._tokens[scope] = token
+            return True
+        if scheme == "basic" and self.credentials is not None and not self._basic:
+            self._basic = True
+            self.session.auth = (self.credentials.user, self.credentials.password)
+            return True
+        return False
+
+    def _request(self, method: str, url: str, *, scope: str,
+                 data: Callable[[], bytes | IO[bytes] | Iterator[bytes]] | None = None,
+                 headers: dict[str, str] | None = None, stream: bool = False,
+                 ok: tuple[int, ...] = (200,), retry: bool = True) -> requests.Response:
+        """Send one request with auth and bounded retries; RegistryError if not `ok`."""
+        url = url if url.startswith("http") else urljoin(self.base, url)
+        attempts = self.attempts if retry else 1
+        auth_rounds = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            hdrs = {**(headers or {}), **self._auth_headers(scope)}
+            body = data() if data else None
+            try:
+                self.requests_sent += 1
+                resp = self.session.request(method, url, data=body, headers=hdrs, stream=stream,
+                                            timeout=self.timeout, allow_redirects=True)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt >= attempts:
+                    raise RegistryUnavailable(
+                        f"cannot reach registry {self.registry} ({method} {urlsplit(url).path}: "
+                        f"{type(exc).__name__})",
+                        hint="check that it is running and the address is right "
+                             "(local: `python -m pipeline registry start`)") from None
+                self._sleep(attempt, f"{type(exc).__name__}")
+                continue
+            finally:
+                if hasattr(body, "close"):
+                    body.close()
+            if resp.status_code == 401 and auth_rounds < 2 and self._authenticate(resp, scope):
+                auth_rounds += 1
+                attempt -= 1
+                resp.close()
+                continue
+            if resp.status_code in RETRY_STATUS and attempt < attempts:
+                resp.close()
+                self._sleep(attempt, f"HTTP {resp.status_code}")
+                continue
+            if resp.status_code not in ok:
+                raise self._error(method, url, resp, ok)
+            return resp
+
+    def _sleep(self, attempt: int, why: str) -> None:
+        delay = self.backoff * (2 ** (attempt - 1))
+        log.warning("%s: %s, retrying in %.2f s", self.registry, why, delay)
+        time.sleep(delay)
+
+    def _error(self, method: str, url: str, resp: requests.Response,
+               ok: tuple[int, ...]) -> RegistryError:
+        path = urlsplit(url).path
+        detail = ""
+        try:
+            errors = resp.json().get("errors") or []
+            detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:200]
+        except ValueError:
+            detail = resp.text[:120].strip()
+        hint = None
+        if resp.status_code == 401:
+            hint = ("set RELEASE_REGISTRY_USER/RELEASE_REGISTRY_PASSWORD to push"
+                    if self.credentials is None else "the credentials were refused")
+        elif resp.status_code == 404:
+            hint = "check the repository name and digest"
+        resp.close()
+        cls = RegistryUnavailable if resp.status_code in RETRY_STATUS else RegistryError
+        return cls(f"{self.registry} answered {method} {path} with HTTP {resp.status_code}"
+                             + (f" ({detail})" if detail else ""),
+                             expected="HTTP " + "/".join(map(str, ok)),
+                             actual=f"HTTP {resp.status_code}", hint=hint)
+
+    @staticmethod
+    def _scope(repository: str, push: bool = False) -> str:
+        return f"repository:{repository}:{'pull,push' if push else 'pull'}"
+
+    # ------------------------------------------------------------ manifests
+
+    def get_manifest(self, repository: str, ref: str) -> FetchedManifest:
+        """The manifest (or index) `ref` (tag or digest) as exact bytes, digest-checked."""
+        resp = self._request("GET", f"/v2/{repository}/manifests/{ref}",
+                             scope=self._scope(repository),
+                             headers={"Accept": MANIFEST_ACCEPT}, stream=True)
+        with resp:
+            raw = resp.raw.read(MAX_MANIFEST_BYTES + 1, decode_content=True)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise RegistryError(f"manifest {repository}@{ref} is larger than {MAX_MANIFEST_BYTES} bytes")
+        actual = _digest.of_bytes(raw)
+        expected = ref if _digest.is_digest(ref) else resp.headers.get("Docker-Content-Digest")
+        if expected and expected != actual:
+            raise DigestMismatch(f"manifest {self.registry}/{repository}@{ref} does not match its digest",
+                                 expected=expected, actual=actual,
+                                 hint="the registry served other bytes; do not use this image")
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        return FetchedManifest(raw, media_type, actual)
+
+    def head_manifest(self, repository: str, ref: str) -> str | None:
+        """The digest `ref` resolves to, or None when the registry does not have it."""
+        resp = self._request("HEAD", f"/v2/{repository}/manifests/{ref}",
+                             scope=self._scope(repository),
+                             headers={"Accept": MANIFEST_ACCEPT}, ok=(200, 404))
+        if resp.status_code == 404:
+            return None
+        return resp.headers.get("Docker-Content-Digest") or (ref if _digest.is_digest(ref) else None)
+
+    def put_manifest(self, repository: str, ref: str, raw: bytes, media_type: str) -> str:
+        """Upload manifest bytes under `ref` (a tag or their own digest); return the digest."""
+        dig = _digest.of_bytes(raw)
+        if _digest.is_digest(ref) and ref != dig:
+            raise DigestMismatch(f"manifest pushed as {ref} hashes differently", expected=ref, actual=dig)
+        resp = self._request("PUT", f"/v2/{repository}/manifests/{ref}",
+                             scope=self._scope(repository, push=True), data=lambda: raw,
+                             headers={"Content-Type": media_type}, ok=(201, 200))
+        answered = resp.headers.get("Docker-Content-Digest")
+        if answered and answered != dig:
+            raise DigestMismatch(f"registry stored manifest {repository}:{ref} under another digest",
+                                 expected=dig, actual=answered)
+        return dig
+
+    def list_tags(self, repository: str) -> list[str]:
+        """Tags of `repository` (empty when the repository does not exist)."""
+        resp = self._request("GET", f"/v2/{repository}/tags/list", scope=self._scope(repository),
+                             ok=(200, 404))
+        return [] if resp.status_code == 404 else list(resp.json().get("tags") or [])
+
+    # ------------------------------------------------------------ blobs
+
+    def has_blob(self, repository: str, digest: str) -> bool:
+        """HEAD the blob: True when the registry already holds it."""
+        resp = self._request("HEAD", f"/v2/{repository}/blobs/{digest}",
+                             scope=self._scope(repository), ok=(200, 404))
+        return resp.status_code == 200
+
+    def get_blob_bytes(self, repository: str, digest: str, *, max_size: int = 16 << 20) -> bytes:
+        """A small blob (a config), digest-checked."""
+        resp = self._request("GET", f"/v2/{repository}/blobs/{digest}",
+                             scope=self._scope(repository), stream=True)
+        with resp:
+            data = resp.raw.read(max_size + 1, decode_content=False)
+        if len(data) > max_size:
+            raise RegistryError(f"blob {digest} is larger than {max_size} bytes")
+        actual = _digest.of_bytes(data)
+        if actual != digest:
+            raise DigestMismatch(f"blob {digest} from {self.registry}/{repository} does not match its digest",
+                                 expected=digest, actual=actual, hint="the registry's copy is corrupt")
+        return data
+
+    def get_blob(self, repository: str, digest: str, dest: Path, *, size: int | None = None,
+                 progress: Progress | None = None) -> int:
+        """Stream blob `digest` into `dest` (checked: sha256 and size); return its size.
+
+        A dropped connection restarts the download (bounded); nothing is left at `dest`
+        unless the bytes verify.
+        """
+        dest = Path(dest)
+        tmp = dest.with_name(f".{dest.name}.part")
+        for attempt in range(1, self.attempts + 1):
+            h, count = hashlib.sha256(), 0
+            try:
+                resp = self._request("GET", f"/v2/{repository}/blobs/{digest}",
+                                     scope=self._scope(repository), stream=True)
+                with resp, open(tmp, "wb") as out:
+                    for chunk in resp.iter_content(CHUNK):
+                        h.update(chunk)
+                        out.write(chunk)
+                        count += len(chunk)
+                        if progress:
+                            progress.advance(len(chunk))
+                break
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+                if progress:
+                    progress.advance(-count)
+                if attempt >= self.attempts:
+                    tmp.unlink(missing_ok=True)
+                    raise RegistryError(f"download of blob {digest} from {self.registry} kept failing "
+                                        f"({type(exc).__name__})", hint="retry later") from None
+                self._sleep(attempt, type(exc).__name__)
+        actual = "sha256:" + h.hexdigest()
+        if (size is not None and count != size) or actual != digest:
+            tmp.unlink(missing_ok=True)
+            raise DigestMismatch(
+                f"blob {digest} from {self.registry}/{repository} does not match its descriptor",
+                expected=f"{digest} ({size if size is not None else '?'} bytes)",
+                actual=f"{actual} ({count} bytes)", hint="the registry's copy is corrupt")
+        os.replace(tmp, dest)
+        return count
+
+    def mount_blob(self, repository: str, digest: str, from_repository: str) -> bool:
+        """Cross-repository mount; True if the registry mounted it (no upload needed)."""
+        resp = self._request("POST", f"/v2/{repository}/blobs/uploads/?"
+                             + urlencode({"mount": digest, "from": from_repository}),
+                             scope=self._scope(repository, push=True), ok=(201, 202))
+        if resp.status_code == 202:
+            self._cancel(resp, repository)
+        return resp.status_code == 201
+
+    def _cancel(self, resp: requests.Response, repository: str) -> None:
+        location = resp.headers.get("Location")
+        if location:
+            self._request("DELETE", location, scope=self._scope(repository, push=True),
+                          ok=(204, 200, 404), retry=False)
+
+    def upload_blob(self, repository: str, digest: str, source: Path | bytes, *,
+                    progress: Progress | None = None) -> int:
+        """Upload a blob (monolithic if small, else chunked); return the bytes sent.
+
+        A failure mid-upload restarts the session from scratch (bounded); the caller
+        checks `has_blob` first so existing blobs are never re-sent.
+        """
+        size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+        scope = self._scope(repository, push=True)
+        last: Exception | None = None
+        for attempt in range(1, self.attempts + 1):
+            before = progress.done if progress else 0
+            try:
+                if attempt > 1 and self.has_blob(repository, digest):
+                    # The previous attempt completed but its answer was lost.
+                    return 0
+                resp = self._request("POST", f"/v2/{repository}/blobs/uploads/", scope=scope,
+                                     ok=(202,))
+                location = resp.headers["Location"]
+                if size <= self.chunk_size:
+                    self._put_whole(location, repository, digest, source, size, progress)
+                else:
+                    self._put_chunked(location, repository, digest, source, size, progress)
+                return size
+            except RegistryUnavailable as exc:
+                last = exc
+            if progress:
+                progress.done = before
+            if attempt < self.attempts:
+                self._sleep(attempt, f"upload of {digest}: {type(last).__name__}")
+        raise RegistryUnavailable(f"upload of blob {digest} to {self.registry}/{repository} kept "
+                                  f"failing: {last}",
+                                  hint="check that the registry is running, then re-run: "
+                                       "blobs already uploaded are not sent again")
+
+    def _with_digest(self, location: str, digest: str) -> str:
+        parts = urlsplit(urljoin(self.base, location))
+        query = parse_qsl(parts.query, keep_blank_values=True) + [("digest", digest)]
+        return urlunsplit(parts._replace(query=urlencode(query)))
+
+    def _put_whole(self, location: str, repository: str, digest: str, source: Path | bytes,
+                   size: int, progress: Progress | None) -> None:
+        def body() -> bytes | IO[bytes]:
+            return source if isinstance(source, bytes) else open(source, "rb")
+        self._request("PUT", self._with_digest(location, digest),
+                      scope=self._scope(repository, push=True), data=body, retry=False,
+                      headers={"Content-Type": "application/octet-stream",
+                               "Content-Length": str(size)}, ok=(201,))
+        if progress:
+            progress.advance(size)
+
+    def _put_chunked(self, location: str, repository: str, digest: str, source: Path | bytes,
+                     size: int, progress: Progress | None) -> None:
+        scope = self._scope(repository, push=True)
+        with (open(source, "rb") if isinstance(source, Path) else _BytesReader(source)) as f:
+            offset = 0
+            while offset < size:
+                chunk = f.read(self.chunk_size)
+                end = offset + len(chunk) - 1
+                resp = self._request("PATCH", location, scope=scope, data=lambda c=chunk: c,
+                                     retry=False, ok=(202,), headers={
+                                         "Content-Type": "application/octet-stream",
+                                         "Content-Range": f"{offset}-{end}",
+                                         "Content-Length": str(len(chunk))})
+                location = resp.headers["Location"]
+                offset += len(chunk)
+                if progress:
+                    progress.advance(len(chunk))
+        self._request("PUT", self._with_digest(location, digest), scope=scope, retry=False,
+                      headers={"Content-Length": "0"}, ok=(201,))
+
+
+class _BytesReader:
+    """`open()`-like context for in-memory sources of a chunked upload."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def __enter__(self) -> _BytesReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def read(self, n: int) -> bytes:
+        out = self.data[self.pos:self.pos + n]
+        self.pos += len(out)
+        return out

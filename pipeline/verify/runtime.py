@@ -1,0 +1,203 @@
+"""The one adapter for the container CLI (docker or podman).
+
+Pull by digest, run detached with the server port published on a free loopback
+port, wait for `/health`, read logs, stop and remove. Every container started here
+carries the label `LABEL=owner` so that `cleanup()` can find and remove exactly the
+containers the pipeline started and nothing else. This machine's quirks (runc,
+explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pipeline import _proc
+from pipeline.config import EngineArgs, RuntimeConfig, load
+from pipeline.errors import ReleaseError, ToolError
+from pipeline.verify.limits import ContainerLimits
+from pipeline.registry.client import is_loopback
+from pipeline.progress import say
+
+LABEL = "org.openenv-arena.release.owner"
+OWNER = "pipeline"
+
+
+class ContainerError(ReleaseError):
+    """A container did not start, did not become healthy, or could not be removed."""
+
+
+@dataclass(frozen=True)
+class Container:
+    """A running container this adapter started."""
+
+    id: str
+    image: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def detect(choice: str = "auto") -> str:
+    """The engine to drive: docker only if its daemon answers, else podman."""
+    if choice in ("docker", "podman"):
+        _proc.which(choice)
+        return choice
+    if shutil.which("docker"):
+        probe = _proc.run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False,
+                          timeout=30)
+        if probe.returncode == 0:
+            return "docker"
+    if shutil.which("podman"):
+        return "podman"
+    raise ToolError("no usable container runtime: docker has no daemon and podman is missing",
+                    hint="install podman (apt-get install podman runc) or start dockerd")
+
+
+class ContainerRuntime:
+    """docker/podman CLI with this machine's flags; see the module docstring."""
+
+    def __init__(self, config: RuntimeConfig | None = None, *, engine: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        config = config if config is not None else load().runtime
+        self.engine = engine or detect(config.engine_choice(environ))
+        self.args: EngineArgs = config.args_for(self.engine, environ)
+        self.health_timeout_s = config.health_timeout_s
+
+    def _cli(self, *argv: str, check: bool = True, timeout: float | None = 600):
+        return _proc.run([self.engine, *self.args.global_args, *argv], check=check,
+                         timeout=timeout)
+
+    def pull(self, reference: str) -> str:
+        """Pull an image by digest (`name@sha256:...`); return that reference."""
+        if "@sha256:" not in reference:
+            raise ContainerError("images are pulled by digest only",
+                                 expected="name@sha256:<64 hex>", actual=reference)
+        argv = ["pull", "--quiet"]
+        registry = reference.split("/", 1)[0]
+        # A loopback registry speaks plain HTTP: docker allows 127.0.0.0/8 by itself,
+        # podman has to be told.
+        if self.engine == "podman" and is_loopback(registry):
+            argv.append("--tls-verify=false")
+        say(f"pulling {reference}")
+        self._cli(*argv, reference, timeout=1800)
+        return reference
+
+    def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
+            name: str | None = None, extra_args: Sequence[str] = (),
+            command: Sequence[str] = (), limits: ContainerLimits | None = None) -> Container:
+        """Start `image` detached, publishing `port` on a free 127.0.0.1 port.
+
+        `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
+        `limits` (the release's budget) become cgroup limits, a size-limited /workspace
+        and a user namespace of the container's own.
+        """
+        argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
+                "--publish", f"127.0.0.1::{port}", *self.args.run_args,
+                *(limits.run_args() if limits else ()), *extra_args]
+        if name:
+            argv += ["--name", name]
+        for key, value in sorted((env or {}).items()):
+            argv += ["--env", f"{key}={value}"]
+        out = self._cli(*argv, image, *command)
+        cid = out.stdout.decode().strip().splitlines()[-1]
+        mapped = self._cli("port", cid, f"{port}/tcp").stdout.decode().split()
+        if not mapped:
+            # An exited container has no port mapping left: say why it exited.
+            logs = self.logs(cid, tail=30).strip() or "(no output)"
+            state = "running" if self._running(cid) else "exited"
+            self.remove(cid)
+            raise ContainerError(f"container {cid[:12]} ({image}) has no published port {port}",
+                                 expected="a running container", actual=state,
+                                 hint=f"container logs:\n{logs}")
+        host, _, host_port = mapped[0].rpartition(":")
+        return Container(id=cid, image=image, host=host or "127.0.0.1", port=int(host_port))
+
+    def logs(self, container: Container | str, *, tail: int | None = None) -> str:
+        """stdout and stderr of a container (the last `tail` lines if given)."""
+        cid = container.id if isinstance(container, Container) else container
+        argv = ["logs"] + (["--tail", str(tail)] if tail else []) + [cid]
+        out = self._cli(*argv, check=False)
+        return (out.stdout + out.stderr).decode(errors="replace")
+
+    def _running(self, cid: str) -> bool:
+        out = self._cli("inspect", "--format", "{{.State.Running}}", cid, check=False)
+        return out.returncode == 0 and out.stdout.decode().strip() == "true"
+
+    def wait_healthy(self, container: Container, *, path: str = "/health",
+                     timeout: float | None = None) -> float:
+        """Poll `path` until it answers 200; ContainerError with the logs otherwise."""
+        timeout = self.health_timeout_s if timeout is None else timeout
+        started = time.monotonic()
+        url = container.url + path
+        last = "no answer"
+        while time.monotonic() - started < timeout:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - started
+                    last = f"HTTP {resp.status}"
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                last = str(getattr(exc, "reason", exc))
+            if not self._running(container.id):
+                last = "the container exited"
+                break
+            time.sleep(0.25)
+        logs = self.logs(container, tail=30).strip() or "(no output)"
+        raise ContainerError(
+            f"container {container.id[:12]} ({container.image}) is not healthy at {url}",
+            expected="HTTP 200", actual=last,
+            hint=f"container logs:\n{logs}")
+
+    def start(self, image: str, **kwargs) -> Container:
+        """`run` then `wait_healthy`; a container that fails is removed again."""
+        container = self.run(image, **kwargs)
+        try:
+            took = self.wait_healthy(container)
+        except BaseException:
+            self.remove(container)
+            raise
+        say(f"  {image} healthy at {container.url} after {took:.1f} s")
+        return container
+
+    def remove(self, container: Container | str) -> None:
+        """Stop and remove a container; a container that is already gone is fine."""
+        cid = container.id if isinstance(container, Container) else container
+        out = self._cli("rm", "--force", "--time", "5", cid, check=False)
+        if out.returncode != 0 and self.exists(cid):
+            raise ContainerError(f"cannot remove container {cid[:12]}",
+                                 actual=out.stderr.decode(errors="replace").strip())
+
+    def host_root(self, container: Container) -> str | None:
+        """Where this process can read the container's filesystem (/proc/<PID>/root of its
+        init on this host), or None (a remote daemon, or no permission to look)."""
+        out = self._cli("inspect", "--format", "{{.State.Pid}}", container.id, check=False)
+        pid = out.stdout.decode().strip() if out.returncode == 0 else ""
+        root = f"/proc/{pid}/root"
+        if not pid.isdigit() or pid == "0" or not os.access(root, os.R_OK | os.X_OK):
+            return None
+        return root
+
+    def exists(self, cid: str) -> bool:
+        return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0
+
+    def ours(self) -> list[str]:
+        """IDs of every container (running or not) that carries our label."""
+        out = self._cli("ps", "--all", "--no-trunc", "--filter", f"label={LABEL}={OWNER}",
+                        "--format", "{{.ID}}")
+        return sorted(line.strip() for line in out.stdout.decode().splitlines() if line.strip())
+
+    def cleanup(self) -> int:
+        """Remove every container the pipeline started; return how many there were."""
+        ids = self.ours()
+        for cid in ids:
+            self.remove(cid)
+        return len(ids)

@@ -1,0 +1,99 @@
+"""The layers contract: every module under pipeline/ imports only from its own floor of
+`pipeline.LAYERS` or a lower one, so data flows one way (issue 13).
+
+Read from the source with `ast` (function-level imports included), not by importing.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline import LAYERS
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pipeline"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def floor(module: str) -> int:
+    """Index in LAYERS of the longest prefix naming `module`."""
+    best, best_len = None, -1
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best_len:
+                best, best_len = index, len(name)
+    if best is None:
+        raise AssertionError(f"{module} is on no floor of pipeline.LAYERS: add it there")
+    return best
+
+
+def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every pipeline module `tree` imports (relative imports resolved)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "pipeline")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "pipeline":
+                continue
+            for alias in node.names:
+                # `from pipeline.records import attest` imports the submodule attest.
+                sub = f"{target}.{alias.name}"
+                found.add(sub if _is_module(sub) else target)
+    return found
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        mine = floor(module)
+        for target in sorted(imported(tree, module, path.name == "__init__.py")):
+            if floor(target) > mine:
+                found.append(f"{module} (floor {mine}) imports {target} (floor {floor(target)})")
+    return found
+
+
+def test_every_module_imports_only_its_own_or_lower_floors() -> None:
+    assert violations() == []
+
+
+def test_every_module_is_on_a_floor() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        floor(module_name(path, PACKAGE))
+
+
+@pytest.mark.parametrize("statement", [
+    "from pipeline.release import release",
+    "from pipeline import release",
+    "import pipeline.records.attest",
+    "def late():\n    from ..records import sbom\n",
+])
+def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
+    """Teeth: a copy of pipeline/ with one upward import planted in image/ fails."""
+    copy = tmp_path / "pipeline"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "image" / "planted.py").write_text(statement + "\n")
+    found = violations(copy)
+    assert len(found) == 1 and found[0].startswith("pipeline.image.planted "), found
