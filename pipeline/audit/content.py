@@ -68,8 +68,8 @@ def audit_submission(r: Rows, s: State) -> None:
 
 def _verification_matches(s: State) -> None:
     """submission.json's per-task verification, image sizes and revision = rebuilt from checks.json."""
-    from . import submission as submission_mod
-    from .checks import results as results_mod
+    from pipeline.records import submission as submission_mod
+    from pipeline.checks import results as results_mod
 
     def plain(sub) -> dict:
         return json.loads(json.dumps(submission_mod.to_json(sub)))
@@ -381,7 +381,7 @@ def audit_checks(r: Rows, s: State) -> None:
     srec = f"attestations/checks{s.suffix}"
 
     def passed() -> None:
-        from .checks import results as results_mod
+        from pipeline.checks import results as results_mod
 
         equal(f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
               "PASSED", pred.get("result"))

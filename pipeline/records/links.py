@@ -263,7 +263,7 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
     """
     from in_toto import verifylib
 
-    from .signing import BUNDLE_SUFFIX, DSSE_SUFFIX
+    from pipeline.records.signing import BUNDLE_SUFFIX, DSSE_SUFFIX
 
     suffix = suffix or (DSSE_SUFFIX if key is not None else BUNDLE_SUFFIX)
     root = Path(root)

@@ -466,7 +466,8 @@ def _resign_provenance(rec, change):
     """An insider rewrites provenance.json (`change(prov) -> prov`) and signs a matching statement."""
     import dataclasses
 
-    from pipeline import config as config_mod, provenance
+    from pipeline import config as config_mod
+    from pipeline.records import provenance
 
     from .conftest import LOCK_TEXT
 
@@ -568,7 +569,7 @@ def test_record_that_would_never_end_is_not_read(records, kind, rel):
         os.mkfifo(path)
     else:
         os.symlink("/dev/zero", path)
-    assert audit.main(["--records", str(records.root), "--vsa", str(records.root.parent / "vsa.json")]) == 1
+    assert cli.main(["audit", "--records", str(records.root), "--vsa", str(records.root.parent / "vsa.json")]) == 1
     fails = failed(records.root)
     assert set(fails) == {"records/files"}
     assert (f"{rel} -> /dev/zero" if kind != "named pipe" else f"{rel} (not a regular file)") in fails["records/files"]
@@ -862,7 +863,7 @@ def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
     (records.root / rel).write_text(DEEP if rel != "release.toml" else "a = " + DEEP)
     fails = failed(records.root)
     assert "RecursionError" in fails[owner]
-    assert audit.main(["--records", str(records.root)]) == 1
+    assert cli.main(["audit", "--records", str(records.root)]) == 1
     assert capsys.readouterr().out.startswith("AUDIT FAILED")
 
 
@@ -917,7 +918,7 @@ def test_layout_replaced_by_a_link(records):
 
 def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, capsys):
     _edit_json(records.root / "submission.json", lambda d: d.update(image="arena/x@not-a-digest"))
-    assert audit.main(["--records", str(records.root)]) == 1
+    assert cli.main(["audit", "--records", str(records.root)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("AUDIT FAILED") and "submission/image: digest of arena/x@not-a-digest" in out
 

@@ -61,7 +61,7 @@ def test_in_toto_command_refuses_a_layout_and_links_resigned_with_a_published_fo
     keyid first, so a forger who re-signs the layout and links and publishes their key is refused."""
     from in_toto.models.metadata import Envelope, Metadata
 
-    from pipeline import signing
+    from pipeline.records import signing
 
     readme = (fresh.root / "attestations" / "README.md").read_text()
     command = next(s for s in _snippets(readme) if "in-toto-verify" in s)
