@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pipeline.checks import shell as cmd
@@ -211,13 +211,14 @@ def output_cap_check(session: Session, case: Case, seed: int, rec: Recorder) -> 
         rec.error("output-cap", exc)
 
 
-def one_session_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
-    """With this session open, a second concurrent session gets the capacity error."""
+def record_one_session(rec: Recorder, second: Session, reset_second: Callable[[Session], object],
+                       first: Session, reset_first: Callable[[], object]) -> None:
+    """`one-session`: while `first` is open, `second` (reset with `reset_second`) gets the
+    capacity error, and `first` still works afterwards (reset with `reset_first`)."""
     code: str | None = None
-    second = Session(target.url)
     try:
         second.open()
-        second.reset(case.id, seed=seed)
+        reset_second(second)
         code = "accepted"
     except ServerError as exc:
         code = exc.code or str(exc)
@@ -229,13 +230,19 @@ def one_session_check(session: Session, target: Target, case: Case, seed: int, r
         except (ServerError, ConnectionError, OSError, RuntimeError):
             pass
     try:
-        session.reset(case.id, seed=seed + 1)
-        alive = "first-alive" in session.shell("echo first-alive").output
+        reset_first()
+        alive = "first-alive" in first.shell("echo first-alive").output
     except ServerError:
         alive = False
     rec.add("one-session", code == CAPACITY_CODE and alive,
             observed={"second_session": code, "first_still_works": alive},
             expected={"second_session": CAPACITY_CODE, "first_still_works": True})
+
+
+def one_session_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+    """With this session open, a second concurrent session gets the capacity error."""
+    record_one_session(rec, Session(target.url), lambda second: second.reset(case.id, seed=seed),
+                       session, lambda: session.reset(case.id, seed=seed + 1))
 
 
 def run_image_checks(session: Session, target: Target, case: Case,

@@ -24,7 +24,7 @@ from pipeline.config import RepairConventions
 from pipeline.checks import shell as cmd
 from pipeline.checks._record import Recorder
 from pipeline.checks.client import ServerError, Session
-from pipeline.checks.image_checks import CAPACITY_CODE, http_checks
+from pipeline.checks.image_checks import http_checks, record_one_session
 from pipeline.checks.results import CheckResult
 from pipeline.checks.target import Target
 
@@ -228,28 +228,10 @@ class _Run:
                      expected={"applied": True, "reward": 1.0, "done": True})
 
     def one_session(self, url: str, timeout_s: float) -> None:
-        second = Session(url, message_timeout_s=timeout_s)
-        try:
-            second.open()
-            second.reset(self.task_id, seed=next(self.seeds), id_field=self.conv.reset_id_field)
-            code: str = "accepted"
-        except ServerError as exc:
-            code = exc.code or str(exc)
-        except (ConnectionError, OSError) as exc:
-            code = f"{type(exc).__name__}: {exc}"
-        finally:
-            try:
-                second.close()
-            except (ServerError, ConnectionError, OSError, RuntimeError):
-                pass
-        try:
-            self.reset()
-            alive = "first-alive" in self.session.shell("echo first-alive").output
-        except ServerError:
-            alive = False
-        self.rec.add("one-session", code == CAPACITY_CODE and alive,
-                     observed={"second_session": code, "first_still_works": alive},
-                     expected={"second_session": CAPACITY_CODE, "first_still_works": True})
+        record_one_session(
+            self.rec, Session(url, message_timeout_s=timeout_s),
+            lambda second: second.reset(self.task_id, seed=next(self.seeds), id_field=self.conv.reset_id_field),
+            self.session, self.reset)
 
 
 def _fail_missing(rec: Recorder, names: tuple[str, ...], exc: ServerError) -> None:
