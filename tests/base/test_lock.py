@@ -4,6 +4,7 @@ and nothing in it unused."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 
 from pipeline.sources import lock
 from pipeline.errors import ConfigError, DigestMismatch
+
+from tests.contained import ContainedProcess, contained_argv, require_containment
 
 from .basefixtures import HERE, make_venv, pip_install, wheel_dir
 
@@ -159,11 +162,17 @@ print(json.dumps(result.observation))
 
 @pytest.mark.root
 def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
-    """env.server.app (the image's Cmd) serves a shell step with only the locked wheels."""
+    """env.server.app (the image's Cmd) serves a shell step with only the locked wheels.
+
+    The server runs contained (its own PID, mount and IPC namespaces over an overlay of /):
+    it adds the sandbox user and rebuilds /workspace, which must not happen on the host."""
+    require_containment()
     repo = HERE.parent.parent
     port = _free_port()
-    proc = subprocess.Popen([lock_venv, "-m", "uvicorn", "env.server.app:app", "--host",
-                             "127.0.0.1", "--port", str(port)], cwd=repo,
+    argv = contained_argv(tmp_path / "ns", tmp_path,
+                          [str(lock_venv), "-m", "uvicorn", "env.server.app:app", "--host", "127.0.0.1",
+                           "--port", str(port)])
+    proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -182,5 +191,4 @@ def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
         assert out.returncode == 0, out.stderr
         assert "2000" in json.loads(out.stdout)["output"]
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        ContainedProcess(proc).stop()
