@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.records import attest, provenance, sbom, signing
-from pipeline import audit, config  # noqa: E402
+from pipeline import audit, config, plan  # noqa: E402
 from pipeline.checks.results import CheckResult, SuiteResult  # noqa: E402
 from pipeline.image.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST  # noqa: E402
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer  # noqa: E402
@@ -122,7 +122,8 @@ def main() -> int:
         checks = SuiteResult(image=f"bench/image@{image.digest}", targets=("bench",), seconds=0.0,
                              checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)))
         ssecs, _ = timed(lambda: attest.write_attestations(
-            cfg=cfg, subject=attest.Subject("bench/image", image.digest), provenance=prov, lock_text=lock_text,
+            cfg=cfg, subject=attest.Subject("bench/image", image.digest), provenance=prov,
+            parameters=plan.resolve(cfg, prov.profile).parameters, lock_text=lock_text,
             sbom_bytes=data, checks=checks, checks_bytes=json.dumps(checks.to_json()).encode(), signer=signer,
             out_dir=records / "attestations", started=now, finished=now), args.runs)
         print(f"attest + sign (3 statements, Ed25519): {ssecs:.3f} s")

@@ -46,7 +46,7 @@ def timed(fn):
 
 def main() -> int:
     cfg = load()
-    profile = cfg.profile("local")
+    target = plan.resolve(cfg, "local").target
     ep = localregistry.endpoint()
     client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
     record, _ = basestage.ensure(client)
@@ -59,7 +59,7 @@ def main() -> int:
         tmp = Path(tmp)
 
         def ours():
-            return build.build(cfg, repo=REPO_ROOT, base=source, repository=profile.image_name,
+            return build.build(cfg, repo=REPO_ROOT, base=source, repository=target.image_name,
                                tag="bench", source_revision="bench", source_date_epoch=sde,
                                out=tmp / "dist")
 

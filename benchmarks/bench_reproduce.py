@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline import basestage
 from pipeline.image import base, build
 from pipeline.registry import basesource
-from pipeline import config
+from pipeline import config, plan
 from pipeline.registry import local as localregistry
 from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT  # noqa: E402
@@ -42,21 +42,21 @@ def released_clone(dest: Path, registry: str) -> None:
     """A clone of HEAD with the image built and provenance.json committed."""
     git(dest.parent, "clone", "-q", f"file://{REPO_ROOT}", str(dest))
     cfg = config.load(dest / "release.toml")
-    profile = cfg.profile("local")
+    target = plan.resolve(cfg, "local").target
     lock = base.load_record(dest / "locks" / "base.json")
     source = basesource.BaseSource(name=lock.name, digest=lock.digest, registry=registry,
                               repository=lock.name)
     inputs = provenance.image_inputs(dest)
-    record = build.build(cfg, repo=dest, base=source, repository=profile.image_name,
-                         tag=profile.tag, source_revision=inputs.commit,
+    record = build.build(cfg, repo=dest, base=source, repository=target.image_name,
+                         tag=target.tag, source_revision=inputs.commit,
                          source_date_epoch=inputs.time, out=dest / "dist")
     image = provenance.Image(
-        name=profile.image_name, digest=record.manifest_digest, media_type=record.media_type,
+        name=target.image_name, digest=record.manifest_digest, media_type=record.media_type,
         config_digest=record.config_digest, compressed_size=record.compressed_size,
         layer_count=len(record.base_layers) + len(record.app_layers),
         app_layers=record.app_layers, config=record.config)
     provenance.write(dest / "provenance.json", provenance.assemble(
-        dest, profile, base=provenance.Base(lock.name, lock.digest), sources=(), external=(),
+        dest, "local", base=provenance.Base(lock.name, lock.digest), sources=(), external=(),
         image=image))
     git(dest, "add", "provenance.json")
     git(dest, "commit", "-q", "-m", "release records")

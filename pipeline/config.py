@@ -102,6 +102,16 @@ class External:
 
 
 @dataclass(frozen=True)
+class ExternalPolicy:
+    """What a release does with an external task it could not verify: refuse to publish
+    (`required`, the arena profile) or carry on and say so loudly. `profile` only names
+    the release in messages."""
+
+    required: bool
+    profile: str
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str

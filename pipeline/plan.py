@@ -1,24 +1,30 @@
-"""A release profile resolved into the objects the stages take.
+"""A release profile resolved once into the objects the stages take.
 
 A profile in release.toml names things: a registry ("local" or a host), a base
-("local" or a pinned reference), a vendored task source, whether external tasks must
-verify. The orchestration (release, reproduce, the CLI commands) turns those names into
-values here, once; the stages receive the values (a push `Target` and its registry
-client, a `BaseSource` to read, a `VendoredTaskFile`) and never find a registry or a
-base themselves.
+("local" or a pinned reference), a vendored task source, a signing method, whether
+external tasks must verify. `resolve` turns the name into a `ReleasePlan` at the start
+of a command (release, reproduce, audit, the CLI commands); the stages receive its
+values (a push `Target` and its registry client, a `BaseSource` to read, the sources
+to vendor, a `VendoredTaskFile`, a signer, an `ExternalPolicy`) and never look a
+profile up by name, find a registry or pick a base themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from pipeline import config as _config
+from pipeline.config import ExternalPolicy, Source
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
-from pipeline.registry.basesource import BaseSource
 from pipeline.image.payload import VendoredTaskFile
+from pipeline.records import signing, trust
 from pipeline.registry import local as localregistry
+from pipeline.registry.basesource import BaseSource
 from pipeline.registry.client import Credentials, Reference, RegistryClient
 from pipeline.sources.vendor import check_vendored
 
@@ -27,7 +33,7 @@ from pipeline.sources.vendor import check_vendored
 class Target:
     """Where the built image is pushed, and the name the records give it."""
 
-    registry: str  # host[:port]; for the local profile the loopback registry's address
+    registry: str  # host[:port]; "local" = the loopback registry (its address is read when a client is made)
     repository: str
     tag: str
     image_name: str
@@ -42,51 +48,101 @@ class Target:
         return RegistryClient(self.registry, credentials=Credentials.from_env(self.registry))
 
 
-def target(profile: _config.Profile) -> Target:
-    """The profile's push target. The local registry's address is read when the client is
-    made (it changes between runs), not here."""
-    return Target(registry=profile.registry, repository=profile.repository, tag=profile.tag,
-                  image_name=profile.image_name, local=profile.local)
+@dataclass(frozen=True)
+class BaseChoice:
+    """The base a profile builds on: an image pinned by digest in release.toml, or (when
+    `pinned` is None) the locally built base that locks/base.json pins."""
+
+    pinned: str | None
+
+    @property
+    def local(self) -> bool:
+        return self.pinned is None
+
+    def pin(self) -> tuple[str, str]:
+        """The recorded name and digest of the base (release.toml's pin or locks/base.json)."""
+        if self.pinned is not None:
+            ref = Reference.parse(self.pinned)
+            return ref.name, ref.digest or ""
+        record = _base.load_record()
+        if record is None:
+            raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
+                              hint="run `nox -s base` first")
+        return record.name, record.digest
+
+    def source(self, *, registry: str | None = None, layout: Path | None = None) -> BaseSource:
+        """Where to read the base: the pinned digest from its own registry, or the local
+        base's from `registry` (default: the local registry); with `layout`, the pinned
+        digest read from that OCI layout instead."""
+        if layout is not None:
+            return BaseSource.from_layout(layout, *self.pin())
+        if self.pinned is not None:
+            return BaseSource.from_registry(self.pinned, name=Reference.parse(self.pinned).name)
+        name, digest = self.pin()
+        return BaseSource(name=name, digest=digest, repository=name,
+                          registry=registry or localregistry.endpoint().address)
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One profile, resolved: every value a stage needs, and nothing to look up later."""
+
+    profile: str  # the name the records carry
+    parameters: Mapping[str, Any]  # the profile's release.toml table, as the SLSA externalParameters
+    target: Target
+    base: BaseChoice
+    sources: tuple[Source, ...]  # the upstream files this profile vendors, in release.toml order
+    task_source: Source | None  # the one whose file the image serves (None: first-party tasks)
+    signing: str  # "key" or "sigstore"
+    external: ExternalPolicy
+    trust: trust.TrustRoot  # release.toml's pins for this profile (empty when malformed: the audit says why)
+
+    def signer(self, *, key_path: Path | None = None) -> signing.KeySigner | signing.SigstoreSigner:
+        """The signer (loads the release key, or prepares keyless signing)."""
+        return signing.signer_for(self.signing, key_path=key_path)
+
+    def task_file(self, vendor_dir: Path) -> VendoredTaskFile | None:
+        """The served task module, verified in `vendor_dir` (no network)."""
+        if self.task_source is None:
+            return None
+        record = check_vendored(self.task_source, vendor_dir)
+        return VendoredTaskFile(source=self.task_source.name, file=vendor_dir / record.vendor_path,
+                                license_file=vendor_dir / record.license_path)
+
+    def unpinned_warning(self, signer: signing.KeySigner | signing.SigstoreSigner) -> str | None:
+        """A loud warning when `signer` is not the one release.toml pins for this profile."""
+        if signer.kind == "key":
+            return trust.unpinned_warning(self.trust, signer.keyid)
+        return trust.unpinned_identity_warning(self.trust, signer.policy())
+
+
+def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None) -> ReleasePlan:
+    """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
+    overrides the profile's signing method."""
+    profile = cfg.profile(name)
+    try:
+        pins = trust.pins(cfg, profile.name)
+    except ConfigError:
+        pins = trust.TrustRoot(source=f"[trust.{profile.name}] of {cfg.path.name}")
+    kind = signing_kind or profile.signing
+    if kind not in ("key", "sigstore"):
+        raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
+    table = (cfg.raw.get("profiles") or {}).get(profile.name, {})
+    return ReleasePlan(
+        profile=profile.name,
+        parameters=MappingProxyType(dict(sorted(table.items()))),
+        target=Target(registry=profile.registry, repository=profile.repository, tag=profile.tag,
+                      image_name=profile.image_name, local=profile.local),
+        base=BaseChoice(None if profile.base == "local" else profile.base),
+        sources=cfg.sources_for(profile),
+        task_source=cfg.source(profile.vendored_source) if profile.vendored_source else None,
+        signing=kind,
+        external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
+        trust=pins,
+    )
 
 
 def same_registry_repos(client: RegistryClient, base: BaseSource) -> tuple[str, ...]:
     """The base's repository when it lives in the push registry: its blobs are mounted,
     not uploaded again."""
     return (base.repository,) if base.repository and base.registry == client.registry else ()
-
-
-def pinned_base(profile: _config.Profile) -> tuple[str, str]:
-    """The recorded name and digest of the profile's base (release.toml or locks/base.json)."""
-    if profile.base != "local":
-        ref = Reference.parse(profile.base)
-        return ref.name, ref.digest or ""
-    record = _base.load_record()
-    if record is None:
-        raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
-                          hint="run `nox -s base` first")
-    return record.name, record.digest
-
-
-def base_source(profile: _config.Profile, *, registry: str | None = None,
-                layout: Path | None = None) -> BaseSource:
-    """The base to build on: the profile's pinned digest read from its registry, or the
-    local base lock's from `registry` (default: the local registry); with `layout`, the
-    pinned digest read from that OCI layout instead."""
-    if layout is not None:
-        return BaseSource.from_layout(layout, *pinned_base(profile))
-    if profile.base != "local":
-        return BaseSource.from_registry(profile.base, name=Reference.parse(profile.base).name)
-    name, digest = pinned_base(profile)
-    return BaseSource(name=name, digest=digest, repository=name,
-                      registry=registry or localregistry.endpoint().address)
-
-
-def task_source(cfg: _config.ReleaseConfig, profile: _config.Profile,
-                vendor_dir: Path) -> VendoredTaskFile | None:
-    """The profile's vendored task module, verified from `vendor_dir` (no network)."""
-    name = profile.vendored_source
-    if name is None:
-        return None
-    record = check_vendored(cfg.source(name), vendor_dir)
-    return VendoredTaskFile(source=name, file=vendor_dir / record.vendor_path,
-                            license_file=vendor_dir / record.license_path)

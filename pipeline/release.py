@@ -98,9 +98,9 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, sub: submission.Submission,
-            timings: Timings, profile: _config.Profile) -> None:
+            timings: Timings, profile: str) -> None:
     lines = [
-        f"# Release report ({profile.name} profile)",
+        f"# Release report ({profile} profile)",
         "",
         f"- image: `{image}`",
         f"- pushed and pulled back anonymously: `{pushed}`",
@@ -143,7 +143,7 @@ def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
             hint="run `nox -s base` and commit locks/base.json, then release")
 
 
-def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path, staging: Path,
+def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path, staging: Path,
                    signer, links: intoto_links.StageRecorder, record: build.BuildRecord, image_name: str,
                    base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
                    lock_text: str, revision: provenance.ProjectRevision, allow_dirty: bool,
@@ -159,34 +159,35 @@ def _write_records(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo
             layer_count=len(record.base_layers) + len(record.app_layers),
             app_layers=record.app_layers, config=record.config)
         prov = provenance.assemble(
-            repo, profile, base=base_pin,
+            repo, rp.profile, base=base_pin,
             sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
             image=image_rec)
         provenance.write(staging / "provenance.json", prov)
         files = attest.write_attestations(
-            cfg=cfg, subject=subject, provenance=prov, lock_text=lock_text, sbom_bytes=sbom_bytes,
+            cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=lock_text, sbom_bytes=sbom_bytes,
             checks=suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes(), signer=signer,
             out_dir=att_dir, started=started_at, finished=datetime.now(timezone.utc))
     with links.step("submission"):
-        sub = submission.build(cfg, profile, suite, image=f"{image_name}@{record.manifest_digest}",
+        sub = submission.build(cfg, rp.external, suite, image=f"{image_name}@{record.manifest_digest}",
                                source_revision=revision.commit)
         submission.write_submission(staging / "submission.json", sub)
     released_on = datetime.now(timezone.utc)
     links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
                 days=intoto_links.valid_days(cfg))
     attest.write_readme(att_dir, subject, signer, files, source_url=cfg.source_url)
-    release_statement.write(staging, signer, subject, source_url=cfg.source_url, profile=profile.name,
+    release_statement.write(staging, signer, subject, source_url=cfg.source_url, profile=rp.profile,
                             released_on=released_on)
     return sub
 
 
-def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
+def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             allow_dirty: bool = False, mirror: Path | None = None, parallel: int = 2,
-            signing_kind: str | None = None, command: Sequence[str] | None = None) -> Outcome:
-    """Run every stage for `profile` from the checkout at `repo`; see the module doc.
+            command: Sequence[str] | None = None) -> Outcome:
+    """Run every stage of the resolved profile `rp` (`plan.resolve`) from the checkout at
+    `repo`; see the module doc.
 
     `command` is what the in-toto links record as the command that ran (default: the
-    `python -m pipeline release` command line for `profile`).
+    `python -m pipeline release` command line for the profile).
     """
     repo = Path(repo).resolve()
     dist, vendor_dir = repo / "dist", repo / "vendor"
@@ -194,16 +195,14 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
     timings = Timings()
     started_at = datetime.now(timezone.utc)
     started_registry = False
-    # The profile resolved once: where the image goes and who signs.
-    target = plan.target(profile)
-    signer = signing.signer_for(signing_kind or profile.signing)
+    target = rp.target
+    signer = rp.signer()
     image_name = target.image_name
     att_dir = staging / "attestations"
     links = intoto_links.StageRecorder(
-        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", profile.name), signer.suffix)
+        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
     # Before any work: who signs, and whether the audit will trust them (sigstore: the token is needed now).
-    unpinned = (trust.unpinned_warning(cfg, profile.name, signer.keyid) if signer.kind == "key" else
-                trust.unpinned_identity_warning(cfg, profile.name, signer.policy()))
+    unpinned = rp.unpinned_warning(signer)
     if unpinned:
         say(unpinned)
     try:
@@ -214,7 +213,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
             sde = provenance.source_date_epoch(repo)
             say(f"    source {revision.commit} (dirty: {revision.dirty}); image inputs last "
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
-            if profile.base == "local" and not allow_dirty:
+            if rp.base.local and not allow_dirty:
                 _check_base_lock(cfg)
         if target.local:
             with timings.stage("registry"):
@@ -223,15 +222,15 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                 say(f"    local registry at {state.address}")
         client = target.client()
         with timings.stage("base"):
-            if profile.base == "local":
+            if rp.base.local:
                 base_record, what = basestage.ensure(client)
                 say(f"    base {what}: {base_record.pull_reference(client.registry)}")
-            base_src = plan.base_source(profile, registry=client.registry)
+            base_src = rp.base.source(registry=client.registry)
             base_pin = provenance.Base(base_src.name, base_src.digest)
         with timings.stage("vendor"), links.step("vendor"):
-            vendored = sources.vendor(cfg, profile, vendor_dir, mirror=mirror)
-            externals = external.fetch_records(cfg, profile, vendor_dir, mirror=mirror)
-        task_file = plan.task_source(cfg, profile, vendor_dir)
+            vendored = sources.vendor(rp.sources, vendor_dir, mirror=mirror)
+            externals = external.fetch_records(cfg, rp.external, vendor_dir, mirror=mirror)
+        task_file = rp.task_file(vendor_dir)
         with timings.stage("build"), links.step("build"):
             record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
                                  tag=target.tag, source_revision=inputs.commit,
@@ -241,7 +240,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
         with timings.stage("sbom"), links.step("sbom"):
             lock_text = (repo / provenance.WHEEL_LOCK).read_text()
             sbom_bytes = sbom.generate(Path(record.layout), name=image_name, app_dir=cfg.app_dir,
-                                       ref=record.tag, sources=cfg.sources_for(profile),
+                                       ref=record.tag, sources=rp.sources,
                                        first_party_license=sbom.project_license(),
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
@@ -263,11 +262,11 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                     actual=", ".join(c.id for c in suite.failures[:10]),
                     hint=f"observed vs expected for each is in {dist / 'checks.json'}")
             checks_external.enforce(
-                [checks_external.ExternalResult.from_json(e) for e in suite.external], profile)
+                [checks_external.ExternalResult.from_json(e) for e in suite.external], rp.external)
             # The committed copy of the results the checks statement is about.
             write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
         with timings.stage("records"):
-            sub = _write_records(cfg, profile, repo=repo, staging=staging, signer=signer, links=links,
+            sub = _write_records(cfg, rp, repo=repo, staging=staging, signer=signer, links=links,
                                  record=record, image_name=image_name, base_pin=base_pin, vendored=vendored,
                                  externals=externals, suite=suite, lock_text=lock_text, revision=revision,
                                  allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
@@ -277,7 +276,7 @@ def release(cfg: _config.ReleaseConfig, profile: _config.Profile, *, repo: Path,
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
-                sub=sub, timings=timings, profile=profile)
+                sub=sub, timings=timings, profile=rp.profile)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages))

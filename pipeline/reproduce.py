@@ -35,7 +35,8 @@ from pipeline.records import provenance
 from pipeline.sources import lock as runtime_lock
 from pipeline.registry.basesource import BaseSource
 from pipeline.image.build import build
-from pipeline.plan import task_source
+from pipeline import plan
+from pipeline.plan import Target
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
@@ -197,11 +198,11 @@ def _served(registry: str, repository: str, digest: str) -> tuple[bool, str]:
     return (True, "") if found == digest else (False, "not there")
 
 
-def _registry_base(prov: provenance.Provenance, profile: _config.Profile,
+def _registry_base(prov: provenance.Provenance, target: Target,
                    registry: str | None) -> tuple[BaseSource | None, list[str]]:
     """The recorded base from a registry that serves it, else None and why not."""
     name, digest = prov.base.name, prov.base.digest
-    if profile.local:
+    if target.local:
         state = None if registry else localregistry.status()
         where = registry or (state.address if state else None)
         if where is None:
@@ -264,14 +265,14 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
 # ------------------------------------------------------------------ diffoscope
 
 
-def _diffoscope(prov: provenance.Provenance, profile: _config.Profile, registry: str | None,
+def _diffoscope(prov: provenance.Provenance, target: Target, registry: str | None,
                 pairs: list[tuple[str, Path]], work: Path) -> list[str]:
     """diffoscope's report for each (recorded digest, rebuilt blob) whose recorded blob a
     registry serves; nothing when diffoscope is not installed."""
     tool = shutil.which("diffoscope")
     if tool is None or not pairs:
         return []
-    if profile.local:
+    if target.local:
         state = None if registry else localregistry.status()
         where, repository = registry or (state.address if state else None), prov.image.name
     else:
@@ -326,7 +327,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
         tmp = Path(tmp)
         with worktree(repo, commit, tmp) as checkout:
             cfg = _config.load(checkout / "release.toml")
-            profile = cfg.profile(prov.profile)
+            rp = plan.resolve(cfg, prov.profile)
             inputs = provenance.image_inputs(checkout)
             if prov.image_inputs is not None and prov.image_inputs.commit != inputs.commit:
                 raise VerificationError(
@@ -335,16 +336,16 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                     expected=prov.image_inputs.commit, actual=inputs.commit)
             revision = prov.image_inputs.commit if prov.image_inputs else commit
             sde = prov.source_date_epoch
-            vendored = task_source(cfg, profile, vendor_dir or repo / "vendor")
+            vendored = rp.task_file(vendor_dir or repo / "vendor")
             say(f"reproduce: application layers of {commit[:12]}")
             layers = compare_app_layers(checkout, cfg, vendored, prov.image, sde, tmp / "layers")
             if layers_only:
                 return Reproduction(commit, stale, tuple(layers), prov.image.digest, None, None,
                                     notes=tuple(notes), partial=True)
-            source, reasons = _registry_base(prov, profile, registry)
+            source, reasons = _registry_base(prov, rp.target, registry)
             if source is not None:
                 outcome = BaseOutcome(prov.base.digest, prov.base.digest, f"read from {source}")
-            elif profile.local:
+            elif rp.target.local:
                 notes.append("base not read from a registry (" + "; ".join(reasons) + ")")
                 source, outcome = rebuild_base(checkout, prov, mirror=mirror, work=tmp / "base")
             else:
@@ -369,7 +370,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                 pairs = [(l.recorded.digest, blobs / l.digest[7:]) for l in layers if not l.same]
                 if record.config_digest != prov.image.config_digest:
                     pairs.append((prov.image.config_digest, blobs / record.config_digest[7:]))
-                report = _diffoscope(prov, profile, registry, pairs, tmp)
+                report = _diffoscope(prov, rp.target, registry, pairs, tmp)
             elif keep is not None:
                 keep = Path(keep)
                 if keep.exists():

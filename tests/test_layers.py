@@ -97,3 +97,56 @@ def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
     (copy / "image" / "planted.py").write_text(statement + "\n")
     found = violations(copy)
     assert len(found) == 1 and found[0].startswith("pipeline.image.planted "), found
+
+
+# ------------------------------------------------------------------ the profile is resolved once
+
+# The floors below the orchestration: they receive a resolved plan's values (pipeline.plan)
+# and never name a profile, look one up or read release.toml's profile tables.
+STAGES = ("pipeline.sources", "pipeline.image", "pipeline.registry", "pipeline.verify",
+          "pipeline.checks", "pipeline.records")
+PROFILE_LOOKUPS = {"profile", "profiles", "sources_for", "Profile"}
+
+
+def profile_lookups(root: Path = PACKAGE) -> list[str]:
+    """Each place a stage module calls `.profile(...)` / `.sources_for(...)`, names the
+    `Profile` record, or reads the "profiles" table of release.toml."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root)
+        if not module.startswith(STAGES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            what = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("profile", "sources_for"):
+                what = f".{node.func.attr}(...)"
+            elif isinstance(node, (ast.Name, ast.Attribute)) and \
+                    (node.id if isinstance(node, ast.Name) else node.attr) == "Profile":
+                what = "Profile"
+            elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "Profile":
+                what = "import Profile"
+            elif isinstance(node, ast.Constant) and node.value == "profiles":
+                what = '"profiles"'
+            if what:
+                found.append(f"{module}:{node.lineno if hasattr(node, 'lineno') else '?'} {what}")
+    return found
+
+
+def test_no_stage_looks_a_profile_up() -> None:
+    assert profile_lookups() == []
+
+
+@pytest.mark.parametrize("statement", [
+    "def f(cfg):\n    return cfg.profile('local')\n",
+    "def f(cfg, p):\n    return cfg.sources_for(p)\n",
+    "from pipeline.config import Profile\n",
+    "def f(cfg):\n    return cfg.raw['profiles']\n",
+])
+def test_a_profile_lookup_in_a_stage_is_caught(tmp_path: Path, statement: str) -> None:
+    """Teeth: a copy of pipeline/ with one profile lookup planted in records/ fails."""
+    copy = tmp_path / "pipeline"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "records" / "planted.py").write_text(statement)
+    found = profile_lookups(copy)
+    assert len(found) == 1 and found[0].startswith("pipeline.records.planted:"), found

@@ -8,6 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from pipeline import plan
 from pipeline.records import attest, sbom as sbom_mod, signing, statement as release_statement
 from pipeline.sources import dataset as external, vendor as sources
 from pipeline._io import canonical_json, sha256_bytes, sha256_file
@@ -59,7 +60,7 @@ def audit_submission(r: Rows, s: State) -> None:
             equal(f"image of task {t.task_id}", pinned.get(t.task_id, built), t.image)
 
     r.run("submission/images", "submission.json", images)
-    if s.profile is None or s.prov is None:
+    if s.plan is None or s.prov is None:
         r.not_checked("submission/verification", "submission.json",
                       "provenance.json or the release statement's profile did not load")
         return
@@ -75,7 +76,7 @@ def _verification_matches(s: State) -> None:
         return json.loads(json.dumps(submission_mod.to_json(sub)))
 
     suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
-    rebuilt = plain(submission_mod.build(s.cfg, s.profile, suite, image=s.sub.image,
+    rebuilt = plain(submission_mod.build(s.cfg, s.plan.external, suite, image=s.sub.image,
                                          source_revision=s.prov.project.commit))
     actual = plain(s.sub)
     for want, got in zip(rebuilt["tasks"], actual["tasks"]):
@@ -87,10 +88,10 @@ def _verification_matches(s: State) -> None:
         equal(f"{field} of submission.json vs the layers checks.json recorded", rebuilt[field], actual[field])
 
 
-def _base_pin(root: Path, profile) -> str:
-    """The base the release config pins: release.toml, or locks/base.json for a local base."""
-    if profile.base != "local":
-        return profile.base
+def _base_pin(root: Path, base: plan.BaseChoice) -> str:
+    """The base the release config pins: release.toml, or the records' locks/base.json for a local base."""
+    if base.pinned is not None:
+        return base.pinned
     from pipeline.image.base import load_record
 
     record = load_record(root / BASE_LOCK)
@@ -105,9 +106,9 @@ def audit_provenance(r: Rows, s: State) -> None:
         return
     stmt = (s.statements or {}).get("provenance")
     rec = f"attestations/provenance{s.suffix or signing.DSSE_SUFFIX}"
-    if s.profile is not None:
+    if s.plan is not None:
         r.run("provenance/profile", "provenance.json", lambda: equal(
-            "profile of provenance.json vs the release statement", s.profile.name, prov.profile))
+            "profile of provenance.json vs the release statement", s.plan.profile, prov.profile))
     if s.image is not None:
         r.run("provenance/image", "provenance.json", lambda: equal(
             "image digest of provenance.json vs submission.json", s.image.digest,
@@ -144,18 +145,18 @@ def audit_provenance(r: Rows, s: State) -> None:
         if not isinstance(prov.profile, str):  # a list or an object cannot name a profile (nor be looked up)
             raise VerificationError("provenance.json's profile is not a profile name", expected="a string",
                                     actual=json.dumps(prov.profile))
-        profile = cfg.profile(prov.profile)
+        recorded_plan = plan.resolve(cfg, prov.profile)
     except ReleaseError as exc:
         r.rows.append(Check("provenance/sources", "provenance.json", FAIL, exc.one_line()))
         return
     r.run("provenance/base", "provenance.json", lambda: equal(
-        "base image of provenance.json vs the release.toml pin", _base_pin(root, profile),
+        "base image of provenance.json vs the release.toml pin", _base_pin(root, recorded_plan.base),
         f"{prov.base.name}@{prov.base.digest}"))
-    r.run("provenance/sources", "provenance.json", lambda: _sources_match(cfg, profile, prov))
+    r.run("provenance/sources", "provenance.json", lambda: _sources_match(recorded_plan.sources, prov))
     recorded = {v.source: v for v in prov.sources}
 
     def vendored() -> None:
-        for source in cfg.sources_for(profile):
+        for source in recorded_plan.sources:
             lic = recorded[source.name].license_sha256 if source.name in recorded else None
             sources.check_vendored(source, root / "vendor", license_sha256=lic)
 
@@ -167,7 +168,7 @@ def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
     the records are signed; only the run's times and id come from the statement itself."""
     meta = pred.get("runDetails", {}).get("metadata", {})
     expected = attest.provenance_predicate(
-        s.cfg, s.prov, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
+        s.cfg, s.prov, parameters=plan.resolve(s.cfg, s.prov.profile).parameters, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
         started=release_statement.parse_time(meta.get("startedOn"), what="runDetails.metadata.startedOn"),
         finished=release_statement.parse_time(meta.get("finishedOn"), what="runDetails.metadata.finishedOn"),
         invocation_id=str(meta.get("invocationId")))
@@ -180,8 +181,8 @@ def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
                                 hint="the builder, build type, signing and parameters are not the release's")
 
 
-def _sources_match(cfg, profile, prov) -> None:
-    wanted = {x.name: x for x in cfg.sources_for(profile)}
+def _sources_match(pinned, prov) -> None:
+    wanted = {x.name: x for x in pinned}
     recorded = {x.source: x for x in prov.sources}
     equal("source names of provenance.json vs release.toml", sorted(wanted), sorted(recorded))
     fields = ("repository", "revision", "path", "sha256", "size", "license", "license_file")
@@ -222,8 +223,8 @@ def audit_external(r: Rows, s: State) -> None:
                 equal(f"sha256 of external record {rec.task_id} vs release.toml", task.record_sha256, rec.sha256)
                 if task.row is not None:
                     equal(f"row of external record {rec.task_id} vs release.toml", task.row, rec.row)
-            if s.profile is not None and s.profile.external_tasks_required:
-                equal(f"status of external record {rec.task_id} (profile {s.profile.name} requires it)",
+            if s.plan is not None and s.plan.external.required:
+                equal(f"status of external record {rec.task_id} (profile {s.plan.profile} requires it)",
                        external.VERIFIED, rec.status)
             external.check_stored(rec, s.root / "vendor")
 
@@ -288,7 +289,7 @@ def _layers_match(doc: dict, image) -> None:
 
 def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> None:
     layout = s.root / "dist" / "oci"
-    if s.cfg is None or s.prov is None or s.profile is None:
+    if s.cfg is None or s.prov is None or s.plan is None:
         r.not_checked("sbom/components", rec, "release.toml, provenance.json or the release statement did not load")
         return
     has_image = (layout / "blobs" / "sha256" / s.image.digest.split(":", 1)[1]).is_file()
@@ -303,7 +304,7 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
         view = sbom_mod.read_view(image, s.cfg.app_dir)
         lock = s.root / s.prov.wheel_lock.path
         bom = sbom_mod.build_bom(image, view, name=s.image.name, app_dir=s.cfg.app_dir,
-                                 epoch=s.prov.source_date_epoch, sources=s.cfg.sources_for(s.profile),
+                                 epoch=s.prov.source_date_epoch, sources=s.plan.sources,
                                  first_party_license=sbom_mod.project_license(s.root),
                                  lock_text=lock.read_text() if lock.is_file() else "")
         regenerated = json.loads(sbom_mod.render(bom))

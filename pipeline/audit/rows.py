@@ -121,7 +121,7 @@ class State:
     root: Path
     att_dir: Path
     cfg: Any = None
-    profile: Any = None
+    plan: Any = None  # the ReleasePlan of the profile the verified release statement names
     trust_root: trust.TrustRoot | None = None
     suffix: str | None = None
     signer: trust.Verified | None = None

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline import plan
 from pipeline.records import (
     attest,
     links as intoto_links,
@@ -86,9 +87,9 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
                 # not sign a release that names another.
                 equal(f"the profile {rec} names vs the profile whose [trust.<profile>] pins verified it",
                       profile_name, named, hint="a signer is trusted only for the profile it is pinned for")
-            return s.cfg.profile(named)
+            return plan.resolve(s.cfg, named)
 
-        s.profile = r.run("release/profile", rec, profile)
+        s.plan = r.run("release/profile", rec, profile)
 
 
 def _predicate_is_object(stmt: dict[str, Any], rec: str) -> None:

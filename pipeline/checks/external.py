@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import ExternalTask, Profile, RepairConventions
+from pipeline.config import ExternalPolicy, ExternalTask, RepairConventions
 from pipeline.errors import CheckFailure, ReleaseError
 from pipeline.image.oci.image import Index, parse, parse_config
 from pipeline.registry.client import Reference, RegistryClient
@@ -189,7 +189,7 @@ def verify_all(tasks: Sequence[ExternalTask], *, client_for: Any = None,
     return results
 
 
-def enforce(results: Sequence[ExternalResult], profile: Profile) -> None:
+def enforce(results: Sequence[ExternalResult], policy: ExternalPolicy) -> None:
     """Arena refuses to publish unless every external task is verified with its repair
     checks run and passed; local warns loudly. Checks that did not apply are said either way."""
     for r in results:
@@ -200,14 +200,14 @@ def enforce(results: Sequence[ExternalResult], profile: Profile) -> None:
         return
     lines = [f"{r.task_id}: {r.status if not r.verified else 'repair checks not run (image not started)'}"
              for r in unverified]
-    if profile.external_tasks_required:
-        raise CheckFailure(f"profile {profile.name} requires every external task verified",
+    if policy.required:
+        raise CheckFailure(f"profile {policy.profile} requires every external task verified",
                            expected="verified", actual="; ".join(lines),
                            hint="run where the registry is reachable; nothing was published")
     bar = "!" * 72
     say(bar)
     say(f"WARNING: {len(unverified)} external task(s) NOT VERIFIED by repair checks "
-        f"(profile {profile.name} carries on):")
+        f"(profile {policy.profile} carries on):")
     for line in lines:
         say(f"WARNING:   {line}")
     say(bar)

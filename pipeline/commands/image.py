@@ -77,18 +77,18 @@ def build_arguments(p: argparse.ArgumentParser) -> None:
 def build(args: argparse.Namespace) -> int:
     """Build the derived image, push it, write dist/build.json."""
     cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
-    target = plan.target(profile)
+    rp = plan.resolve(cfg, args.profile)
+    target = rp.target
     repo = args.repo.resolve()
     provenance.project_revision(repo, allow_dirty=args.allow_dirty)
     inputs = provenance.image_inputs(repo)
     sde = provenance.source_date_epoch(repo)
     source = (BaseSource.from_registry(args.base) if args.base else
-              plan.base_source(profile, layout=args.base_layout))
+              rp.base.source(layout=args.base_layout))
     record = build_mod.build(
         cfg, repo=repo, base=source, repository=target.image_name, tag=target.tag,
         source_revision=inputs.commit, source_date_epoch=sde,
-        vendored=plan.task_source(cfg, profile, args.vendor_dir), out=args.out,
+        vendored=rp.task_file(args.vendor_dir), out=args.out,
     )
     reference = f"{record.repository}@{record.manifest_digest}"
     if not args.no_push:

@@ -8,15 +8,15 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline import config as config_mod
+from pipeline import config as config_mod, plan
 from pipeline._io import write_atomic
 from pipeline.checks import results as results_mod
 from pipeline.config import REPO_ROOT
-from pipeline.errors import DigestMismatch
+from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.build import load_record
 from pipeline.progress import say
 from pipeline.records import attest as attest_mod, provenance as provenance_mod
-from pipeline.records import sbom as sbom_mod, signing
+from pipeline.records import sbom as sbom_mod, signing, trust
 
 BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
 
@@ -36,15 +36,15 @@ def sbom_arguments(p: argparse.ArgumentParser) -> None:
 
 def sbom(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
+    rp = plan.resolve(cfg, args.profile)
     layout, ref, name, expected = args.layout, args.ref, args.name, None
     if layout is None:
         record = load_record(args.build_record)
         layout, ref, expected = Path(record.layout), ref or record.tag, record.manifest_digest
         name = name or record.repository
     data = sbom_mod.generate(
-        layout, name=name or profile.image_name, app_dir=cfg.app_dir, ref=ref,
-        sources=cfg.sources_for(profile), first_party_license=sbom_mod.project_license(),
+        layout, name=name or rp.target.image_name, app_dir=cfg.app_dir, ref=ref,
+        sources=rp.sources, first_party_license=sbom_mod.project_license(),
         lock_text=args.lock.read_text() if args.lock.is_file() else "",
     )
     described = json.loads(data)["metadata"]["component"]["version"]
@@ -76,12 +76,12 @@ def attest(args: argparse.Namespace) -> int:
         record = load_record(args.build_record)
         args.image = f"{record.repository}@{record.manifest_digest}"
     prov = provenance_mod.load(args.provenance)
-    kind = args.signing or cfg.profile(prov.profile).signing
-    signer = signing.signer_for(kind, key_path=args.key)
+    rp = plan.resolve(cfg, prov.profile, signing_kind=args.signing)
+    signer = rp.signer(key_path=args.key)
     checks = results_mod.load(args.checks) if args.checks.is_file() else None
     subject = attest_mod.Subject.from_image_ref(args.image)
     files = attest_mod.write_attestations(
-        cfg=cfg, subject=subject, provenance=prov,
+        cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters,
         lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
         sbom_bytes=args.sbom.read_bytes(), checks=checks,
         checks_bytes=args.checks.read_bytes() if checks is not None else None,
@@ -101,6 +101,15 @@ def key_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="local", help="the release.toml profile to pin it for")
 
 
+def _pinned_here(keyid: str, profile: str) -> str:
+    """Whether this checkout's release.toml already pins `keyid` for `profile`."""
+    try:
+        pinned = trust.pins(config_mod.load(config_mod.DEFAULT_CONFIG), profile).keyids
+    except ConfigError as exc:
+        return f"unknown ({exc.one_line()})"
+    return f"yes, in [trust.{profile}]" if keyid in pinned else f"NO: release.toml [trust.{profile}] does not pin it"
+
+
 def key(args: argparse.Namespace) -> int:
     """The release key's keyid and the line that pins it."""
     explicit = args.key or (Path(os.environ[signing.KEY_ENV]) if os.environ.get(signing.KEY_ENV) else None)
@@ -112,7 +121,7 @@ def key(args: argparse.Namespace) -> int:
     print(f"release key: {key_path} ({'existing' if existed else 'created now'})")
     print(f"public key:  {pub}")
     print(f"keyid:       {signer.public_key.keyid}")
-    print(f"pinned:      {signing.pinned_here(signer.public_key.keyid, args.profile)}")
+    print(f"pinned:      {_pinned_here(signer.public_key.keyid, args.profile)}")
     print(f"pin it in release.toml (and commit it):\n\n[trust.{args.profile}]\n"
           f'keyids = ["{signer.public_key.keyid}"]')
     return 0

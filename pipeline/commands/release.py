@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline import audit as audit_mod, config as config_mod
+from pipeline import audit as audit_mod, config as config_mod, plan
 from pipeline import release as release_mod, reproduce as reproduce_mod
 from pipeline.errors import ReleaseError, VerificationError
 from pipeline.image import base as base_mod
@@ -32,11 +32,11 @@ def release_arguments(p: argparse.ArgumentParser) -> None:
 
 def release(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
+    rp = plan.resolve(cfg, args.profile, signing_kind=args.signing)
     try:
         outcome = release_mod.release(
-            cfg, profile, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
-            parallel=args.parallel, signing_kind=args.signing,
+            cfg, rp, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
+            parallel=args.parallel,
             command=("python", "-m", "pipeline", "release", *args.argv))
     except ReleaseError:
         say(f"release stopped; the previous records are untouched ({', '.join(release_mod.RECORDS)})")

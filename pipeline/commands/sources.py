@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline import config as config_mod
+from pipeline import config as config_mod, plan
 from pipeline.progress import say
 from pipeline.sources import dataset, lock as runtime_lock, vendor as vendor_mod
 
@@ -40,11 +40,11 @@ def vendor_arguments(p: argparse.ArgumentParser) -> None:
 def vendor(args: argparse.Namespace) -> int:
     """Vendor the profile's sources and external task records."""
     cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
-    files = vendor_mod.vendor(cfg, profile, args.out, mirror=args.mirror, cache_root=args.cache)
+    rp = plan.resolve(cfg, args.profile)
+    files = vendor_mod.vendor(rp.sources, args.out, mirror=args.mirror, cache_root=args.cache)
     if not files:
-        say(f"profile {profile.name} vendors no sources")
-    records = dataset.fetch_records(cfg, profile, args.out, mirror=args.mirror)
+        say(f"profile {rp.profile} vendors no sources")
+    records = dataset.fetch_records(cfg, rp.external, args.out, mirror=args.mirror)
     for record in records:
         say(f"external {record.task_id}: {record.status}"
             + (f" ({record.reason})" if record.reason else ""))

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline import config as config_mod
+from pipeline import config as config_mod, plan
 from pipeline.checks import external, run
 from pipeline.checks.merge import merge as merge_shards
 from pipeline.checks.results import load, write
@@ -81,7 +81,7 @@ def verify_arguments(p: argparse.ArgumentParser) -> None:
 
 def verify(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
-    profile = cfg.profile(args.profile)
+    policy = plan.resolve(cfg, args.profile).external
     references = (run.references_of(cfg, dataset.stored_rows(cfg, args.vendor_dir))
                   if args.start_external else None)
     result = run.verify_image(args.image, cfg=cfg, parallel=args.parallel,
@@ -89,7 +89,7 @@ def verify(args: argparse.Namespace) -> int:
                               references=references)
     code = run.finish(result, args.out)
     if run.verifies_externals(args.shard):
-        external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+        external.enforce([external.ExternalResult.from_json(e) for e in result.external], policy)
     return code
 
 
@@ -139,7 +139,7 @@ def merge_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def merge(args: argparse.Namespace) -> int:
-    profile = config_mod.load(args.config).profile(args.profile)
+    policy = plan.resolve(config_mod.load(args.config), args.profile).external
     result = merge_shards([load(path, shard=True) for path in args.shards])
     write(args.out, result)
     if args.sign:
@@ -147,7 +147,7 @@ def merge(args: argparse.Namespace) -> int:
                                     out_dir=args.attestations or args.out.parent)
         say(f"signed test-result statement: {signed}")
     code = run.verdict(result, args.out)
-    external.enforce([external.ExternalResult.from_json(e) for e in result.external], profile)
+    external.enforce([external.ExternalResult.from_json(e) for e in result.external], policy)
     return code
 
 
@@ -162,7 +162,7 @@ def submission_arguments(p: argparse.ArgumentParser) -> None:
 def submission(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     checks_result = load(args.checks)
-    sub = submission_mod.build(cfg, cfg.profile(args.profile), checks_result, image=checks_result.image,
+    sub = submission_mod.build(cfg, plan.resolve(cfg, args.profile).external, checks_result, image=checks_result.image,
                                source_revision=head_commit(config_mod.REPO_ROOT))
     submission_mod.write_submission(args.out, sub)
     say(f"wrote {args.out}: {len(sub.tasks)} tasks, release total {sub.total_compressed_bytes:,} compressed bytes")

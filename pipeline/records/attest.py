@@ -123,16 +123,19 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
     return deps
 
 
-def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, lock_text: str, signing: str,
+def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Mapping[str, Any],
+                         lock_text: str, signing: str,
                          started: datetime, finished: datetime, invocation_id: str) -> dict[str, Any]:
-    """SLSA provenance v1 for the image, from provenance.json, its wheel lock and release.toml."""
-    profile = cfg.profile(prov.profile)
+    """SLSA provenance v1 for the image, from provenance.json, its wheel lock and release.toml.
+
+    `parameters` is the released profile's release.toml table (the resolved plan's), the
+    build's external parameters as the release engineer wrote them."""
     return {
         "buildDefinition": {
             "buildType": build_type(cfg),
             "externalParameters": {
-                "profile": profile.name,
-                "release": dict(sorted((cfg.raw.get("profiles") or {}).get(profile.name, {}).items())),
+                "profile": prov.profile,
+                "release": dict(sorted(parameters.items())),
                 "source": {"repository": cfg.source_url, "revision": prov.project.commit},
             },
             "internalParameters": {
@@ -299,7 +302,8 @@ def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[Attest
     return out
 
 
-def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Provenance, lock_text: str,
+def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Provenance,
+                       parameters: Mapping[str, Any], lock_text: str,
                        sbom_bytes: bytes, checks: SuiteResult | None, checks_bytes: bytes | None,
                        signer, out_dir: Path = DEFAULT_DIR, started: datetime, finished: datetime,
                        invocation_id: str | None = None) -> list[AttestationFile]:
@@ -310,7 +314,7 @@ def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Prov
     """
     out_dir = Path(out_dir)
     predicates: dict[str, Mapping[str, Any]] = {
-        "provenance": provenance_predicate(cfg, provenance, lock_text=lock_text, signing=signer.kind, started=started,
+        "provenance": provenance_predicate(cfg, provenance, parameters=parameters, lock_text=lock_text, signing=signer.kind, started=started,
                                            finished=finished, invocation_id=invocation_id or str(uuid.uuid4())),
         "sbom": json.loads(sbom_bytes),
     }

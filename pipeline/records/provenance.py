@@ -23,7 +23,6 @@ from typing import Any
 from pipeline import __version__
 from pipeline.sources import git, lock as runtime_lock
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
-from pipeline.config import Profile
 from pipeline.errors import ConfigError, ReleaseError, SourceError
 from pipeline.sources.dataset import ExternalRecord
 from pipeline.image.imageconfig import ImageConfigValues
@@ -186,12 +185,12 @@ def builder() -> Builder:
                    zlib_version=zlib_version())
 
 
-def assemble(repo_dir: Path, profile: Profile, *, base: Base, sources: tuple[VendoredFile, ...],
+def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
              external: tuple[ExternalRecord, ...], allow_dirty: bool = False,
              image: Image | None = None) -> Provenance:
-    """Collect the provenance of a release made from `repo_dir` with `profile`."""
+    """Collect the provenance of a release made from `repo_dir` with the profile named `profile`."""
     return Provenance(
-        schema=SCHEMA, profile=profile.name, source_date_epoch=source_date_epoch(repo_dir),
+        schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(repo_dir),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
         external=tuple(external), image=image, image_inputs=image_inputs(repo_dir),

@@ -310,18 +310,6 @@ def signer_for(kind: str, *, key_path: Path | None = None) -> KeySigner | Sigsto
     raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
 
 
-def pinned_here(keyid: str, profile: str) -> str:
-    """Whether this checkout's release.toml already pins `keyid` for `profile`."""
-    from pipeline import config as config_mod
-    from pipeline.records import trust
-
-    try:
-        pinned = trust.pins(config_mod.load(config_mod.DEFAULT_CONFIG), profile).keyids
-    except ConfigError as exc:
-        return f"unknown ({exc.one_line()})"
-    return f"yes, in [trust.{profile}]" if keyid in pinned else f"NO: release.toml [trust.{profile}] does not pin it"
-
-
 def public_key_path(key_path: Path) -> Path:
     """Where `python -m pipeline key` writes the public half of a private key file."""
     return key_path.with_name(key_path.name.replace(".key.pem", "") + ".pub.pem")

@@ -21,7 +21,7 @@ from pipeline.checks import schema as release_schema
 from pipeline.checks.cases import blocks
 from pipeline.checks.external import ExternalResult
 from pipeline.checks.results import SuiteResult
-from pipeline.config import BUDGET_FIELDS, Profile, ReleaseConfig
+from pipeline.config import BUDGET_FIELDS, ExternalPolicy, ReleaseConfig
 from pipeline.errors import CheckFailure, ConfigError, VerificationError
 
 FORMAT = "openenv-arena-submission/v1"
@@ -88,7 +88,7 @@ def _case_verification(checks: SuiteResult, case_id: str) -> Verification:
     return Verification(status, len(mine) - failed, failed)
 
 
-def build(cfg: ReleaseConfig, profile: Profile, checks: SuiteResult, *, image: str,
+def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *, image: str,
           source_revision: str) -> Submission:
     """Assemble the record; CheckFailure when any check failed or is missing."""
     if not checks.ok:
@@ -102,8 +102,8 @@ def build(cfg: ReleaseConfig, profile: Profile, checks: SuiteResult, *, image: s
     unverified = [t.task_id for t in cfg.external.tasks
                   if t.task_id not in externals or not externals[t.task_id].verified
                   or not externals[t.task_id].checks]
-    if profile.external_tasks_required and unverified:
-        raise CheckFailure(f"profile {profile.name} requires every external task verified",
+    if policy.required and unverified:
+        raise CheckFailure(f"profile {policy.profile} requires every external task verified",
                            expected="verified", actual=f"not verified: {', '.join(unverified)}")
     procedural = cfg.budgets["procedural"]
     external_budgets = cfg.budgets["external"]

@@ -196,29 +196,20 @@ def pin_line(keyid: str) -> str:
     return f'keyids = ["{keyid}"]'
 
 
-def unpinned_warning(cfg: ReleaseConfig, profile: str, keyid: str) -> str | None:
-    """A loud warning when the key about to sign is not pinned for `profile`, else None."""
-    try:
-        pinned = pins(cfg, profile).keyids
-    except ConfigError:
-        pinned = ()
-    if keyid in pinned:
+def unpinned_warning(pinned: TrustRoot, keyid: str) -> str | None:
+    """A loud warning when the key about to sign is not among the `pinned` keyids, else None."""
+    if keyid in pinned.keyids:
         return None
-    return (f"WARNING: the release key {keyid} is not pinned in {cfg.path.name} [trust.{profile}]: "
+    return (f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
             f"`python -m pipeline audit` will refuse these records (signed by an unpinned key). "
-            f"To trust this key, put this under [trust.{profile}] in release.toml and commit it: "
-            f"{pin_line(keyid)}")
+            f"To trust this key, put this there (release.toml) and commit it: {pin_line(keyid)}")
 
 
-def unpinned_identity_warning(cfg: ReleaseConfig, profile: str, policy: signing.SigstorePolicy) -> str | None:
-    """A loud warning when the sigstore identity about to sign is not the one pinned for `profile`."""
-    try:
-        pinned = pins(cfg, profile)
-    except ConfigError:
-        pinned = TrustRoot(source="")
+def unpinned_identity_warning(pinned: TrustRoot, policy: signing.SigstorePolicy) -> str | None:
+    """A loud warning when the sigstore identity about to sign is not the `pinned` one, else None."""
     if pinned.identity and pinned.issuer == policy.issuer and identity_matches(pinned.identity, policy.identity):
         return None
     return (f"WARNING: the signing identity {policy.identity} ({policy.issuer}) is not the one pinned in "
-            f"{cfg.path.name} [trust.{profile}] ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
+            f"{pinned.source} ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
             "`python -m pipeline audit` will refuse these records. Sign from the pinned release workflow, "
             "or pin this identity (identity = ..., issuer = ...) in release.toml.")

@@ -263,31 +263,31 @@ def stored_rows(cfg: config_mod.ReleaseConfig, out_dir: Path,
     return rows
 
 
-def fetch_records(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: Path, *,
+def fetch_records(cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPolicy, out_dir: Path, *,
                   mirror: Path | None = None) -> tuple[ExternalRecord, ...]:
     """Every external record of the release, in release.toml order.
 
     Mismatches always raise. Unreachable or unpinned records are reported in the
-    records' status, unless the profile requires external tasks, which then raises.
+    records' status, unless the `policy` requires external tasks, which then raises.
     """
     records = []
     for task in cfg.external.tasks:
         try:
             record = fetch_record(cfg, task, out_dir, mirror=mirror)
         except _Unavailable as exc:
-            if profile.external_tasks_required:
+            if policy.required:
                 raise SourceError(
                     f"external record {task.task_id} could not be fetched "
-                    f"(profile {profile.name} requires it)",
+                    f"(profile {policy.profile} requires it)",
                     expected="a verified record", actual=str(exc),
                     hint="run with network access to huggingface.co or pass --mirror DIR",
                 ) from None
             record = _record(cfg, task, row=task.row, sha256=task.record_sha256,
                              status=NOT_FETCHED, reason=str(exc), path="")
-        if record.status == UNPINNED and profile.external_tasks_required:
+        if record.status == UNPINNED and policy.required:
             raise SourceError(
                 f"external record {task.task_id} is not pinned in release.toml "
-                f"(profile {profile.name} requires verified records)",
+                f"(profile {policy.profile} requires verified records)",
                 expected="row and record_sha256 pinned", actual=f"row {record.row}, sha256 {record.sha256}",
                 hint=record.reason,
             )

@@ -23,6 +23,7 @@ Git objects are cached in bare repositories under `.release/git/<host>/<path>.gi
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -217,15 +218,15 @@ def vendor_source(source: config_mod.Source, out_dir: Path, *, mirror: Path | No
     return _record(source, digest, len(data), license_digest)
 
 
-def vendor(cfg: config_mod.ReleaseConfig, profile: config_mod.Profile, out_dir: Path = DEFAULT_OUT,
+def vendor(sources: Sequence[config_mod.Source], out_dir: Path = DEFAULT_OUT,
            *, mirror: Path | None = None,
            cache_root: Path = DEFAULT_CACHE) -> tuple[VendoredFile, ...]:
-    """Vendor every source of `profile`, in release.toml order."""
+    """Vendor each of `sources` (a release plan's), in order."""
     if mirror is not None and not mirror.is_dir():
         raise ConfigError("--mirror is not a directory", expected="an existing directory",
                           actual=str(mirror))
     records = []
-    for source in cfg.sources_for(profile):
+    for source in sources:
         say(f"vendor {source.name}: {source.repository} @ {source.revision}")
         record = vendor_source(source, out_dir, mirror=mirror, cache_root=cache_root)
         say(f"  {record.vendor_path}: sha256 {record.sha256}, {record.size} bytes; "

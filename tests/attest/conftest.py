@@ -234,7 +234,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         submission,
     )
     from pipeline.sources import dataset as external
-    from pipeline import config as config_mod
+    from pipeline import config as config_mod, plan
     from pipeline._io import canonical_json, write_atomic
     from pipeline.checks.external import ExternalResult
     from pipeline.checks.results import CheckResult, SuiteResult
@@ -250,7 +250,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     (root / "env").mkdir(exist_ok=True)
     (root / "env" / "__init__.py").write_bytes(b"")
     cfg = config_mod.load(root / "release.toml")
-    profile = cfg.profile("test")
+    rp = plan.resolve(cfg, "test")
     mirror = root.parent / f"{root.name}-mirror"
     item = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "train" / "format-code-task-000666.json"
     item.parent.mkdir(parents=True, exist_ok=True)
@@ -262,7 +262,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
                           ("vendor/metaharness-tasks/LICENSE", LICENSE), ("locks/runtime.txt", LOCK_TEXT.encode())):
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(data)
-        externals = external.fetch_records(cfg, profile, root / "vendor", mirror=mirror)
+        externals = external.fetch_records(cfg, rp.external, root / "vendor", mirror=mirror)
     with links.step("build"):
         image = make_image(root / "dist", app_files={
             "opt/arena/env/__init__.py": b"",
@@ -270,9 +270,9 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
             "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
         })
         (root / "dist" / "build.json").write_text(json.dumps({"manifest_digest": image.digest}))
-    name = image_name or profile.image_name
+    name = image_name or rp.target.image_name
     with links.step("sbom"):
-        sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=cfg.sources_for(profile),
+        sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=rp.sources,
                                    first_party_license=sbom.project_license(root), lock_text=LOCK_TEXT)
         write_atomic(att / attest.SBOM_FILE, sbom_bytes)
     manifest = json.loads((image.layout / "blobs" / "sha256" / image.digest[7:]).read_bytes())
@@ -312,11 +312,12 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         with links.step("attest"):
             provenance.write(root / "provenance.json", prov)
             files = attest.write_attestations(
-                cfg=cfg, subject=subject, provenance=prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes,
+                cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=LOCK_TEXT,
+                sbom_bytes=sbom_bytes,
                 checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att, started=t, finished=t,
                 invocation_id="test-run")
         with links.step("submission"):
-            sub = submission.build(cfg, profile, checks, image=f"{name}@{image.digest}", source_revision="1" * 40)
+            sub = submission.build(cfg, rp.external, checks, image=f"{name}@{image.digest}", source_revision="1" * 40)
             submission.write_submission(root / "submission.json", sub)
     else:
         # A failing suite stops a release before submission.json; a signer could still sign the
@@ -324,14 +325,15 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         with links.step("attest"):
             provenance.write(root / "provenance.json", prov)
             files = attest.write_attestations(
-                cfg=cfg, subject=subject, provenance=prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes,
+                cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=LOCK_TEXT,
+                sbom_bytes=sbom_bytes,
                 checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att, started=t, finished=t,
                 invocation_id="test-run")
         with links.step("submission"):
             ok = SuiteResult(image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers,
                              checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
                              external=checks.external)
-            sub = submission.build(cfg, profile, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
+            sub = submission.build(cfg, rp.external, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
             submission.write_submission(root / "submission.json", sub)
     links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)
     attest.write_readme(att, subject, signer, files, source_url=cfg.source_url)

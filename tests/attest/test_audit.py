@@ -466,7 +466,7 @@ def _resign_provenance(rec, change):
     """An insider rewrites provenance.json (`change(prov) -> prov`) and signs a matching statement."""
     import dataclasses
 
-    from pipeline import config as config_mod
+    from pipeline import config as config_mod, plan
     from pipeline.records import provenance
 
     from .conftest import LOCK_TEXT
@@ -476,7 +476,8 @@ def _resign_provenance(rec, change):
     provenance.write(path, prov)
     cfg = config_mod.load(rec.root / "release.toml")
     t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
-    pred = attest.provenance_predicate(cfg, prov, lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
+    pred = attest.provenance_predicate(cfg, prov, parameters=plan.resolve(cfg, prov.profile).parameters,
+                                       lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
                                        invocation_id="test-run")
     _resign_statement(rec, "provenance", lambda st: st.update(predicate=json.loads(json.dumps(pred))))
     resign(rec)

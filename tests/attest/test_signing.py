@@ -93,22 +93,23 @@ def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypa
 
 
 def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
-    from pipeline import config as config_mod
+    from pipeline import config as config_mod, plan
     from pipeline.records import trust
 
     from .conftest import make_records
 
     rec = make_records(tmp_path / "r")
     cfg = config_mod.load(rec.root / "release.toml")
-    assert trust.unpinned_warning(cfg, "test", rec.signer.keyid) is None
+    pins = plan.resolve(cfg, "test").trust
+    assert trust.unpinned_warning(pins, rec.signer.keyid) is None
     other = signing.CryptoSigner.generate_ed25519().public_key.keyid
-    warning = trust.unpinned_warning(cfg, "test", other)
-    assert warning.startswith(f"WARNING: the release key {other} is not pinned in release.toml [trust.test]")
+    warning = trust.unpinned_warning(pins, other)
+    assert warning.startswith(f"WARNING: the release key {other} is not pinned in [trust.test] of release.toml")
     assert f'keyids = ["{other}"]' in warning
 
 
 def test_unpinned_sigstore_identity_warning(tmp_path):
-    from pipeline import config as config_mod
+    from pipeline import config as config_mod, plan
     from pipeline.records import trust
 
     from .conftest import make_records
@@ -121,8 +122,9 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
-    assert trust.unpinned_identity_warning(cfg, "arena", good) is None
+    arena = plan.resolve(cfg, "arena").trust
+    assert trust.unpinned_identity_warning(arena, good) is None
     branch = signing.SigstorePolicy(f"{workflow}@refs/heads/main", good.issuer)
-    assert trust.unpinned_identity_warning(cfg, "arena", branch).startswith(
+    assert trust.unpinned_identity_warning(arena, branch).startswith(
         f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned")
-    assert trust.unpinned_identity_warning(cfg, "test", good) is not None  # test pins keys only
+    assert trust.unpinned_identity_warning(plan.resolve(cfg, "test").trust, good) is not None  # keys only

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from pipeline.checks import external
-from pipeline.config import ExternalTask, Profile
+from pipeline.config import ExternalPolicy, ExternalTask
 from pipeline.errors import CheckFailure
 from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layer import FileEntry, write_layer
@@ -84,8 +84,8 @@ def test_mock_ghcr_offline_is_reported_and_arena_refuses(capsys):
     task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1))
     assert result.status.startswith("not verified: ")
-    local = Profile("local", "", "local", "r", "t", "local", "first-party", "key", False)
-    arena = Profile("arena", "", "ghcr.io", "r", "t", "local", "first-party", "sigstore", True)
+    local = ExternalPolicy(required=False, profile="local")
+    arena = ExternalPolicy(required=True, profile="arena")
     external.enforce([result], local)
     assert "NOT VERIFIED" in capsys.readouterr().err
     with pytest.raises(CheckFailure, match="requires every external task verified"):
@@ -105,8 +105,8 @@ def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(caps
         "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64})
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
     assert result.status.startswith("not verified: ") and result.checks == ()
-    local = Profile("local", "", "local", "r", "t", "local", "first-party", "key", False)
-    arena = Profile("arena", "", "ghcr.io", "r", "t", "local", "first-party", "sigstore", True)
+    local = ExternalPolicy(required=False, profile="local")
+    arena = ExternalPolicy(required=True, profile="arena")
     external.enforce([result], local)
     assert "NOT VERIFIED" in capsys.readouterr().err
     with pytest.raises(CheckFailure, match="requires every external task verified"):
@@ -117,6 +117,6 @@ def test_mock_ghcr_reachable_but_not_started_is_refused_by_arena(schema2_image):
     ref, sizes, _ = schema2_image
     result = external.verify_task(_task(ref, sum(sizes)))
     assert result.verified and not result.checks
-    arena = Profile("arena", "", "ghcr.io", "r", "t", "local", "first-party", "sigstore", True)
+    arena = ExternalPolicy(required=True, profile="arena")
     with pytest.raises(CheckFailure, match="repair checks not run"):
         external.enforce([result], arena)

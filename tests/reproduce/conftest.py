@@ -78,27 +78,27 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
     """Build the image of `clone`'s HEAD and commit provenance.json for it, as a release does
     (the check suite and signatures are another stage's business)."""
     cfg = config.load(clone / "release.toml")
-    profile = cfg.profile(profile_name)
+    rp = plan.resolve(cfg, profile_name)
     lock = base.load_record(clone / "locks" / "base.json")
     source = base_source or basesource.BaseSource(name=lock.name, digest=lock.digest,
                                              registry=registry, repository=lock.name)
     inputs = provenance.image_inputs(clone)
     sde = provenance.source_date_epoch(clone)
-    vendored = plan.task_source(cfg, profile, vendor_dir) if vendor_dir else None
-    record = build.build(cfg, repo=clone, base=source, repository=profile.image_name,
-                         tag=profile.tag, source_revision=inputs.commit, source_date_epoch=sde,
+    vendored = rp.task_file(vendor_dir) if vendor_dir else None
+    record = build.build(cfg, repo=clone, base=source, repository=rp.target.image_name,
+                         tag=rp.target.tag, source_revision=inputs.commit, source_date_epoch=sde,
                          vendored=vendored, out=clone / "dist")
     image = provenance.Image(
-        name=profile.image_name, digest=record.manifest_digest, media_type=record.media_type,
+        name=rp.target.image_name, digest=record.manifest_digest, media_type=record.media_type,
         config_digest=record.config_digest, compressed_size=record.compressed_size,
         layer_count=len(record.base_layers) + len(record.app_layers),
         app_layers=record.app_layers, config=record.config)
-    prov = provenance.assemble(clone, profile, base=provenance.Base(source.name, source.digest),
+    prov = provenance.assemble(clone, rp.profile, base=provenance.Base(source.name, source.digest),
                                sources=(), external=(), image=image)
     provenance.write(clone / "provenance.json", prov)
     if push:
         client = RegistryClient(registry, credentials=credentials)
-        push_layout(client, profile.repository, Path(record.layout), ref_name=record.tag,
+        push_layout(client, rp.target.repository, Path(record.layout), ref_name=record.tag,
                     tag=record.tag)
     if commit:
         git(clone, "add", "provenance.json")

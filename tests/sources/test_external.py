@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from pipeline import config
+from pipeline import config, plan
 from pipeline.sources import dataset as external
 from pipeline._io import canonical_json, sha256_bytes
 from pipeline.errors import DigestMismatch, SourceError
@@ -123,7 +123,7 @@ def test_record_sha256_is_over_canonical_json():
 def test_unpinned_records_from_mirror_report_the_values_to_pin(tmp_path):
     cfg = _cfg()
     mirror = _write_mirror(tmp_path / "mirror")
-    records = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor", mirror=mirror)
+    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
     pins = _pins()
     for record, task_id in zip(records, IDS):
         row, sha = pins[task_id]
@@ -133,20 +133,20 @@ def test_unpinned_records_from_mirror_report_the_values_to_pin(tmp_path):
         stored = tmp_path / "vendor" / record.record_path
         assert sha256_bytes(stored.read_bytes()) == sha
     with pytest.raises(SourceError, match="not pinned in release.toml") as info:
-        external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor", mirror=mirror)
+        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor", mirror=mirror)
     assert pins[IDS[0]][1] in info.value.one_line()
 
 
 def test_pinned_records_from_mirror_are_verified_then_offline(tmp_path):
     cfg = _cfg(pins=_pins())
     mirror = _write_mirror(tmp_path / "mirror")
-    records = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor", mirror=mirror)
+    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor", mirror=mirror)
     assert [r.status for r in records] == [external.VERIFIED] * 2
     first = records[0]
     assert (first.dataset, first.revision, first.split, first.license) == (DATASET, REVISION, "train", "Apache-2.0")
     assert first.digest == cfg.external.tasks[0].digest and first.budgets["rollout_wall_s"] == 1200
     # No mirror and no network: the vendored records still verify.
-    again = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor")
+    again = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
     assert again == records
 
 
@@ -156,20 +156,20 @@ def test_tampered_mirror_record_is_a_hash_mismatch(tmp_path):
     rows[3] = dict(rows[3], prompt=rows[3]["prompt"].replace("R", "r", 1))
     mirror = _write_mirror(tmp_path / "mirror", rows)
     with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[0]}") as info:
-        external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor", mirror=mirror)
+        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
     assert _pins()[IDS[0]][1] in info.value.one_line()
     assert not (tmp_path / "vendor" / "external" / f"{IDS[0]}.json").exists()
 
 
 def test_vendored_record_edited_after_fetch_is_detected(tmp_path):
     cfg = _cfg(pins=_pins())
-    external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor",
+    external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor",
                            mirror=_write_mirror(tmp_path / "mirror"))
     stored = tmp_path / "vendor" / "external" / f"{IDS[1]}.json"
     stored.chmod(0o644)
     stored.write_bytes(stored.read_bytes().replace(b"Fix", b"Fax"))
     with pytest.raises(DigestMismatch, match="modified after fetching"):
-        external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor")
+        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
 
 
 def test_mirror_record_of_another_task_or_row_is_refused(tmp_path):
@@ -181,31 +181,31 @@ def test_mirror_record_of_another_task_or_row_is_refused(tmp_path):
         mirror / "huggingface.co" / "datasets" / DATASET / REVISION / "train" / f"{IDS[0]}.json")
     cfg = _cfg()
     with pytest.raises(SourceError, match="is another task"):
-        external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor", mirror=mirror)
+        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
     cfg = _cfg(pins={IDS[0]: (4, "a" * 64)})
     with pytest.raises(SourceError, match="at another row"):
-        external.fetch_records(cfg, cfg.profile("local"), tmp_path / "v2",
+        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "v2",
                                mirror=_write_mirror(tmp_path / "m2"))
 
 
 def test_unreachable_records_are_not_fetched_locally_and_refused_for_arena(tmp_path):
     cfg = _cfg(hub="http://127.0.0.1:9")
-    records = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
     assert [r.status for r in records] == [external.NOT_FETCHED] * 2
     assert "127.0.0.1:9 unreachable" in records[0].reason and records[0].record_path == ""
     with pytest.raises(SourceError, match="could not be fetched"):
-        external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor")
+        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
 
 
 def test_https_unpinned_then_pinned_mocking_huggingface(fake_hub, tmp_path):
     cfg = _cfg(hub=fake_hub.url)
-    records = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "a")
+    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "a")
     assert [(r.status, r.row, r.sha256) for r in records] == \
         [(external.UNPINNED, *_pins()[i]) for i in IDS]
     assert "/filter" in fake_hub.requests and "/rows" not in fake_hub.requests
     fake_hub.requests.clear()
     cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    records = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "b")
+    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "b")
     assert [r.status for r in records] == [external.VERIFIED] * 2
     assert fake_hub.requests.count("/rows") == 2
 
@@ -214,17 +214,17 @@ def test_https_tampered_row_is_a_hash_mismatch_mocking_huggingface(fake_hub, tmp
     cfg = _cfg(hub=fake_hub.url, pins=_pins())
     fake_hub.rows[6] = dict(fake_hub.rows[6], tags=["a", "c"])
     with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[1]}"):
-        external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
 
 
 def test_https_moved_head_cannot_confirm_unpinned_record_mocking_huggingface(fake_hub, tmp_path):
     fake_hub.head = "f" * 40
     cfg = _cfg(hub=fake_hub.url)
-    records = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
     assert records[0].status == external.NOT_FETCHED and "not the pinned revision" in records[0].reason
     # Pinned records are decided by their sha256, whatever the head.
     cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    records = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor")
+    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
     assert [r.status for r in records] == [external.VERIFIED] * 2
 
 
@@ -232,12 +232,12 @@ def test_https_truncated_cells_are_refused_mocking_huggingface(fake_hub, tmp_pat
     fake_hub.truncated = ["prompt"]
     cfg = _cfg(hub=fake_hub.url, pins=_pins())
     with pytest.raises(SourceError, match="truncated cells"):
-        external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
 
 
 def test_stored_record_holds_exactly_the_canonical_bytes(tmp_path):
     cfg = _cfg(pins=_pins())
-    records = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor",
+    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor",
                                      mirror=_write_mirror(tmp_path / "mirror"))
     stored = (tmp_path / "vendor" / records[0].record_path).read_bytes()
     assert stored == canonical_json(_rows()[3])
@@ -245,7 +245,7 @@ def test_stored_record_holds_exactly_the_canonical_bytes(tmp_path):
 
 def test_check_stored_recomputes_from_the_vendor_directory(tmp_path):
     cfg = _cfg(pins=_pins())
-    records = external.fetch_records(cfg, cfg.profile("arena"), tmp_path / "vendor",
+    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor",
                                      mirror=_write_mirror(tmp_path / "mirror"))
     for record in records:
         external.check_stored(record, tmp_path / "vendor")

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from pipeline import config
+from pipeline import config, plan
 from pipeline.sources import dataset as external, vendor as sources
 from pipeline.records import provenance
 from pipeline._io import sha256_bytes
@@ -39,7 +39,7 @@ def _records(upstream, tmp_path):
                                                                 rows_url=closed))
     vendored = (sources.vendor_source(upstream.source(upstream.file_url), tmp_path / "vendor",
                                       cache_root=tmp_path / "cache"),)
-    ext = external.fetch_records(cfg, cfg.profile("local"), tmp_path / "vendor")
+    ext = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
     return cfg, vendored, ext
 
 
@@ -110,7 +110,7 @@ def test_missing_wheel_lock_is_refused(project):
 def test_provenance_is_complete_deterministic_and_round_trips(project, upstream, tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     cfg, vendored, ext = _records(upstream, tmp_path)
-    profile = cfg.profile("arena")
+    profile = "arena"
     first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
     provenance.write(tmp_path / "a.json", first)
     second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
@@ -136,8 +136,8 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
     (project / "env/app.py").write_bytes(b"print('changed')\n")
     with pytest.raises(SourceError, match="dirty"):
-        provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored, external=ext)
-    record = provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored,
+        provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext)
+    record = provenance.assemble(project, "local", base=BASE, sources=vendored,
                                  external=ext, allow_dirty=True)
     provenance.write(tmp_path / "p.json", record)
     data = json.loads((tmp_path / "p.json").read_bytes())
@@ -147,7 +147,7 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
 
 def test_load_refuses_a_foreign_or_edited_record(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
-    record = provenance.assemble(project, cfg.profile("local"), base=BASE, sources=vendored, external=ext)
+    record = provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext)
     path = tmp_path / "p.json"
     provenance.write(path, record)
     data = json.loads(path.read_bytes())

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline import config
+from pipeline import config, plan
 from pipeline.records import submission
 from pipeline.checks import schema
 from pipeline.checks.cases import all_cases
@@ -66,7 +66,7 @@ def _checks(*, fail: str | None = None, external=True) -> SuiteResult:
 
 def test_tasks_in_request_order_with_budgets_and_sizes(tmp_path):
     cfg = config.load()
-    sub = submission.build(cfg, cfg.profile("local"), _checks(), image=IMAGE, source_revision="c" * 40)
+    sub = submission.build(cfg, plan.resolve(cfg, "local").external, _checks(), image=IMAGE, source_revision="c" * 40)
     ids = [t.task_id for t in sub.tasks]
     cases = [c.id for c in all_cases()]
     assert len(ids) == 34
@@ -94,9 +94,9 @@ def test_a_single_failed_check_stops_the_release(tmp_path):
     cfg = config.load()
     failing = _checks(fail="math_route-d2-s307/wrong")
     with pytest.raises(CheckFailure, match="math_route-d2-s307/wrong"):
-        submission.build(cfg, cfg.profile("local"), failing, image=IMAGE, source_revision="c" * 40)
+        submission.build(cfg, plan.resolve(cfg, "local").external, failing, image=IMAGE, source_revision="c" * 40)
     # Even a record assembled by other means is refused at the writer.
-    good = submission.build(cfg, cfg.profile("local"), _checks(), image=IMAGE, source_revision="c" * 40)
+    good = submission.build(cfg, plan.resolve(cfg, "local").external, _checks(), image=IMAGE, source_revision="c" * 40)
     bad_task = good.tasks[3].__class__(**{**good.tasks[3].__dict__,
                                           "verification": submission.Verification("failed", 10, 1)})
     forged = submission.Submission(**{**good.__dict__, "tasks": (bad_task, *good.tasks[4:])})
@@ -112,16 +112,16 @@ def test_a_case_whose_own_checks_did_not_run_is_not_verified():
     whole = _checks()
     skipped = replace(whole, checks=tuple(c for c in whole.checks if not c.id.startswith("math_route-d2-s307/")))
     with pytest.raises(CheckFailure, match="math_route-d2-s307"):
-        submission.build(cfg, cfg.profile("local"), skipped, image=IMAGE, source_revision="c" * 40)
+        submission.build(cfg, plan.resolve(cfg, "local").external, skipped, image=IMAGE, source_revision="c" * 40)
 
 
 def test_unverified_external_tasks_local_carries_on_arena_refuses():
     cfg = config.load()
     offline = _checks(external=False)
-    sub = submission.build(cfg, cfg.profile("local"), offline, image=IMAGE, source_revision="c" * 40)
+    sub = submission.build(cfg, plan.resolve(cfg, "local").external, offline, image=IMAGE, source_revision="c" * 40)
     ext = [t for t in sub.tasks if t.task_id.startswith("format-code")]
     assert all(t.verification.status.startswith("not verified") for t in ext)
     # Without layer lists nothing can be deduplicated: declared sizes are added.
     assert sub.total_compressed_bytes == BASE_BYTES + DERIVED_NEW_BYTES + BASE_BYTES + OTHER_BYTES
     with pytest.raises(CheckFailure, match="requires every external task verified"):
-        submission.build(cfg, cfg.profile("arena"), offline, image=IMAGE, source_revision="c" * 40)
+        submission.build(cfg, plan.resolve(cfg, "arena").external, offline, image=IMAGE, source_revision="c" * 40)
