@@ -44,89 +44,49 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or ["-q", "--durations=20"]))
 
 
-@nox.session(python=PYTHON)
-def serve(session: nox.Session) -> None:
-    """Serve the built image in a container (nox -s serve -- --host-mode: on this host, changing it)."""
-    _install(session, "pipeline")
-    _pipeline(session, "serve")
+def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, ...]) -> None:
+    """Register session `name`: install the pipeline (and, with `host_tools`, the system
+    tools it drives), then `python -m pipeline <name> <posargs>`."""
+
+    def run(session: nox.Session) -> None:
+        _install(session, "pipeline")
+        if host_tools:
+            _setup_host(session)
+        _pipeline(session, name)
+
+    run.__doc__ = doc
+    nox.session(run, python=PYTHON, name=name, default=False, tags=list(tags))
 
 
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def registry(session: nox.Session) -> None:
-    """Start, stop or show the local loopback registry: nox -s registry -- start|stop|status."""
-    _install(session, "pipeline")
-    _setup_host(session)
-    _pipeline(session, "registry")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def lock(session: nox.Session) -> None:
-    """Regenerate the hash-pinned runtime wheel lock (locks/runtime.txt) from locks/runtime.in."""
-    _install(session, "pipeline")
-    _pipeline(session, "lock")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def base(session: nox.Session) -> None:
-    """Build the local base image (mmdebstrap + slim runtime), push it, pin it in locks/base.json."""
-    _install(session, "pipeline")
-    _setup_host(session)
-    _pipeline(session, "base")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def vendor(session: nox.Session) -> None:
-    """Fetch and verify the pinned upstream sources into vendor/ (-- --profile P --mirror DIR)."""
-    _install(session, "pipeline")
-    _pipeline(session, "vendor")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def build(session: nox.Session) -> None:
-    """Build the derived image daemonlessly from the base digest; push it to the registry."""
-    _install(session, "pipeline")
-    _setup_host(session)
-    _pipeline(session, "build")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def verify(session: nox.Session) -> None:
-    """Pull an image anonymously by digest and run the whole check suite: -- <name@digest> [--shard I/N]."""
-    _install(session, "pipeline")
-    _setup_host(session)
-    _pipeline(session, "verify")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release", "ci"])
-def checks(session: nox.Session) -> None:
-    """The suite against running servers (-- --url URL [--shard I/N]), or -- merge SHARD.json..."""
-    _install(session, "pipeline")
-    _pipeline(session, "checks")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release"])
-def release(session: nox.Session) -> None:
-    """The whole release: vendor, build, SBOM, attest, sign, push, pull back, verify, records."""
-    _install(session, "pipeline")
-    _setup_host(session)
-    _pipeline(session, "release")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release", "ci"])
-def reproduce(session: nox.Session) -> None:
-    """Rebuild the commit provenance.json records (base from a registry or from its lock) and
-    compare the whole image digest, explaining any difference."""
-    _install(session, "pipeline")
+# One session per pipeline command (pipeline/cli.py lists them all):
+# name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
+for _name, _host_tools, _tags, _doc in (
+    ("serve", False, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
+                         "changing it)."),
+    ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
+                                     "nox -s registry -- start|stop|status."),
+    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel lock (locks/runtime.txt) "
+                                  "from locks/runtime.in."),
+    ("base", True, ("release",), "Build the local base image (mmdebstrap + slim runtime), push it, pin it "
+                                 "in locks/base.json."),
+    ("vendor", False, ("release",), "Fetch and verify the pinned upstream sources into vendor/ "
+                                    "(-- --profile P --mirror DIR)."),
+    ("build", True, ("release",), "Build the derived image daemonlessly from the base digest; push it to "
+                                  "the registry."),
+    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite: "
+                                   "-- <name@digest> [--shard I/N]."),
+    ("checks", False, ("release", "ci"), "The suite against running servers (-- --url URL [--shard I/N]), "
+                                         "or -- merge SHARD.json..."),
+    ("release", True, ("release",), "The whole release: vendor, build, SBOM, attest, sign, push, pull back, "
+                                    "verify, records."),
     # mmdebstrap rebuilds the base when no registry serves it; diffoscope explains a mismatch.
-    _setup_host(session)
-    _pipeline(session, "reproduce")
-
-
-@nox.session(python=PYTHON, default=False, tags=["release", "ci"])
-def audit(session: nox.Session) -> None:
-    """Verify the committed release records offline: signatures, subjects, SBOM, pins."""
-    _install(session, "pipeline")
-    _pipeline(session, "audit")
+    ("reproduce", True, ("release", "ci"), "Rebuild the commit provenance.json records (base from a registry "
+                                           "or from its lock) and compare the whole image digest, explaining "
+                                           "any difference."),
+    ("audit", False, ("release", "ci"), "Verify the committed release records offline: signatures, subjects, "
+                                        "SBOM, pins."),
+):
+    _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
 
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])

@@ -31,7 +31,7 @@ from pipeline.records import attest, links as intoto_links, provenance, sbom
 from pipeline.image import base, build
 from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
-from pipeline.records import statement as release_statement, signing, submission, trust
+from pipeline.records import statement as release_statement, submission
 from pipeline.sources import vendor as sources
 from pipeline import basestage, config as _config, plan
 from pipeline.sources import lock as runtime_lock

@@ -75,6 +75,14 @@ def violations(root: Path = PACKAGE) -> list[str]:
     return found
 
 
+def planted(tmp_path: Path, package: str, text: str) -> Path:
+    """A copy of pipeline/ with `text` planted as <package>/planted.py."""
+    copy = tmp_path / "pipeline"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / package / "planted.py").write_text(text)
+    return copy
+
+
 def test_every_module_imports_only_its_own_or_lower_floors() -> None:
     assert violations() == []
 
@@ -92,10 +100,7 @@ def test_every_module_is_on_a_floor() -> None:
 ])
 def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
     """Teeth: a copy of pipeline/ with one upward import planted in image/ fails."""
-    copy = tmp_path / "pipeline"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "image" / "planted.py").write_text(statement + "\n")
-    found = violations(copy)
+    found = violations(planted(tmp_path, "image", statement + "\n"))
     assert len(found) == 1 and found[0].startswith("pipeline.image.planted "), found
 
 
@@ -145,8 +150,5 @@ def test_no_stage_looks_a_profile_up() -> None:
 ])
 def test_a_profile_lookup_in_a_stage_is_caught(tmp_path: Path, statement: str) -> None:
     """Teeth: a copy of pipeline/ with one profile lookup planted in records/ fails."""
-    copy = tmp_path / "pipeline"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "records" / "planted.py").write_text(statement)
-    found = profile_lookups(copy)
+    found = profile_lookups(planted(tmp_path, "records", statement))
     assert len(found) == 1 and found[0].startswith("pipeline.records.planted:"), found

@@ -69,6 +69,23 @@ def resign(rec) -> None:
                             released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc))
 
 
+def forge_all(root):
+    """The attacker's move: every statement re-signed by a fresh key, published beside the records."""
+    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
+    for kind in ("release", "provenance", "sbom", "checks"):
+        path = root / "attestations" / f"{kind}.dsse.json"
+        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
+    forger.publish(root / "attestations")
+    return forger
+
+
+def genuine_key(rec):
+    """The auditor's own trust root: the genuine public key, in a file outside the records."""
+    genuine = rec.root.parent / "genuine.pub.pem"
+    genuine.write_bytes(signing.public_key_pem(rec.signer.signer.public_key))
+    return genuine, trust.from_auditor(key_file=genuine, identity=None, issuer=None)
+
+
 def _edit_json(path, mutate):
     doc = json.loads(path.read_text())
     mutate(doc)
@@ -188,19 +205,13 @@ def test_genuine_release_statement_replayed_over_another_release(records, tmp_pa
 def test_forged_signer_with_its_own_key_published(records):
     """Everything re-signed by a fresh key, published beside the records: refused, naming the signer."""
     root = records.root
-    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
-    for kind in ("release", "provenance", "sbom", "checks"):
-        path = root / "attestations" / f"{kind}.dsse.json"
-        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
-    forger.publish(root / "attestations")
+    forger = forge_all(root)
     fails = failed(root)
     assert "release/signature" in fails
     assert (f"attestations/release.dsse.json is signed by keyid {forger.keyid}, which is not pinned "
             f"([trust.test] of release.toml); expected {records.signer.keyid}") in fails["release/signature"]
     # the same verdict from the auditor's own trust root (the genuine public key)
-    genuine = root.parent / "genuine.pub.pem"
-    genuine.write_bytes(signing.public_key_pem(records.signer.signer.public_key))
-    auditor = trust.from_auditor(key_file=genuine, identity=None, issuer=None)
+    genuine, auditor = genuine_key(records)
     fails = failed(root, trust_root=auditor)
     assert "is not signed by the trusted key" in fails["release/signature"]
     assert forger.keyid in fails["release/signature"]
@@ -212,18 +223,13 @@ def test_forger_who_also_rewrites_the_pins_is_refused_by_the_auditors_key(record
     were used). An auditor's own trust root (--key, --identity) is what such an attacker cannot
     change: it refuses the same records, naming the signer."""
     root = records.root
-    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
-    for kind in ("release", "provenance", "sbom", "checks"):
-        path = root / "attestations" / f"{kind}.dsse.json"
-        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
-    forger.publish(root / "attestations")
+    forger = forge_all(root)
     toml = root / "release.toml"
     toml.write_text(toml.read_text().replace(records.signer.keyid, forger.keyid))
     rows = {c.id: c for c in audit.audit(root)}
     assert rows["trust/root"].detail == f"keyids {forger.keyid} [[trust.test] of release.toml]"
-    genuine = root.parent / "genuine.pub.pem"
-    genuine.write_bytes(signing.public_key_pem(records.signer.signer.public_key))
-    fails = failed(root, trust_root=trust.from_auditor(key_file=genuine, identity=None, issuer=None))
+    genuine, auditor = genuine_key(records)
+    fails = failed(root, trust_root=auditor)
     assert fails["release/signature"] == (
         f"attestations/release.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
         f"got signed by keyid {forger.keyid}; trust root: key {records.signer.keyid} [auditor --key {genuine}]")
@@ -234,11 +240,7 @@ def test_the_issue_attack_reproduced_exactly(records):
     import shutil
 
     root = records.root
-    forger = signing.KeySigner(CryptoSigner.generate_ed25519())
-    for kind in ("release", "provenance", "sbom", "checks"):
-        path = root / "attestations" / f"{kind}.dsse.json"
-        path.write_bytes(forger.sign(base64.b64decode(json.loads(path.read_text())["payload"])))
-    forger.publish(root / "attestations")
+    forge_all(root)
     (root / "attestations" / "layout.json").unlink()
     shutil.rmtree(root / "attestations" / "links")
     assert cli.main(["audit", "--records", str(root)]) == 1

@@ -79,17 +79,23 @@ def test_mock_ghcr_missing_layer_blob_is_not_verified(local_registry, schema2_im
     assert not result.verified and ("missing" in result.status or missing in result.status)
 
 
+LOCAL = ExternalPolicy(required=False, profile="local")
+ARENA = ExternalPolicy(required=True, profile="arena")
+
+
+def _local_warns_arena_refuses(result, capsys) -> None:
+    external.enforce([result], LOCAL)
+    assert "NOT VERIFIED" in capsys.readouterr().err
+    with pytest.raises(CheckFailure, match="requires every external task verified"):
+        external.enforce([result], ARENA)
+
+
 def test_mock_ghcr_offline_is_reported_and_arena_refuses(capsys):
     # Port 9 on loopback: nothing listens there, as for a machine without the internet.
     task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1))
     assert result.status.startswith("not verified: ")
-    local = ExternalPolicy(required=False, profile="local")
-    arena = ExternalPolicy(required=True, profile="arena")
-    external.enforce([result], local)
-    assert "NOT VERIFIED" in capsys.readouterr().err
-    with pytest.raises(CheckFailure, match="requires every external task verified"):
-        external.enforce([result], arena)
+    _local_warns_arena_refuses(result, capsys)
 
 
 class _NoRuntime:
@@ -105,18 +111,12 @@ def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(caps
         "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64})
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
     assert result.status.startswith("not verified: ") and result.checks == ()
-    local = ExternalPolicy(required=False, profile="local")
-    arena = ExternalPolicy(required=True, profile="arena")
-    external.enforce([result], local)
-    assert "NOT VERIFIED" in capsys.readouterr().err
-    with pytest.raises(CheckFailure, match="requires every external task verified"):
-        external.enforce([result], arena)
+    _local_warns_arena_refuses(result, capsys)
 
 
 def test_mock_ghcr_reachable_but_not_started_is_refused_by_arena(schema2_image):
     ref, sizes, _ = schema2_image
     result = external.verify_task(_task(ref, sum(sizes)))
     assert result.verified and not result.checks
-    arena = ExternalPolicy(required=True, profile="arena")
     with pytest.raises(CheckFailure, match="repair checks not run"):
-        external.enforce([result], arena)
+        external.enforce([result], ARENA)

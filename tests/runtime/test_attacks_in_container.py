@@ -5,24 +5,20 @@ the next episode must be clean, seen from inside by the sandbox user itself."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from pipeline.verify import runtime
 from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
 from pipeline.verify.limits import ContainerLimits
 from tests.env import test_server_reset_attacks as battery
 
+from .conftest import checkout_servers
+
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 LIMITS = ContainerLimits(memory_bytes=1024 * MIB, pids=1024, cpus=1.0, workspace_bytes=256 * MIB)
-SERVE = ["/opt/arena-python/bin/python3", "-m", "env", "serve", "--host", "0.0.0.0", "--port", "8000"]
-MOUNT = ["--volume", f"{REPO / 'env'}:/opt/arena/env:ro", "--workdir", "/opt/arena",
-         "--env", "PYTHONPATH=/opt/arena"]
 CASE = all_cases()[3]
 SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
 
@@ -53,13 +49,8 @@ print("CLEANPROBE " + json.dumps({"repo": len(os.listdir("/workspace/repo")), "h
 
 @pytest.fixture(scope="module")
 def server(base_image, local_registry):
-    rt = runtime.ContainerRuntime()
-    image = rt.pull(base_image.pull_reference(local_registry.address))
-    container = rt.start(image, extra_args=MOUNT, command=SERVE, limits=LIMITS)
-    try:
+    with checkout_servers(base_image, local_registry, 1, LIMITS) as (container,):
         yield container
-    finally:
-        rt.remove(container)
 
 
 def _clean(session: Session) -> dict:

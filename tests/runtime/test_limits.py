@@ -8,12 +8,8 @@ pushes against is in force: without it the test fails before pushing.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 import pytest
 
-from pipeline.verify import runtime
 from pipeline.checks._record import Recorder
 from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
@@ -21,14 +17,12 @@ from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.config import Budgets
 from pipeline.verify.limits import GIB, ContainerLimits
 
+from .conftest import checkout_servers
+
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 LIMITS = ContainerLimits(memory_bytes=512 * MIB, pids=600, cpus=1.0, workspace_bytes=64 * MIB)
-SERVE = ["/opt/arena-python/bin/python3", "-m", "env", "serve", "--host", "0.0.0.0", "--port", "8000"]
-MOUNT = ["--volume", f"{REPO / 'env'}:/opt/arena/env:ro", "--workdir", "/opt/arena",
-         "--env", "PYTHONPATH=/opt/arena"]
 CASE = all_cases()[0]
 
 
@@ -48,16 +42,8 @@ def test_budgets_become_run_arguments():
 @pytest.fixture(scope="module")
 def pair(base_image, local_registry):
     """Two limited containers of the real server (the checkout's env/ on the base image)."""
-    rt = runtime.ContainerRuntime()
-    image = rt.pull(base_image.pull_reference(local_registry.address))
-    with ThreadPoolExecutor(2) as pool:
-        started = list(pool.map(lambda _: rt.start(image, extra_args=MOUNT, command=SERVE, limits=LIMITS),
-                                range(2)))
-    try:
+    with checkout_servers(base_image, local_registry, 2, LIMITS) as started:
         yield started
-    finally:
-        for container in started:
-            rt.remove(container)
 
 
 def _in_force(session: Session) -> dict[str, bool]:
@@ -73,14 +59,8 @@ def test_every_limit_is_in_force_as_uid_2000(pair):
 
 
 def test_the_limit_checks_fail_on_an_unlimited_container(base_image, local_registry):
-    rt = runtime.ContainerRuntime()
-    image = rt.pull(base_image.pull_reference(local_registry.address))
-    bare = rt.start(image, extra_args=MOUNT, command=SERVE)
-    try:
-        with Session(bare.url) as session:
-            assert _in_force(session) == dict.fromkeys(LIMIT_CHECKS, False)
-    finally:
-        rt.remove(bare)
+    with checkout_servers(base_image, local_registry) as (bare,), Session(bare.url) as session:
+        assert _in_force(session) == dict.fromkeys(LIMIT_CHECKS, False)
 
 
 BOMB = ("python3 -c 'import os, time\n"
