@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline.errors import ConfigError
+from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 from pipeline.verify.limits import ContainerLimits
 from pipeline.progress import say
 
@@ -78,7 +79,7 @@ def serve_host(port: int, tasks_file: str | None) -> int:
             "--workspace", str(HOST_DIR / "workspace")]
     if tasks_file:
         argv += ["--tasks", str(root_only_copy_file(Path(tasks_file), app / "vendor" / "tasks.py"))]
-    env = {k: v for k, v in os.environ.items() if k != "ARENA_TASKS_FILE"}
+    env = {k: v for k, v in os.environ.items() if k != TASKS_FILE_VARIABLE}
     env["PYTHONPATH"] = str(app)
     return subprocess.run(argv, env=env, cwd=app).returncode
 
