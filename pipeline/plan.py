@@ -12,21 +12,23 @@ profile up by name, find a registry or pick a base themselves.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline import config as _config
 from pipeline.config import ExternalPolicy, Source
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
 from pipeline.image.payload import VendoredTaskFile
-from pipeline.records import signing, trust
 from pipeline.registry import local as localregistry
 from pipeline.registry.basesource import BaseSource
 from pipeline.registry.client import Credentials, Reference, RegistryClient
 from pipeline.sources.vendor import check_vendored
+
+if TYPE_CHECKING:  # the signing libraries load only for the commands that sign or check signers
+    from pipeline.records import signing, trust
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,24 @@ class ReleasePlan:
     task_source: Source | None  # the one whose file the image serves (None: first-party tasks)
     signing: str  # "key" or "sigstore"
     external: ExternalPolicy
-    trust: trust.TrustRoot  # release.toml's pins for this profile (empty when malformed: the audit says why)
+    # Where the trust pins are read from (release.toml's [trust.<profile>]), by `trust()`.
+    config: _config.ReleaseConfig = field(repr=False, compare=False)
 
     def signer(self, *, key_path: Path | None = None) -> signing.KeySigner | signing.SigstoreSigner:
         """The signer (loads the release key, or prepares keyless signing)."""
+        from pipeline.records import signing
+
         return signing.signer_for(self.signing, key_path=key_path)
+
+    def trust(self) -> trust.TrustRoot:
+        """release.toml's pins for this profile (nothing pinned when the table is malformed:
+        the audit says why)."""
+        from pipeline.records import trust
+
+        try:
+            return trust.pins(self.config, self.profile)
+        except ConfigError:
+            return trust.TrustRoot(source=f"[trust.{self.profile}] of {self.config.path.name}")
 
     def task_file(self, vendor_dir: Path) -> VendoredTaskFile | None:
         """The served task module, verified in `vendor_dir` (no network)."""
@@ -111,19 +126,17 @@ class ReleasePlan:
 
     def unpinned_warning(self, signer: signing.KeySigner | signing.SigstoreSigner) -> str | None:
         """A loud warning when `signer` is not the one release.toml pins for this profile."""
+        from pipeline.records import trust
+
         if signer.kind == "key":
-            return trust.unpinned_warning(self.trust, signer.keyid)
-        return trust.unpinned_identity_warning(self.trust, signer.policy())
+            return trust.unpinned_warning(self.trust(), signer.keyid)
+        return trust.unpinned_identity_warning(self.trust(), signer.policy())
 
 
 def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None) -> ReleasePlan:
     """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
     overrides the profile's signing method."""
     profile = cfg.profile(name)
-    try:
-        pins = trust.pins(cfg, profile.name)
-    except ConfigError:
-        pins = trust.TrustRoot(source=f"[trust.{profile.name}] of {cfg.path.name}")
     kind = signing_kind or profile.signing
     if kind not in ("key", "sigstore"):
         raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
@@ -138,7 +151,7 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
         task_source=cfg.source(profile.vendored_source) if profile.vendored_source else None,
         signing=kind,
         external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
-        trust=pins,
+        config=cfg,
     )
 
 

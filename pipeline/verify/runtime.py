@@ -2,8 +2,10 @@
 
 Pull by digest, run detached with the server port published on a free loopback
 port, wait for `/health`, read logs, stop and remove. Every container started here
-carries the label `LABEL=owner` so that `cleanup()` can find and remove exactly the
-containers the pipeline started and nothing else. This machine's quirks (runc,
+carries the label `LABEL=owner` (`ours()`: what any pipeline process started) and the
+label `SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the
+containers this adapter started: nothing of another process, nor of a concurrent
+release. This machine's quirks (runc,
 explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -26,6 +29,7 @@ from pipeline.progress import say
 
 LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"
+SESSION_LABEL = "org.openenv-arena.release.session"
 
 
 class ContainerError(ReleaseError):
@@ -71,6 +75,7 @@ class ContainerRuntime:
         self.engine = engine or detect(config.engine_choice(environ))
         self.args: EngineArgs = config.args_for(self.engine, environ)
         self.health_timeout_s = config.health_timeout_s
+        self.session = uuid.uuid4().hex
 
     def _cli(self, *argv: str, check: bool = True, timeout: float | None = 600):
         return _proc.run([self.engine, *self.args.global_args, *argv], check=check,
@@ -101,6 +106,7 @@ class ContainerRuntime:
         and a user namespace of the container's own.
         """
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
+                "--label", f"{SESSION_LABEL}={self.session}",
                 "--publish", f"127.0.0.1::{port}", *self.args.run_args,
                 *(limits.run_args() if limits else ()), *extra_args]
         if name:
@@ -189,15 +195,21 @@ class ContainerRuntime:
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0
 
-    def ours(self) -> list[str]:
-        """IDs of every container (running or not) that carries our label."""
-        out = self._cli("ps", "--all", "--no-trunc", "--filter", f"label={LABEL}={OWNER}",
-                        "--format", "{{.ID}}")
+    def _labelled(self, label: str) -> list[str]:
+        out = self._cli("ps", "--all", "--no-trunc", "--filter", f"label={label}", "--format", "{{.ID}}")
         return sorted(line.strip() for line in out.stdout.decode().splitlines() if line.strip())
 
+    def ours(self) -> list[str]:
+        """IDs of every container (running or not) any pipeline process started."""
+        return self._labelled(f"{LABEL}={OWNER}")
+
+    def mine(self) -> list[str]:
+        """IDs of the containers (running or not) this adapter started."""
+        return self._labelled(f"{SESSION_LABEL}={self.session}")
+
     def cleanup(self) -> int:
-        """Remove every container the pipeline started; return how many there were."""
-        ids = self.ours()
+        """Remove every container this adapter started; return how many there were."""
+        ids = self.mine()
         for cid in ids:
             self.remove(cid)
         return len(ids)

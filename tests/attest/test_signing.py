@@ -100,7 +100,7 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
 
     rec = make_records(tmp_path / "r")
     cfg = config_mod.load(rec.root / "release.toml")
-    pins = plan.resolve(cfg, "test").trust
+    pins = plan.resolve(cfg, "test").trust()
     assert trust.unpinned_warning(pins, rec.signer.keyid) is None
     other = signing.CryptoSigner.generate_ed25519().public_key.keyid
     warning = trust.unpinned_warning(pins, other)
@@ -122,9 +122,9 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
-    arena = plan.resolve(cfg, "arena").trust
+    arena = plan.resolve(cfg, "arena").trust()
     assert trust.unpinned_identity_warning(arena, good) is None
     branch = signing.SigstorePolicy(f"{workflow}@refs/heads/main", good.issuer)
     assert trust.unpinned_identity_warning(arena, branch).startswith(
         f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned")
-    assert trust.unpinned_identity_warning(plan.resolve(cfg, "test").trust, good) is not None  # keys only
+    assert trust.unpinned_identity_warning(plan.resolve(cfg, "test").trust(), good) is not None  # keys only

@@ -94,14 +94,20 @@ def test_health_timeout_names_the_url(rt, image):
         rt.remove(c)
 
 
-def test_cleanup_removes_only_our_containers(rt, image):
+def test_cleanup_removes_only_this_adapters_containers(rt, image):
+    """Neither a container without the label nor one another pipeline process (another
+    adapter: a concurrent release) started is touched."""
     ours = rt.run(image, command=["sleep", "60"])
+    other = runtime.ContainerRuntime()
+    concurrent = other.run(image, command=["sleep", "60"])
     foreign = rt._cli("run", "--detach", "--pull", "never", *rt.args.run_args, image,
                       "sleep", "60").stdout.decode().strip()
     try:
+        assert ours.id in rt.mine() and concurrent.id in rt.ours() and concurrent.id not in rt.mine()
         assert rt.cleanup() >= 1
         assert not rt.exists(ours.id)
-        assert rt.exists(foreign)
-        assert rt.ours() == []
+        assert rt.exists(foreign) and rt.exists(concurrent.id)
+        assert rt.mine() == []
     finally:
         rt.remove(foreign)
+        other.remove(concurrent)
