@@ -27,7 +27,6 @@ from pipeline.registry import basesource
 from pipeline.registry import local as localregistry, pull, push as publish
 from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT, load  # noqa: E402
-from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
 from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
 
 DOCKERFILE = """FROM {base}
@@ -48,7 +47,7 @@ def main() -> int:
     cfg = load()
     target = plan.resolve(cfg, "local").target
     ep = localregistry.endpoint()
-    client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
+    client = ep.client()
     record, _ = basestage.ensure(client)
     base_ref = record.pull_reference(ep.address)
     source = basesource.BaseSource.from_registry(base_ref, name=record.name)

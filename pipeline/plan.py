@@ -45,8 +45,7 @@ class Target:
         """A client with push credentials (the local registry's own, else from the
         environment)."""
         if self.local:
-            ep = localregistry.endpoint()
-            return RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
+            return localregistry.endpoint().client()
         return RegistryClient(self.registry, credentials=Credentials.from_env(self.registry))
 
 

@@ -44,8 +44,7 @@ def base(args: argparse.Namespace) -> int:
     if args.registry:
         client = RegistryClient(args.registry, credentials=Credentials.from_env(args.registry))
     else:
-        ep = localregistry.endpoint()
-        client = RegistryClient(ep.address, credentials=Credentials(ep.user, ep.password))
+        client = localregistry.endpoint().client()
     record, what = basestage.ensure(client, spec=spec, force=args.force, use_cache=not args.no_cache)
     if what == "up to date":
         print(f"base is up to date: {record.reference}")

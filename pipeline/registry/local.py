@@ -44,6 +44,7 @@ from pipeline._io import write_atomic, write_json_atomic
 from pipeline._proc import run, which
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ToolError
+from pipeline.registry.client import Credentials, RegistryClient
 
 log = logging.getLogger("pipeline.registry.local")
 
@@ -89,14 +90,9 @@ class RegistryState:
     def url(self) -> str:
         return f"http://{self.address}"
 
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the pipeline pushes to, and with which credentials."""
-
-    address: str
-    user: str
-    password: str
+    def client(self, **kw) -> RegistryClient:
+        """A client that pushes here with the registry's own credentials."""
+        return RegistryClient(self.address, credentials=Credentials(self.user, self.password), **kw)
 
 
 # ------------------------------------------------------------------ files
@@ -548,12 +544,13 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None) -> 
     return state
 
 
-def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> Endpoint:
-    """Address and push credentials of the local registry (started if needed)."""
+def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> RegistryState:
+    """The running local registry (started if needed): its address, and `client()` with its
+    push credentials."""
     state = status(root)
     if state is None:
         if not start_if_needed:
             raise ToolError("the local registry is not running",
                             hint="run `python -m pipeline registry start`")
         state = start(root)
-    return Endpoint(address=state.address, user=state.user, password=state.password)
+    return state

@@ -9,7 +9,6 @@ import pytest
 from pipeline.records import attest, signing
 from pipeline import audit
 from pipeline.registry import push as publish
-from pipeline.registry.client import Credentials, RegistryClient
 
 from .conftest import EPOCH, make_records
 
@@ -21,8 +20,7 @@ def pushed(local_registry, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
     repository = f"arena/attest-{uuid.uuid4().hex[:12]}"
     rec = make_records(tmp_path / "records", image_name=f"{local_registry.address}/{repository}")
-    client = RegistryClient(local_registry.address,
-                            credentials=Credentials(local_registry.user, local_registry.password))
+    client = local_registry.client()
     publish.push_layout(client, repository, rec.image.layout, tag="test")
     return rec, client, repository
 

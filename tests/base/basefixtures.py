@@ -61,7 +61,7 @@ def lock_venv(tmp_path_factory) -> Path:
 
 
 def registry_client(state) -> RegistryClient:
-    return RegistryClient(state.address, credentials=Credentials(state.user, state.password))
+    return state.client()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ import pytest
 from pipeline.image.oci import image as oci_image
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +54,7 @@ def _push_base(registry, tmp: Path, family: oci_image.Family, arch: str = "amd64
         manifest_bytes = canonical_json(m)
     layout.put_bytes(config_bytes)
     layout.add_manifest(manifest_bytes, media_type, ref_name="base")
-    client = RegistryClient(registry.address, credentials=Credentials(registry.user, registry.password))
+    client = registry.client()
     repo = f"test/base-{family.name}-{arch}"
     pushed = push_layout(client, repo, layout.root, ref_name="base", tag="base")
     return PushedBase(f"{registry.address}/{repo}@{pushed.manifest_digest}", pushed.manifest_digest,

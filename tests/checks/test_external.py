@@ -16,7 +16,7 @@ from pipeline.errors import CheckFailure
 from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_layout
 
 REPO = "mock-ghcr/akseljoonas/mimo-openenv-software"
@@ -37,8 +37,7 @@ def schema2_image(local_registry, tmp_path_factory):
     img = derive(None, layers, ConfigChanges(cmd=("true",)), source_date_epoch=1, family=DOCKER)
     layout.put_bytes(img.config_bytes)
     layout.add_manifest(img.manifest_bytes, img.media_type, ref_name="ext")
-    writer = RegistryClient(local_registry.address,
-                            credentials=Credentials(local_registry.user, local_registry.password))
+    writer = local_registry.client()
     push_layout(writer, REPO, root, ref_name="ext")
     ref = f"{local_registry.address}/{REPO}@{img.manifest_digest}"
     return ref, [layer.size for layer in img.manifest.layers], img

@@ -12,7 +12,7 @@ from pipeline.registry import local as localregistry
 from pipeline.image.oci.image import OCI, ConfigChanges, Family, NewLayer, derive
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.registry.client import RegistryClient
 
 _counter = itertools.count()
 
@@ -36,7 +36,7 @@ def _build_image(root: Path, *, family: Family = OCI, layer_sizes=(2000, 3000),
 
 
 def _writer(state, **kw) -> RegistryClient:
-    return RegistryClient(state.address, credentials=Credentials(state.user, state.password), **kw)
+    return state.client(**kw)
 
 
 @pytest.fixture

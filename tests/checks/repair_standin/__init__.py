@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline.image.oci.image import BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
-from pipeline.registry.client import Credentials, Reference, RegistryClient
+from pipeline.registry.client import Reference, RegistryClient
 from pipeline.registry.push import push_image
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +65,7 @@ def build_standin(registry, base_ref: str, work: Path, *, task_id: str, fault: s
                    ConfigChanges(cmd=(PYTHON, f"/{APP}/server.py"), entrypoint=(), env=env,
                                  working_dir="/opt/arena", exposed_ports=("8000/tcp",), user="0"),
                    source_date_epoch=1)
-    writer = RegistryClient(registry.address, credentials=Credentials(registry.user, registry.password))
+    writer = registry.client()
     pushed = push_image(writer, repository, image.manifest_bytes, image.media_type,
                         {image.manifest.config.digest: image.config_bytes, layer.digest: layer.path},
                         tag=(fault or "ok") + "-" + task_id, mount_from=(ref.repository,))
