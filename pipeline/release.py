@@ -144,13 +144,14 @@ def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
 
 
 def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path, staging: Path,
-                   signer, links: intoto_links.StageRecorder, record: build.BuildRecord, image_name: str,
+                   signer, links: intoto_links.StageRecorder, record: build.BuildRecord,
                    base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
                    lock_text: str, revision: provenance.ProjectRevision, allow_dirty: bool,
                    sbom_bytes: bytes, started_at: datetime) -> submission.Submission:
     """Every record into `staging`: provenance and statements, submission.json, the links and
     layout, the README, and last the release statement that binds them all."""
     att_dir = staging / "attestations"
+    image_name = rp.target.image_name
     subject = attest.Subject(image_name, record.manifest_digest)
     with links.step("attest"):
         image_rec = provenance.Image(
@@ -267,7 +268,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
         with timings.stage("records"):
             sub = _write_records(cfg, rp, repo=repo, staging=staging, signer=signer, links=links,
-                                 record=record, image_name=image_name, base_pin=base_pin, vendored=vendored,
+                                 record=record, base_pin=base_pin, vendored=vendored,
                                  externals=externals, suite=suite, lock_text=lock_text, revision=revision,
                                  allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
             placed = _install_records(staging, repo)

@@ -36,7 +36,6 @@ from pipeline.sources import lock as runtime_lock
 from pipeline.registry.basesource import BaseSource
 from pipeline.image.build import build
 from pipeline import plan
-from pipeline.plan import Target
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
@@ -47,10 +46,8 @@ from pipeline.progress import say
 
 # The modules that turn the image inputs into the derived image's bytes: when HEAD's
 # differ from the recorded commit's, a mismatch may come from the code, not the inputs.
-IMAGE_BUILDER = ("pipeline/image/build.py", "pipeline/image/payload.py",
-                 "pipeline/image/imageconfig.py", "pipeline/image/oci/layer.py",
-                 "pipeline/image/oci/image.py", "pipeline/image/base.py",
-                 "pipeline/sources/lock.py")
+IMAGE_BUILDER = (*(f"pipeline/{m}" for m in _base.BUILDER_MODULES), "pipeline/image/build.py",
+                 "pipeline/image/payload.py", "pipeline/image/imageconfig.py")
 DIFFOSCOPE_LINES = 200
 
 
@@ -198,27 +195,28 @@ def _served(registry: str, repository: str, digest: str) -> tuple[bool, str]:
     return (True, "") if found == digest else (False, "not there")
 
 
-def _registry_base(prov: provenance.Provenance, target: Target,
+def _registry_of(name: str, target: plan.Target, registry: str | None) -> tuple[str | None, str]:
+    """Which registry to read the recorded image `name` from, and its repository there:
+    `registry` if given, else the local registry when it runs (local profile) or the
+    registry the name carries; None when there is none."""
+    if target.local:
+        state = None if registry else localregistry.status()
+        return registry or (state.address if state else None), name
+    ref = Reference.parse(name)
+    return registry or ref.registry, ref.repository
+
+
+def _registry_base(prov: provenance.Provenance, target: plan.Target,
                    registry: str | None) -> tuple[BaseSource | None, list[str]]:
     """The recorded base from a registry that serves it, else None and why not."""
     name, digest = prov.base.name, prov.base.digest
-    if target.local:
-        state = None if registry else localregistry.status()
-        where = registry or (state.address if state else None)
-        if where is None:
-            return None, ["no local registry runs here"]
-        candidates = [BaseSource(name=name, digest=digest, registry=where, repository=name)]
-    else:
-        ref = Reference.parse(f"{name}@{digest}")
-        candidates = [BaseSource.from_registry(f"{registry}/{ref.repository}@{digest}", name=name)
-                      if registry else BaseSource.from_registry(str(ref), name=name)]
-    reasons = []
-    for source in candidates:
-        ok, why = _served(source.registry or "", source.repository or name, digest)
-        if ok:
-            return source, []
-        reasons.append(f"{source.registry}: {why}")
-    return None, reasons
+    where, repository = _registry_of(name, target, registry)
+    if where is None:
+        return None, ["no local registry runs here"]
+    ok, why = _served(where, repository, digest)
+    if not ok:
+        return None, [f"{where}: {why}"]
+    return BaseSource(name=name, digest=digest, registry=where, repository=repository), []
 
 
 def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
@@ -265,19 +263,14 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
 # ------------------------------------------------------------------ diffoscope
 
 
-def _diffoscope(prov: provenance.Provenance, target: Target, registry: str | None,
+def _diffoscope(prov: provenance.Provenance, target: plan.Target, registry: str | None,
                 pairs: list[tuple[str, Path]], work: Path) -> list[str]:
     """diffoscope's report for each (recorded digest, rebuilt blob) whose recorded blob a
     registry serves; nothing when diffoscope is not installed."""
     tool = shutil.which("diffoscope")
     if tool is None or not pairs:
         return []
-    if target.local:
-        state = None if registry else localregistry.status()
-        where, repository = registry or (state.address if state else None), prov.image.name
-    else:
-        ref = Reference.parse(prov.image.name)
-        where, repository = registry or ref.registry, ref.repository
+    where, repository = _registry_of(prov.image.name, target, registry)
     if where is None:
         return ["diffoscope: the recorded blobs are not readable here (no registry serves "
                 f"{prov.image.name}@{prov.image.digest})"]
