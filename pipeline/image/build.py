@@ -118,7 +118,6 @@ def build(
     """Build the derived image into `out/oci` and return its record (not yet written).
 
     `source_revision` is the image-input commit (`provenance.image_inputs`)."""
-    base_source = base
     layout = Layout.init(Path(out) / "oci")
     base_image = base.read(layout)
     blobs_dir = layout.root / "blobs" / "sha256"
@@ -127,7 +126,7 @@ def build(
         layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
         built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
                                      tuple(members_of_blob(layer.path))))
-    values = image_config(cfg, base_name=base_source.name, base_digest=base_source.digest,
+    values = image_config(cfg, base_name=base.name, base_digest=base.digest,
                           revision=source_revision,
                           source_date_epoch=source_date_epoch, vendored=vendored)
     image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"pipeline.build: {l.name} layer")
@@ -138,13 +137,13 @@ def build(
     record = BuildRecord(
         repository=repository, tag=tag, manifest_digest=image.manifest_digest,
         media_type=image.media_type, config_digest=image.config_digest,
-        base=f"{base_source.name}@{base_source.digest}",
+        base=f"{base.name}@{base.digest}",
         base_layers=tuple((l.digest, l.size) for l in base_image.manifest.layers),
         app_layers=tuple(built_layers), source_revision=source_revision,
         source_date_epoch=source_date_epoch, zlib=zlib_version(), layout=str(layout.root),
         config=values,
     )
     say(f"built {repository}@{image.manifest_digest}")
-    say(f"  base {base_source}; {len(built_layers)} app layers, {record.app_size:,} bytes "
+    say(f"  base {base}; {len(built_layers)} app layers, {record.app_size:,} bytes "
         f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})")
     return record
