@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
+from env.server import mcp
 from env.server.environment import Curriculum, ServerConfig, ShellEnvironment
 from env.server.models import ShellAction, ShellObservation
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
@@ -23,13 +24,16 @@ from env.server.workspace import home_dir
 
 TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
 
-# Only what a trainer needs is served. openenv-core's stateless HTTP routes (/reset,
-# /step, /state) and its MCP routes (/mcp over HTTP and WebSocket) each build a fresh
-# environment per request or session; here every environment shares the one workspace
-# and the UID 2000 process table, so they would wipe the live session's workspace and
-# kill its processes, bypassing the one-session limit. The API docs are not needed
-# either. The episode is served over /ws only.
-SERVED_ROUTES = frozenset({"/health", "/metadata", "/schema", "/ws"})
+# What is served: the OpenEnv runtime standard's endpoints, in its "production" mode
+# (`openenv validate`: an OpenAPI path set without /reset has neither /step nor /state),
+# and the episode over /ws. openenv-core's stateless HTTP routes (/reset, /step, /state)
+# and its MCP routes (/mcp over HTTP and WebSocket) each build a fresh environment per
+# request or session; here every environment shares the one workspace and the UID 2000
+# process table, so they would wipe the live session's workspace and kill its processes,
+# bypassing the one-session limit. They are dropped; /mcp is answered by env.server.mcp,
+# which speaks JSON-RPC and offers no tools. The interactive API docs are not served.
+SERVED_ROUTES = frozenset({"/health", "/metadata", "/schema", "/ws", "/openapi.json"})
+ENV_NAME = "openenv-arena"
 
 
 def create_server_app(tasks_file: str | None = None, config: ServerConfig = ServerConfig()) -> FastAPI:
@@ -42,10 +46,12 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
         partial(ShellEnvironment, curriculum, config),
         ShellAction,
         ShellObservation,
-        env_name="openenv-arena",
+        env_name=ENV_NAME,
         max_concurrent_envs=1,
     )
     keep_served_routes(app)
+    app.add_api_route(mcp.MCP_PATH, mcp.endpoint(ENV_NAME), methods=["POST"],
+                      summary="MCP (JSON-RPC 2.0); no tools are offered")
     app.add_middleware(_QuietClientClose)
     return app
 
@@ -73,7 +79,7 @@ class _QuietClientClose:
 
 
 def keep_served_routes(app: FastAPI) -> None:
-    """Drop every route of ``app`` but SERVED_ROUTES."""
+    """Drop every route of ``app`` but SERVED_ROUTES (openenv-core's /mcp routes included)."""
     app.router.routes[:] = [route for route in app.router.routes if _served(route)]
 
 

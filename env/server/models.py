@@ -1,4 +1,12 @@
-"""The wire schema: ``ShellAction`` and ``ShellObservation`` (environment.md, "Schema")."""
+"""The wire schema: ``ShellAction`` and ``ShellObservation`` (environment.md, "Schema").
+
+Every image of a release serves one schema: the MiMo repair images' own, field for
+field, description for description (``pipeline/checks/release_schema.json``, from
+mimo.md). So the classes carry no docstrings (pydantic would publish them as schema
+descriptions) and no prose of this environment's own; its limits (the 12,000-byte
+output tail, 16 actions per episode) are behaviour, documented in INSTRUCTIONS.md and
+environment.md, not schema.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +19,15 @@ MAX_COMMAND_CHARS = 16_000
 MAX_OUTPUT_CHARS = 16_000
 
 
+# Extra fields are refused (``extra="forbid"`` inherited from Action).
 class ShellAction(Action):
-    """Run a shell command in /workspace/repo, or finish the episode and grade it.
-
-    Extra fields are refused (inherited ``extra="forbid"``).
-    """
-
     operation: Literal["shell", "finish"] = Field(
-        description='"shell" runs `command` as UID 2000; "finish" grades answer.json now'
-    )
-    command: str = Field(
-        default="",
-        max_length=MAX_COMMAND_CHARS,
-        description="The shell command (bash -c), used by the shell operation",
-    )
+        description="Run a bash command or finish and grade the repository.")
+    command: str = Field(default="", max_length=MAX_COMMAND_CHARS,
+                         description="Bash command; each call starts in the task repository.")
 
 
 class ShellObservation(Observation):
-    """What the agent sees after reset or an action (plus OpenEnv's done/reward/metadata)."""
-
-    task_id: str = Field(description="The curriculum case of this episode")
-    output: str = Field(
-        default="",
-        max_length=MAX_OUTPUT_CHARS,
-        description="Instructions (reset), command output (shell) or the grading verdict",
-    )
-    exit_code: int | None = Field(
-        default=None, description="Exit code of the shell command; null when none ran"
-    )
+    task_id: str
+    output: str = Field(max_length=MAX_OUTPUT_CHARS)
+    exit_code: int | None = None

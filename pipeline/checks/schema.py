@@ -1,50 +1,65 @@
-"""The wire schema the release declares (environment.md, "Schema"), and its comparison.
+"""The one wire schema of every image of the release, and its comparison.
 
-The expected schema comes from this declaration, not from the environment's code, so
-`image/schema` catches an image whose models drifted from the contract.
+`release_schema.json` is the action and observation schema the MiMo repair images
+serve (mimo.md, "The one schema of all three images"): the request carries it once
+for every task, so every image, procedural and external, must serve exactly it,
+descriptions and `required` lists included. The expected schema comes from this file,
+not from the environment's code, so `image/schema` catches an image whose models
+drifted from the contract.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from openenv.core.env_server.types import Action, Observation
-from pydantic import Field
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 MAX_COMMAND_CHARS = 16_000
 MAX_OUTPUT_CHARS = 16_000
-# Human prose may be reworded freely; everything else in the schema is contract.
-_PROSE = frozenset({"description", "title", "examples"})
+SCHEMA_FILE = Path(__file__).with_name("release_schema.json")
+PARTS = ("action", "observation")
 
 
-class ShellAction(Action):
-    operation: Literal["shell", "finish"]
-    command: str = Field(default="", max_length=MAX_COMMAND_CHARS)
-
-
-class ShellObservation(Observation):
-    task_id: str
-    output: str = Field(default="", max_length=MAX_OUTPUT_CHARS)
-    exit_code: int | None = None
-
-
-def _without_prose(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _without_prose(v) for k, v in node.items() if k not in _PROSE}
-    if isinstance(node, list):
-        return [_without_prose(v) for v in node]
-    return node
+@lru_cache(maxsize=1)
+def _declared_text() -> str:
+    return SCHEMA_FILE.read_text(encoding="utf-8")
 
 
 def declared() -> dict[str, Any]:
-    """{"action": ..., "observation": ...}: the JSON schemas the contract declares."""
-    return {"action": ShellAction.model_json_schema(),
-            "observation": ShellObservation.model_json_schema()}
+    """{"action": ..., "observation": ...}: the JSON schemas of the release (a fresh copy)."""
+    return json.loads(_declared_text())
 
 
-def normalized(schema: dict[str, Any]) -> dict[str, Any]:
-    """The action and observation schemas without prose, for equality checks."""
-    return {k: _without_prose(schema.get(k)) for k in ("action", "observation")}
+def served_parts(schema: dict[str, Any]) -> dict[str, Any]:
+    """The action and observation parts of a served `GET /schema` body."""
+    return {k: schema.get(k) for k in PARTS}
+
+
+def first_difference(got: Any, want: Any, path: str = "") -> str | None:
+    """Where `got` first differs from `want` (JSON equality, key order ignored), as
+    "<path>: expected X, got Y"; None when equal."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in list(want) + [k for k in got if k not in want]:
+            if key not in got:
+                return f"{path}/{key}: expected {json.dumps(want[key])[:200]}, got nothing"
+            if key not in want:
+                return f"{path}/{key}: expected nothing, got {json.dumps(got[key])[:200]}"
+            found = first_difference(got[key], want[key], f"{path}/{key}")
+            if found:
+                return found
+        return None
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return f"{path}: expected {len(want)} items, got {len(got)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            found = first_difference(g, w, f"{path}/{i}")
+            if found:
+                return found
+        return None
+    if type(got) is not type(want) or got != want:
+        return f"{path or '/'}: expected {json.dumps(want)[:200]}, got {json.dumps(got)[:200]}"
+    return None
 
 
 def example_actions() -> list[dict[str, Any]]:
@@ -56,5 +71,5 @@ def example_actions() -> list[dict[str, Any]]:
 
 
 def finish_action() -> dict[str, Any]:
-    """The action that ends an episode and grades answer.json."""
-    return {"operation": "finish", "command": ""}
+    """The action that ends an episode and grades it."""
+    return {"operation": "finish"}

@@ -10,6 +10,7 @@ import websockets.exceptions
 import websockets.sync.client
 
 from env.catalog import CASE_IDS
+from pipeline.checks import schema as release_schema
 
 pytestmark = pytest.mark.root
 
@@ -18,20 +19,20 @@ def test_health_schema_metadata(server):
     assert server.get("/health") == (200, {"status": "healthy"})
     status, schema = server.get("/schema")
     assert status == 200
-    action = schema["action"]
-    assert action["properties"]["operation"]["enum"] == ["shell", "finish"]
-    assert action["properties"]["command"]["maxLength"] == 16_000
-    assert action["properties"]["command"]["default"] == ""
-    assert action["additionalProperties"] is False
-    observation = schema["observation"]["properties"]
-    assert {"task_id", "output", "exit_code", "done", "reward", "metadata"} <= set(observation)
-    assert observation["output"]["maxLength"] == 16_000
+    # The one schema of every image of the release, JSON-equal (descriptions, required).
+    assert {k: schema[k] for k in ("action", "observation")} == release_schema.declared()
     status, metadata = server.get("/metadata")
     assert status == 200 and metadata["name"] == "openenv-arena"
 
 
-@pytest.mark.parametrize("path", ["/reset", "/step", "/mcp"])
-def test_stateless_http_episode_and_mcp_routes_are_not_served(server, path):
+def test_openapi_declares_production_mode(server):
+    status, spec = server.get("/openapi.json")
+    assert status == 200 and isinstance(spec["info"]["version"], str)
+    assert set(spec["paths"]) == {"/health", "/metadata", "/schema", "/mcp"}
+
+
+@pytest.mark.parametrize("path", ["/reset", "/step"])
+def test_stateless_http_episode_routes_are_not_served(server, path):
     request = urllib.request.Request(server.url + path, data=b"{}", method="POST",
                                      headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as caught:
@@ -40,9 +41,25 @@ def test_stateless_http_episode_and_mcp_routes_are_not_served(server, path):
     assert server.get("/state")[0] in (404, 405)
 
 
-@pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/redoc", "/mcp"])
-def test_only_the_trainer_routes_answer_http_get(server, path):
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/mcp"])
+def test_only_the_standard_routes_answer_http_get(server, path):
     assert server.get(path)[0] in (404, 405)
+
+
+def _mcp(server, message) -> dict:
+    request = urllib.request.Request(server.url + "/mcp", data=json.dumps(message).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.status == 200
+        return json.loads(reply.read())
+
+
+def test_mcp_answers_json_rpc_and_offers_no_tools(server):
+    assert _mcp(server, {})["error"]["code"] == -32600
+    assert _mcp(server, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"] == {"tools": []}
+    called = _mcp(server, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "reset", "arguments": {}}})
+    assert called["error"]["code"] == -32601
 
 
 def test_mcp_websocket_is_not_served(server):

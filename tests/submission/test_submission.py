@@ -85,7 +85,7 @@ def test_tasks_in_request_order_with_budgets_and_sizes(tmp_path):
     data = json.loads(path.read_text())
     published = {"task_id", "image", "split", *config.BUDGET_FIELDS, "verification"}
     assert set(data["tasks"][0]) == published
-    assert data["finish_action"] == {"operation": "finish", "command": ""}
+    assert data["finish_action"] == {"operation": "finish"}
     assert data["schema"]["action"]["properties"]["operation"]["enum"] == ["shell", "finish"]
     assert submission.load(path) == sub
 
