@@ -75,6 +75,8 @@ for _name, _host_tools, _tags, _doc in (
                                   "the registry."),
     ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite: "
                                    "-- <name@digest> [--shard I/N]."),
+    ("repair-checks", True, ("release",), "Repair-check any MiMo repair image: -- <name@digest> --task TASK_ID "
+                                          "--reference SCRIPT [--out FILE.json]."),
     ("checks", False, ("release", "ci"), "The suite against running servers (-- --url URL [--shard I/N]), "
                                          "or -- merge SHARD.json..."),
     ("release", True, ("release",), "The whole release: vendor, build, SBOM, attest, sign, push, pull back, "

@@ -1,7 +1,8 @@
 """`python -m pipeline <command> [args]`: every command, registered in one table.
 
 Each command is an argparse sub-command whose arguments and body live in
-`pipeline.commands.<stage>` as `<name>_arguments(parser)` and `<name>(args) -> int`.
+`pipeline.commands.<stage>` as `<name>_arguments(parser)` and `<name>(args) -> int`
+(a `-` in the command's name is a `_` in the functions').
 Only the chosen command's module is imported (so `--help` and quick commands do not
 load the signing and SBOM libraries). A ReleaseError becomes one line and an exit code.
 """
@@ -34,6 +35,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),
     Command("serve", "verify", "serve the built image in a container (or, with --host-mode, on this host)"),
     Command("verify", "verify", "pull an image anonymously, start it and run every check of verification.md"),
+    Command("repair-checks", "repair", "pull any MiMo repair image anonymously, start it under the external "
+                                       "budget and run the seed's twelve repair checks and ours"),
     Command("checks", "verify", "the check suite against running servers (--url), one shard of it "
                                 "(--shard I/N), or `checks merge` of the shards"),
     Command("submission", "verify", "write submission.json from passing check results"),
@@ -55,8 +58,9 @@ def parser(chosen: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(command.name, help=command.summary, description=command.summary)
         if command.name == chosen:
             module = importlib.import_module(f"pipeline.commands.{command.stage}")
-            getattr(module, f"{command.name}_arguments")(p)
-            p.set_defaults(run=getattr(module, command.name))
+            function = command.name.replace("-", "_")
+            getattr(module, f"{function}_arguments")(p)
+            p.set_defaults(run=getattr(module, function))
     return top
 
 

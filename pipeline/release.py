@@ -251,7 +251,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                                  mount_from=plan.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
-            references = references_of(cfg, external.stored_rows(cfg, vendor_dir, externals))
+            references = references_of(cfg)
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
                                  start_external=True, references=references)
             checks_results.write(dist / "checks.json", suite)

@@ -11,7 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openenv.core.generic_client import GenericEnvClient
@@ -64,6 +64,9 @@ class Reply:
     reward: float | None
     done: bool
     seconds: float
+    # The reply as it came over the wire (observation, reward, done): what "the identical
+    # payload" of two replies is compared on.
+    payload: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def brief(self) -> dict[str, Any]:
         """A short description for failure reports."""
@@ -104,7 +107,8 @@ class Session:
         obs = result.observation or {}
         return Reply(task_id=obs.get("task_id"), output=obs.get("output") or "",
                      exit_code=obs.get("exit_code"), reward=result.reward, done=bool(result.done),
-                     seconds=time.monotonic() - started)
+                     seconds=time.monotonic() - started,
+                     payload={"observation": obs, "reward": result.reward, "done": result.done})
 
     def reset(self, task_id: str, seed: int | None = None, *, id_field: str = "task_id") -> Reply:
         """Start an episode of case `task_id` (the OpenEnv seed must not matter); `id_field`

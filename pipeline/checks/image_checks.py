@@ -48,7 +48,13 @@ def http_checks(target: Target, rec: Recorder) -> dict[str, Any]:
     status, body = http_get(target.url, "/metadata")
     rec.add("metadata", status == 200 and isinstance(body, dict) and bool(body.get("name")),
             observed={"status": status, "body": body}, expected="200 with a named EnvironmentMetadata")
-    status, body = http_get(target.url, "/schema")
+    return schema_check(target.url, rec)
+
+
+def schema_check(url: str, rec: Recorder) -> dict[str, Any]:
+    """`schema`: GET /schema serves the release schema, JSON-equal (the first difference
+    named); returns the served action and observation parts ({} when none)."""
+    status, body = http_get(url, "/schema")
     served = body if status == 200 and isinstance(body, dict) else {}
     got = schema.served_parts(served) if served else None
     difference = schema.first_difference(got, schema.declared()) if served else f"GET /schema answered {status}"

@@ -103,3 +103,20 @@ def summary(result: SuiteResult, *, max_failures: int = 20) -> str:
     na = f", {counts['not_applicable']} not applicable" if counts.get("not_applicable") else ""
     lines.append(f"{counts['total']} checks, {counts['passed']} passed{na}: {verdict} in {result.seconds:.1f} s")
     return "\n".join(lines)
+
+
+def repair_table(result: SuiteResult) -> str:
+    """One line per check of a `repair-checks` run (the seed's twelve, then the extras),
+    then each external image's status and writable-layer peak."""
+    width = max(len(name) for name in REPAIR_CHECKS)
+    lines = [f"{'check':<{width}}  {'outcome':<8}  seconds  detail"]
+    for c in result.checks:
+        name = c.id.rsplit("/", 1)[1]
+        outcome = "ok" if c.passed else ("n/a" if c.not_applicable else "FAIL")
+        detail = c.not_applicable or c.detail or ("" if c.passed else f"observed {c.observed!r:.160}")
+        lines.append(f"{name:<{width}}  {outcome:<8}  {c.seconds:7.1f}  {detail}")
+    for ext in result.external:
+        peak = ext.get("writable_layer_peak_bytes")
+        lines.append(f"{ext['task_id']} {ext['image']}: {ext['status']}"
+                     + (f"; writable layer peak {peak:,} bytes" if peak is not None else ""))
+    return "\n".join(lines)

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pipeline import config as config_mod
 from pipeline.errors import CheckFailure, ConfigError
@@ -58,11 +57,12 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
 
 def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
                  start_external: bool = False, shard: Shard | None = None,
-                 references: Mapping[str, repair.ReferenceSolution] | None = None) -> SuiteResult:
+                 references: Mapping[str, repair.ReferenceRepair | str] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
     With `start_external`, each reachable external image is pulled, started and given
-    the repair checks (`references`: each task's reference solution); their results
+    the repair checks (`references`: each task's reference repair, or why it has none);
+    their results
     join the suite's checks as `<task_id>/<check>`. With `shard`, only that shard's jobs
     run, and the external tasks are verified by shard 1 alone (once per sharded run).
     Returns the results (failures included); callers decide what a failure stops.
@@ -70,7 +70,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     from pipeline.image.oci.image import parse_config
     from pipeline.image.oci.layout import Layout
     from pipeline.registry.pull import pull
-    from pipeline.verify.limits import ContainerLimits
+    from pipeline.verify.limits import ContainerLimits, ExternalLimits
     from pipeline.verify.runtime import ContainerRuntime
 
     if parallel < 1:
@@ -96,8 +96,8 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     finally:
         for c in containers:
             runtime.remove(c)
-    plan = external.StartPlan(runtime=runtime, port=cfg.port, budget=cfg.budgets["external"].values,
-                              conventions=cfg.external.repair,
+    plan = external.StartPlan(runtime=runtime, budget=cfg.budgets["external"].values,
+                              limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
                               references=references or {}) if start_external else None
     externals = external.verify_all(cfg.external.tasks, start=plan) if verifies_externals(shard) else []
     return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
@@ -110,8 +110,14 @@ def verifies_externals(shard: Shard | None) -> bool:
     return shard is None or shard.index == 1
 
 
-def references_of(cfg: config_mod.ReleaseConfig,
-                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.ReferenceSolution]:
-    """Each external task's reference solution from `rows`: task id -> (row, why none)."""
-    return {task_id: repair.ReferenceSolution.from_record(row, cfg.external.repair, why)
-            for task_id, (row, why) in rows.items()}
+def references_of(cfg: config_mod.ReleaseConfig) -> dict[str, repair.ReferenceRepair | str]:
+    """Each external task's reference repair, or why it has none: task id -> either.
+
+    The records hold no reference repair (mimo.md, "The records"): it is a pinned
+    upstream script, a `[[sources]]` entry vendored for the arena profile, which this
+    release does not read yet; until it does, every task says so and its two reference
+    checks are "not applicable", which the arena profile refuses.
+    """
+    return {task.task_id: "no reference repair script: the dataset record carries none; it is the "
+                          "task's pinned [[sources]] script, not vendored in this run"
+            for task in cfg.external.tasks}

@@ -100,8 +100,7 @@ def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *, im
         raise ConfigError("the submitted image must be pinned by digest", actual=image)
     externals = {e["task_id"]: ExternalResult.from_json(e) for e in checks.external}
     unverified = [t.task_id for t in cfg.external.tasks
-                  if t.task_id not in externals or not externals[t.task_id].verified
-                  or not externals[t.task_id].checks]
+                  if t.task_id not in externals or not externals[t.task_id].fully_checked]
     if policy.required and unverified:
         raise CheckFailure(f"profile {policy.profile} requires every external task verified",
                            expected="verified", actual=f"not verified: {', '.join(unverified)}")

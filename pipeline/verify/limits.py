@@ -64,3 +64,27 @@ class ContainerLimits:
         """The values the suite must find in force inside the container."""
         return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus,
                 "workspace_bytes": self.workspace_bytes}
+
+
+@dataclass(frozen=True)
+class ExternalLimits:
+    """The external budget as the seed release ran the repair images: `--cpus 2
+    --memory 16g` (mimo.md), memory without extra swap. Nothing else: the unchanged
+    image keeps its own filesystem (its workspace is in the writable layer, which is
+    measured) and its own user IDs."""
+
+    memory_bytes: int
+    cpus: float
+
+    @classmethod
+    def from_budgets(cls, budgets: Budgets) -> "ExternalLimits":
+        """memory_gib and cpu_floor_vcpus of `[budgets.external]`."""
+        values = budgets.values
+        limits = cls(memory_bytes=values["memory_gib"] * GIB, cpus=float(values["cpu_floor_vcpus"]))
+        if min(limits.memory_bytes, limits.cpus) <= 0:
+            raise ConfigError("every container limit must be positive", actual=limits)
+        return limits
+
+    def run_args(self) -> list[str]:
+        return ["--memory", str(self.memory_bytes), "--memory-swap", str(self.memory_bytes),
+                "--cpus", f"{self.cpus:g}"]

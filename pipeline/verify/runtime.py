@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pipeline import _proc
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
-from pipeline.verify.limits import ContainerLimits
+from pipeline.verify.limits import ContainerLimits, ExternalLimits
 from pipeline.registry.client import is_loopback
 from pipeline.progress import say
 
@@ -98,7 +98,8 @@ class ContainerRuntime:
 
     def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
             name: str | None = None, extra_args: Sequence[str] = (),
-            command: Sequence[str] = (), limits: ContainerLimits | None = None) -> Container:
+            command: Sequence[str] = (),
+            limits: ContainerLimits | ExternalLimits | None = None) -> Container:
         """Start `image` detached, publishing `port` on a free 127.0.0.1 port.
 
         `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
@@ -191,6 +192,18 @@ class ContainerRuntime:
         if not pid.isdigit() or pid == "0" or not os.access(root, os.R_OK | os.X_OK):
             return None
         return root
+
+    def writable_bytes(self, container: Container) -> int:
+        """Bytes in the container's writable layer now: the engine's `SizeRw` of
+        `inspect --size` (the size of the container's own upper layer: what it wrote,
+        created or copied up from the image; the image's layers are not counted)."""
+        out = self._cli("container", "inspect", "--size", "--format", "{{.SizeRw}}", container.id,
+                        check=False)
+        text = out.stdout.decode().strip()
+        if out.returncode != 0 or not text.lstrip("-").isdigit():
+            raise ContainerError(f"cannot measure the writable layer of container {container.id[:12]}",
+                                 actual=(out.stderr.decode(errors="replace") or text).strip()[-300:])
+        return int(text)
 
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0

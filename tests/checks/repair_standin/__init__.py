@@ -1,80 +1,260 @@
-"""A stand-in MiMo repair image, built with the project's own build machinery.
+"""Stand-in MiMo repair images, shaped like the real ones (mimo.md), built with the
+project's own machinery.
 
-`build_standin` derives it from a base in the local registry (schema-2 or OCI; the
-family is kept) with `pipeline.image.oci` (write_layer, derive) and pushes it with
-`pipeline.registry.push`: one layer holding the OpenEnv server (`server.py`), the buggy
-project and, root-only, the grader's hidden tests, all under /opt/arena/repair
-(0700/0600; a `grader-readable` stand-in gets 0755/0644). The reference solution is
-`reference.patch`; `record()` is the stand-in MiMo dataset record carrying it.
+The base is made by the project's base builder (`pipeline.image.base.build`: mmdebstrap
++ the slim OpenEnv runtime at /opt/arena-python) with `git` added to its packages (bash
+is Essential), as the real task images have both. On it, one layer like the real images'
+layers 3-5: a root-only (0700) /opt/arena holding the server (server.py, models.py),
+`instance.json` (the task record: test_patch, test_command, ...) and `workspace.tar` (a
+git repository at the task's base commit), and the user arena-agent, UID 2000, home
+/home/arena-agent. The config is the real images': User root, WorkingDir /opt/arena,
+the uvicorn Cmd on /opt/arena-python/bin/python3, port 8000, PYTHONUNBUFFERED and
+ENABLE_WEB_INTERFACE, the source label; Docker schema 2, like theirs.
+
+`build_standins` writes that once per task and pushes it with one config-only variant
+per fault (REPAIR_FAULT in the config's Env; the layers are shared), so each broken
+stand-in is an image by digest of its own that fails exactly the check FAULT_FAILS names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fcntl
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.image.oci.image import BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
-from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.config import REPO_ROOT
+from pipeline.image import base
+from pipeline.image.oci.image import DOCKER, BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
+from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.registry.push import push_image
+from pipeline.sources import lock as runtime_lock
 
 HERE = Path(__file__).resolve().parent
-APP = "opt/arena/repair"
+MODELS = REPO_ROOT / "env" / "server" / "models.py"
+REFERENCE_SCRIPT = HERE / "reference.py"
+REPOSITORY = "test/mimo-repair-standin"
+STATE = REPO_ROOT / ".release" / "test-repair-standin-base"
 PYTHON = "/opt/arena-python/bin/python3"
-REFERENCE_PATCH = (HERE / "reference.patch").read_text()
-FAULTS = ("rewards-unsolved", "grader-readable", "keeps-edits", "different-schema")
-# The one check each broken stand-in must fail (and nothing else).
-FAULT_FAILS = {"rewards-unsolved": "unsolved", "grader-readable": "protected-grader",
-               "keeps-edits": "reset-removes-edits", "different-schema": "schema"}
+CMD = (PYTHON, "-m", "uvicorn", "server:app", "--host", "0.0.0.0", "--port", "8000")
+ENV = {"PATH": base.PATH_ENV, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "ENABLE_WEB_INTERFACE": "false"}
+LABELS = {"org.opencontainers.image.source": "https://github.com/akseljoonas/mimo-openenv-software"}
+AGENT = "arena-agent"
+AGENT_UID = 2000
+SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01: the stand-in task's commits and files
+BASE_SPEC = base.BaseSpec(packages=base.PACKAGES + ("git",))
+# The one check each broken stand-in fails (and nothing else).
+FAULT_FAILS = {
+    "slow-start": "health_within_120_seconds",
+    "no-openapi": "openenv_endpoint_validation",
+    "reset-wrong-id": "reset_task_identity",
+    "shell-root": "unprivileged_agent_and_protected_verifier",
+    "future-history": "no_future_git_history",
+    "stale-verdict": "unsolved_terminal_reward_zero",
+    "regrades": "terminal_reward_is_stable",
+    "keeps-edits": "reset_removes_previous_edits",
+    "grader-root": "verifier_git_hooks_are_unprivileged",
+    "exit-code-null": "reference_repair_applied_through_action",
+    "no-test-patch": "reference_terminal_reward_one",
+    "reset-by-git-clean": "reset_restores_unsolved_task",
+    "different-schema": "schema",
+    "metadata-unnamed": "metadata",
+    "any-task": "other-task-refused",
+    "two-sessions": "one-session",
+}
+FAULTS = tuple(FAULT_FAILS)
 
 
 @dataclass(frozen=True)
 class StandIn:
     reference: str          # host/repository@sha256:...
     compressed_bytes: int
+    task_id: str
+    fault: str = ""
 
 
-def _entries(fault: str) -> list[FileEntry]:
-    readable = fault == "grader-readable"
-    dmode, fmode = (0o755, 0o644) if readable else (0o700, 0o600)
-    files = {f"{APP}/server.py": HERE / "server.py",
-             f"{APP}/grader/hidden_tests.py": HERE / "hidden_tests.py",
-             **{f"{APP}/project/{p.name}": p for p in sorted((HERE / "project").iterdir())}}
-    dirs = [FileEntry(d.path, "dir", dmode if d.path.startswith("opt/arena") else d.mode)
-            for d in parents_of(list(files))]
-    return dirs + [FileEntry(path, "file", fmode, source=src.read_bytes())
-                   for path, src in sorted(files.items())]
+# ----------------------------------------------------------------- the task
 
 
-def build_standin(registry, base_ref: str, work: Path, *, task_id: str, fault: str = "",
-                  repository: str = "test/mimo-repair-standin") -> StandIn:
-    """Build and push the stand-in for `task_id` on `base_ref` (a local-registry image)."""
-    if fault and fault not in FAULTS:
-        raise ValueError(f"unknown fault {fault!r}")
-    ref = Reference.parse(base_ref)
-    reader = RegistryClient(ref.registry)
-    fetched = reader.get_manifest(ref.repository, ref.digest)
-    manifest = parse_manifest(fetched.raw, fetched.media_type)
-    base = BaseImage(manifest, reader.get_blob_bytes(ref.repository, manifest.config.digest))
+def _git(repo: Path, *args: str) -> str:
+    env = {"PATH": os.environ.get("PATH", base.PATH_ENV), "HOME": str(repo), "LC_ALL": "C",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "stand-in", "GIT_AUTHOR_EMAIL": "stand-in@invalid",
+           "GIT_COMMITTER_NAME": "stand-in", "GIT_COMMITTER_EMAIL": "stand-in@invalid",
+           "GIT_AUTHOR_DATE": f"@{SOURCE_DATE_EPOCH} +0000", "GIT_COMMITTER_DATE": f"@{SOURCE_DATE_EPOCH} +0000"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _repository(root: Path) -> Path:
+    """The task's repository at its base commit (branch main, nothing after it)."""
+    repo = root / "repo"
+    shutil.copytree(HERE / "project", repo)
+    _git(repo, "init", "-q", "--template=", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "calc: statistics helpers")
+    return repo
+
+
+def _test_patch(repo: Path, root: Path) -> str:
+    """The hidden tests as a `git diff` against the base commit."""
+    scratch = root / "scratch"
+    shutil.copytree(repo, scratch)
+    shutil.copytree(HERE / "hidden", scratch, dirs_exist_ok=True)
+    _git(scratch, "add", "-A")
+    return _git(scratch, "diff", "--cached", "--no-color", "--full-index")
+
+
+def _with_fix_branch(repo: Path, root: Path) -> Path:
+    """The repository plus a later commit holding the fix on another branch (what
+    no_future_git_history must catch)."""
+    leaky = root / "leaky"
+    shutil.copytree(repo, leaky)
+    _git(leaky, "checkout", "-q", "-b", "upstream-fix")
+    subprocess.run(["python3", "-"], input=REFERENCE_SCRIPT.read_bytes(), cwd=leaky, check=True,
+                   capture_output=True)
+    _git(leaky, "commit", "-q", "-am", "calc: fix mean")
+    _git(leaky, "checkout", "-q", "main")
+    return leaky
+
+
+def _tar(tree: Path) -> bytes:
+    """`tree` as a tar (sorted, root-owned, fixed times): what reset unpacks."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(tree.rglob("*")):
+            info = tar.gettarinfo(str(path), path.relative_to(tree).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = SOURCE_DATE_EPOCH
+            with open(path, "rb") if info.isfile() else io.BytesIO() as f:
+                tar.addfile(info, f if info.isfile() else None)
+    return out.getvalue()
+
+
+def instance_record(task_id: str, test_patch: str) -> dict:
+    """The stand-in task record, with the real records' fields (mimo.md, "The records")."""
+    return {"cwd": "/workspace/repo", "dataset_type": "opensource-code",
+            "docker_image": f"stand-in/{task_id}", "instance_id": task_id,
+            "problem_statement": f"calc.mean returns the wrong value ({task_id}). Repair it.",
+            "test_command": "bash /workspace/repo/mimo_test_command.sh", "test_patch": test_patch,
+            "verifier_timeout_sec": 1800}
+
+
+def compact_json(record: dict) -> bytes:
+    """A record's compact JSON text (one line, no trailing newline)."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ----------------------------------------------------------------- the base
+
+
+@dataclass(frozen=True)
+class StandInBase:
+    """The base's layers (OS with git and bash, runtime at /opt/arena-python) as blobs."""
+
+    key: str
+    layers: tuple[dict, ...]   # digest, diff_id, size, created_by, comment
+    blobs: str                 # the directory of the layer blobs (<hex> files)
+
+    def new_layers(self) -> list[NewLayer]:
+        return [NewLayer(**layer) for layer in self.layers]
+
+    def blob(self, digest: str) -> Path:
+        return Path(self.blobs) / digest.split(":", 1)[1]
+
+    def etc(self, name: str) -> bytes:
+        """/etc/<name> of the base's OS layer."""
+        with gzip.open(self.blob(self.layers[0]["digest"])) as raw, tarfile.open(fileobj=raw) as tar:
+            member = tar.extractfile(f"etc/{name}")
+            assert member is not None, f"etc/{name} is not in the OS layer"
+            return member.read()
+
+
+def standin_base(state: Path = STATE) -> StandInBase:
+    """The stand-in base, built once with the project's base builder (reused while its
+    inputs and the builder are unchanged)."""
+    lock = runtime_lock.load_lock()
+    key = f"{BASE_SPEC.cache_key(base.mmdebstrap_version())}-{lock.sha256[:16]}-{base.builder_sha256()[:16]}"
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        record = state / "standin-base.json"
+        if record.exists():
+            data = json.loads(record.read_text())
+            cached = StandInBase(data["key"], tuple(data["layers"]), data["blobs"])
+            if cached.key == key and all(cached.blob(l["digest"]).exists() for l in cached.layers):
+                return cached
+        shutil.rmtree(state / "oci", ignore_errors=True)
+        built = base.build(BASE_SPEC, lock, python=PYTHON, state_dir=state,
+                           rootfs_cache=base.STATE_DIR / "rootfs")
+        made = StandInBase(key, tuple({"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
+                                       "created_by": f"pipeline.image.base: {l.role}", "comment": ""}
+                                      for l in built.layers),
+                           str(built.layout / "blobs" / "sha256"))
+        record.write_text(json.dumps(asdict(made)))
+        return made
+
+
+# ----------------------------------------------------------------- the images
+
+
+def _entries(standin: StandInBase, task_id: str, work: Path) -> list[FileEntry]:
+    with tempfile.TemporaryDirectory(prefix="standin-task-", dir=work) as tmp:
+        root = Path(tmp)
+        repo = _repository(root)
+        record = instance_record(task_id, _test_patch(repo, root))
+        workspace, leaky = _tar(repo), _tar(_with_fix_branch(repo, root))
+    passwd = standin.etc("passwd") + f"{AGENT}:x:{AGENT_UID}:{AGENT_UID}::/home/{AGENT}:/bin/bash\n".encode()
+    group = standin.etc("group") + f"{AGENT}:x:{AGENT_UID}:\n".encode()
+    files = {"opt/arena/server.py": (HERE / "server.py").read_bytes(), "opt/arena/models.py": MODELS.read_bytes(),
+             "opt/arena/instance.json": compact_json(record), "opt/arena/workspace.tar": workspace,
+             "opt/arena/workspace-with-fix-branch.tar": leaky}
+    return [FileEntry("etc", "dir", 0o755), FileEntry("etc/group", "file", 0o644, source=group),
+            FileEntry("etc/passwd", "file", 0o644, source=passwd),
+            FileEntry("home", "dir", 0o755),
+            FileEntry(f"home/{AGENT}", "dir", 0o755, uid=AGENT_UID, gid=AGENT_UID),
+            FileEntry("opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o700),
+            *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items()))]
+
+
+def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...] = FAULTS,
+                   standin: StandInBase | None = None) -> dict[str, StandIn]:
+    """Push the stand-in of `task_id` and its broken variants to `registry` (a
+    pipeline.registry.local state); {"": the good one, fault: its broken one}."""
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown}")
+    standin = standin or standin_base()
     work.mkdir(parents=True, exist_ok=True)
-    layer = write_layer(_entries(fault), work, source_date_epoch=1)
-    env = {"REPAIR_TASK_ID": task_id, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
-    if fault:
-        env["REPAIR_FAULT"] = fault
-    image = derive(base, [NewLayer(layer.digest, layer.diff_id, layer.size, "stand-in repair task")],
-                   ConfigChanges(cmd=(PYTHON, f"/{APP}/server.py"), entrypoint=(), env=env,
-                                 working_dir="/opt/arena", exposed_ports=("8000/tcp",), user="0"),
-                   source_date_epoch=1)
+    layer = write_layer(_entries(standin, task_id, work), work, source_date_epoch=SOURCE_DATE_EPOCH)
+    layers = [*standin.new_layers(), NewLayer(layer.digest, layer.diff_id, layer.size,
+                                              "stand-in: /opt/arena (server, instance.json, workspace.tar), "
+                                              "user arena-agent")]
+    good = derive(None, layers, ConfigChanges(cmd=CMD, env=ENV, working_dir="/opt/arena",
+                                              exposed_ports=("8000/tcp",), labels=LABELS, user="root"),
+                  source_date_epoch=SOURCE_DATE_EPOCH, family=DOCKER)
+    blobs = {l["digest"]: standin.blob(l["digest"]) for l in standin.layers}
+    blobs[layer.digest] = layer.path
     writer = registry.client()
-    pushed = push_image(writer, repository, image.manifest_bytes, image.media_type,
-                        {image.manifest.config.digest: image.config_bytes, layer.digest: layer.path},
-                        tag=(fault or "ok") + "-" + task_id, mount_from=(ref.repository,))
-    return StandIn(pushed.reference, image.manifest.compressed_size)
+    out = {}
+    for fault in ("", *faults):
+        image = good if not fault else derive(
+            BaseImage(parse_manifest(good.manifest_bytes, good.media_type), good.config_bytes), [],
+            ConfigChanges(env={"REPAIR_FAULT": fault}), source_date_epoch=SOURCE_DATE_EPOCH)
+        pushed = push_image(writer, REPOSITORY, image.manifest_bytes, image.media_type,
+                            {**blobs, image.manifest.config.digest: image.config_bytes},
+                            tag=f"{fault or 'ok'}-{task_id}")
+        out[fault] = StandIn(pushed.reference, image.manifest.compressed_size, task_id, fault)
+    return out
 
 
-def record(task_id: str, row: int, *, with_reference: bool = True) -> dict:
-    """The stand-in MiMo dataset record (the rows API's item) for `task_id`."""
-    data = {"task_id": task_id, "prompt": f"Repair the project so the hidden tests pass ({task_id})."}
-    if with_reference:
-        data["patch"] = REFERENCE_PATCH
-    return {"row_idx": row, "row": data}
+def build_standin(registry, work: Path, *, task_id: str, fault: str = "") -> StandIn:
+    """One stand-in (good, or broken by `fault`)."""
+    return build_standins(registry, work, task_id=task_id, faults=(fault,) if fault else ())[fault]

@@ -1,134 +1,224 @@
-"""Stand-in for a MiMo repair image's OpenEnv server (tests only; shipped into the image).
+"""Stand-in for a MiMo repair image's server (test code; shipped as /opt/arena/server.py).
 
-Follows the most plausible conventions of the real images (unseen offline): reset
-with `task_id` puts the buggy repository in /workspace/repo, shell actions run as
-UID 2000 there, `finish` has the root-only grader run the hidden tests and rewards
-1.0 when they pass, the terminal result is kept until the next reset, one session.
-REPAIR_TASK_ID names the task; REPAIR_FAULT (teeth tests) breaks one rule.
+Written from mimo.md's description of the MiMo adapter, not from its code: OpenEnv's
+`create_app(..., env_name="mimo_software", max_concurrent_envs=1)` on port 8000 (the
+image's Cmd runs uvicorn on `server:app` from /opt/arena); reset with the image's own
+task id only; reset deletes /workspace/repo and unpacks /opt/arena/workspace.tar there
+for UID 2000; shell actions run `/bin/bash -c` in /workspace/repo as UID/GID 2000 (no
+extra groups, HOME /home/arena-agent) for at most 60 s, output the last 12,000 bytes;
+grading, on `finish` or on the 64th step (graded, not run), resets the files the
+record's test patch touches, applies it and runs its test command, all as UID 2000,
+reward 1.0 iff that exits 0; the terminal observation is returned unchanged for every
+later step until reset. The models are the release's (models.py beside this file, a
+copy of env/server/models.py).
+
+REPAIR_FAULT (set in the config of a broken stand-in) breaks exactly one rule.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
-from typing import Literal
+import time
+from typing import Any
 
-import uvicorn
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
+from openenv.core.env_server.types import EnvironmentMetadata, State
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TASK_ID = os.environ["REPAIR_TASK_ID"]
+import models
+
+ARENA = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(ARENA, "instance.json"), encoding="utf-8") as _f:
+    INSTANCE: dict[str, Any] = json.load(_f)
+TASK_ID = INSTANCE["instance_id"]
+WORKSPACE = INSTANCE["cwd"]
 FAULT = os.environ.get("REPAIR_FAULT", "")
-WORKSPACE = "/workspace/repo"
-UID = GID = 2000
-SANDBOX = ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--no-new-privs", "--"]
-# No bytecode: the grader must leave the workspace as the agent left it.
-SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1"}
-TIMEOUT_S = 120
-TAIL = 12_000
+AGENT_UID = AGENT_GID = 2000
+AGENT_HOME = "/home/arena-agent"
+SHELL_TIMEOUT_S = 60
+TAIL_BYTES = 12_000
+MAX_STEPS = 64
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DONE_TEXT = "Original MiMo verifier completed."
+# A broken stand-in's grading leftover from its image build (fault "stale-verdict").
+STALE_VERDICT = os.path.join(ARENA, "last-verdict.json")
 
+if FAULT == "slow-start":
+    time.sleep(130)  # healthy only after the 120 s the seed allowed
+if FAULT in ("shell-root", "grader-root"):
+    # What a careless image does to let root's git work in the agent's repository.
+    with open("/etc/gitconfig", "w", encoding="utf-8") as _f:
+        _f.write("[safe]\n\tdirectory = *\n")
+if FAULT == "stale-verdict":
+    with open(STALE_VERDICT, "w", encoding="utf-8") as _f:
+        json.dump({"exit_code": 0}, _f)
 
-class ShellAction(Action):
-    operation: Literal["shell", "finish"]
-    command: str = Field(default="", max_length=16_000)
-
-
-class ShellObservation(Observation):
-    task_id: str
-    output: str = Field(default="", max_length=16_000)
-    exit_code: int | None = None
-
-
+ShellAction, ShellObservation = models.ShellAction, models.ShellObservation
 if FAULT == "different-schema":
-    class ShellObservation(ShellObservation):  # noqa: F811 - the fault: a field the contract lacks
-        stderr: str = ""
+    class ShellObservation(models.ShellObservation):  # noqa: F811 - the fault: a docstring in the schema
+        """What a shell command printed."""
 
 
-def _kill_sandbox() -> None:
+def _run(argv: list[str], *, as_root: bool, timeout: float, stdin: bytes | None = None,
+         cwd: str = WORKSPACE) -> tuple[int, bytes]:
+    """Run `argv` as UID/GID 2000 (or root), its own process group; 124 on timeout."""
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root" if as_root else AGENT_HOME,
+           "USER": "root" if as_root else "arena-agent"}
+    who: dict[str, Any] = {} if as_root else {"user": AGENT_UID, "group": AGENT_GID, "extra_groups": []}
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            start_new_session=True, **who)
+    try:
+        out, _ = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return 124, out
+    return proc.returncode, out
+
+
+def _tail(out: bytes) -> str:
+    if len(out) <= TAIL_BYTES:
+        return out.decode(errors="replace")
+    return (f"[output cut: the last {TAIL_BYTES} of {len(out)} bytes]\n"
+            + out[-TAIL_BYTES:].decode(errors="replace"))
+
+
+def _kill_agent_processes() -> None:
     for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            with open(f"/proc/{name}/status") as f:
-                uid = next(l.split()[1] for l in f if l.startswith("Uid:"))
-            if uid == str(UID):
+            if os.stat(f"/proc/{name}").st_uid == AGENT_UID:
                 os.kill(int(name), signal.SIGKILL)
-        except (OSError, StopIteration, ValueError):
+        except OSError:
             continue
 
 
-def _sandboxed(argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
-    try:
-        proc = subprocess.run([*SANDBOX, *argv], cwd=WORKSPACE, env=SANDBOX_ENV, input=stdin,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return 124, f"[timed out after {TIMEOUT_S} s]"
-    return proc.returncode, proc.stdout[-TAIL:].decode(errors="replace")
+def _chown_agent(root: str) -> None:
+    for path, dirs, files in os.walk(root):
+        for name in [path, *(os.path.join(path, n) for n in dirs + files)]:
+            os.lchown(name, AGENT_UID, AGENT_GID)
 
 
-class RepairEnvironment(Environment):
-    SUPPORTS_CONCURRENT_SESSIONS = False
+def _unpack(tar: str) -> None:
+    os.makedirs(WORKSPACE, exist_ok=True)
+    subprocess.run(["tar", "-xf", os.path.join(ARENA, tar), "-C", WORKSPACE, "--no-same-owner"],
+                   check=True)
+
+
+def _touched(patch: str) -> list[str]:
+    """The paths a `git diff` patch touches."""
+    return [line.split(" b/", 1)[1] for line in patch.splitlines()
+            if line.startswith("diff --git a/") and " b/" in line]
+
+
+class MimoStandIn(Environment):
+    SUPPORTS_CONCURRENT_SESSIONS = FAULT == "two-sessions"
 
     def __init__(self) -> None:
         super().__init__()
-        self._terminal: ShellObservation | None = None
+        self._terminal: Any = None
+        self._steps = 0
+        self._gradings = 0
         self._started = False
 
-    def reset(self, seed=None, episode_id=None, task_id=None, **unknown) -> ShellObservation:
-        if task_id != TASK_ID:
-            raise ValueError(f"unknown task {task_id!r}: this image serves {TASK_ID}")
-        _kill_sandbox()
-        if not (FAULT == "keeps-edits" and os.path.isdir(WORKSPACE)):
-            shutil.rmtree(WORKSPACE, ignore_errors=True)
-            os.makedirs(os.path.dirname(WORKSPACE), exist_ok=True)
-            shutil.copytree(os.path.join(HERE, "project"), WORKSPACE)
-            for root, dirs, files in os.walk(WORKSPACE):
-                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                    os.chown(name, UID, GID)
-                    os.chmod(name, 0o755 if os.path.isdir(name) else 0o644)
-        self._terminal = None
-        self._started = True
-        return ShellObservation(task_id=TASK_ID, output="Repair calc.py in /workspace/repo, then finish.",
-                                done=False, reward=None)
+    def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> Any:
+        if task_id != TASK_ID and FAULT != "any-task":
+            raise ValueError(f"unknown task_id {task_id!r}: this image serves {TASK_ID}")
+        _kill_agent_processes()
+        if FAULT == "reset-by-git-clean" and os.path.isdir(os.path.join(WORKSPACE, ".git")):
+            # Removes what the agent added, keeps what it changed in tracked files.
+            _run(["git", "clean", "-fdxq"], as_root=False, timeout=SHELL_TIMEOUT_S)
+        else:
+            if FAULT != "keeps-edits":
+                shutil.rmtree(WORKSPACE, ignore_errors=True)
+            _unpack("workspace-with-fix-branch.tar" if FAULT == "future-history" else "workspace.tar")
+        _chown_agent(WORKSPACE)
+        self._terminal, self._steps, self._started = None, 0, True
+        shown = "repo" if FAULT == "reset-wrong-id" else TASK_ID
+        return ShellObservation(task_id=shown, done=False, reward=0.0,
+                                output=f"{INSTANCE['problem_statement']}\n\nThe repository is {WORKSPACE}. "
+                                       "Run shell commands with operation \"shell\"; when done, send "
+                                       "operation \"finish\" to have it graded.")
 
-    def step(self, action: ShellAction, timeout_s=None, **kwargs) -> ShellObservation:
-        if self._terminal is not None:
+    def step(self, action: Any, timeout_s=None, **kwargs) -> Any:
+        if not self._started:
+            raise ValueError("reset first")
+        if self._terminal is not None and not (FAULT == "regrades" and action.operation == "finish"):
             return self._terminal.model_copy()
-        if action.operation == "finish":
-            reward = 1.0 if FAULT == "rewards-unsolved" else self._grade()
-            self._terminal = ShellObservation(task_id=TASK_ID, output=f"hidden tests: reward {reward}",
-                                              done=True, reward=reward)
+        self._steps += 1
+        if action.operation == "finish" or self._steps >= MAX_STEPS:
+            self._terminal = self._grade()
             return self._terminal.model_copy()
-        code, output = _sandboxed(["bash", "-c", action.command])
-        return ShellObservation(task_id=TASK_ID, output=output, exit_code=code, done=False, reward=None)
+        code, out = _run(["/bin/bash", "-c", action.command], as_root=FAULT == "shell-root",
+                         timeout=SHELL_TIMEOUT_S)
+        return ShellObservation(task_id=TASK_ID, output=_tail(out), done=False, reward=0.0,
+                                exit_code=None if FAULT == "exit-code-null" else code)
 
-    def _grade(self) -> float:
-        # The grader reads the hidden tests as root and feeds them to a sandboxed python:
-        # the candidate code never runs as root, the tests are never a readable file.
-        with open(os.path.join(HERE, "grader", "hidden_tests.py"), "rb") as f:
-            code, _ = _sandboxed(["python3", "-"], stdin=f.read())
-        return 1.0 if code == 0 else 0.0
+    def _grade(self) -> Any:
+        self._gradings += 1
+        code = self._verify()
+        text = DONE_TEXT if FAULT != "regrades" else f"{DONE_TEXT[:-1]} (grading {self._gradings})."
+        return ShellObservation(task_id=TASK_ID, output=text, exit_code=code, done=True,
+                                reward=1.0 if code == 0 else 0.0)
+
+    def _verify(self) -> int:
+        """The grader: the touched files reset, the test patch applied, the tests run;
+        the hidden tests are gone again afterwards. Their exit code."""
+        if FAULT == "stale-verdict" and os.path.exists(STALE_VERDICT):
+            with open(STALE_VERDICT, encoding="utf-8") as f:
+                verdict = json.load(f)
+            os.remove(STALE_VERDICT)
+            return int(verdict["exit_code"])
+        as_root = FAULT == "grader-root"
+        patch = INSTANCE["test_patch"]
+        touched = _touched(patch)
+        self._restore(touched, as_root)
+        try:
+            if FAULT != "no-test-patch":
+                applied, out = _run(["git", "apply", "--whitespace=nowarn", "-"], as_root=as_root,
+                                    timeout=SHELL_TIMEOUT_S, stdin=patch.encode())
+                if applied != 0:
+                    return applied
+            code, _ = _run(["bash", "-c", INSTANCE["test_command"]], as_root=as_root,
+                           timeout=float(INSTANCE["verifier_timeout_sec"]))
+            return code
+        finally:
+            self._restore(touched, as_root)
+
+    @staticmethod
+    def _restore(touched: list[str], as_root: bool) -> None:
+        tracked = [p for p in touched
+                   if _run(["git", "cat-file", "-e", f"HEAD:{p}"], as_root=as_root, timeout=30)[0] == 0]
+        added = [p for p in touched if p not in tracked]
+        if tracked:
+            _run(["git", "checkout", "-q", "HEAD", "--", *tracked], as_root=as_root, timeout=60)
+        if added:
+            _run(["git", "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *added], as_root=as_root,
+                 timeout=60)
+            _run(["rm", "-rf", "--", *added], as_root=as_root, timeout=60)
 
     @property
     def state(self) -> State:
-        return State(episode_id=None, step_count=0)
+        return State(episode_id=None, step_count=self._steps)
 
     def close(self) -> None:
         # openenv-core also closes throwaway instances (for /metadata): only a session
-        # that reset owns the sandbox processes.
+        # that reset owns the agent's processes.
         if self._started:
-            _kill_sandbox()
+            _kill_agent_processes()
 
     def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(name="mimo-repair-standin", description=f"stand-in repair task {TASK_ID}",
-                                   version="0")
+        return EnvironmentMetadata(name="" if FAULT == "metadata-unnamed" else "mimo_software",
+                                   description=f"MiMo repair task {TASK_ID} (test stand-in)", version="0")
 
 
-if __name__ == "__main__":
-    app = create_app(RepairEnvironment, ShellAction, ShellObservation, env_name="mimo-repair-standin",
-                     max_concurrent_envs=1)
-    uvicorn.run(app, host="0.0.0.0", port=8000, log_level="warning")
+app = create_app(MimoStandIn, ShellAction, ShellObservation, env_name="mimo_software",
+                 max_concurrent_envs=2 if FAULT == "two-sessions" else 1)
+if FAULT == "no-openapi":
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/openapi.json"]
