@@ -1,90 +1,114 @@
-"""The parts of the repair checks that need no image: the record mapping, the
-[external.repair] conventions, the patch applier shipped into images."""
+"""The parts of the repair checks that need no image: the reference repair's one shell
+action (run by a real bash), the other task's id, the external container limits, the
+arena policy on checks that did not apply, the `repair-checks` command line."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pipeline import config
-from pipeline.checks import repair
-from pipeline.errors import ConfigError
+from pipeline.checks import external, repair
+from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.config import ExternalPolicy
+from pipeline.errors import CheckFailure, ConfigError
+from pipeline.verify.limits import ExternalLimits
 
-from .repair_standin import REFERENCE_PATCH
+from .repair_standin import REFERENCE_SCRIPT
 
-APPLIER = Path(repair.__file__).with_name("apply_patch.py")
-BUGGY = (Path(__file__).parent / "repair_standin" / "project" / "calc.py").read_text()
-
-
-def test_reference_comes_from_the_configured_field_and_says_why_when_absent():
-    conv = config.RepairConventions(reference_field="gold_patch")
-    assert repair.ReferenceSolution.from_record({"gold_patch": "--- a/x\n"}, conv).patch == "--- a/x\n"
-    absent = repair.ReferenceSolution.from_record({"patch": "--- a/x\n"}, conv)
-    assert absent.patch is None and "'gold_patch' is absent" in absent.reason
-    empty = repair.ReferenceSolution.from_record({"gold_patch": "  "}, conv)
-    assert empty.patch is None and "is empty" in empty.reason
-    assert repair.ReferenceSolution.from_record(None, conv, "not fetched: offline").reason == "not fetched: offline"
+TASK = "format-code-task-000666"
 
 
-def test_repair_conventions_are_read_from_release_toml(tmp_path):
-    text = config.DEFAULT_CONFIG.read_text()
-    cfg = config.load()
-    assert cfg.external.repair == config.RepairConventions()
-    changed = tmp_path / "release.toml"
-    changed.write_text(text.replace('reference_field = "patch"', 'reference_field = "solution"'))
-    assert config.load(changed).external.repair.reference_field == "solution"
-    changed.write_text(text.replace('reference_field = "patch"', 'reference_feld = "patch"'))
-    with pytest.raises(ConfigError, match="unknown key"):
-        config.load(changed)
-    changed.write_text(text.replace('grader_paths = ["/opt/arena"]', 'grader_paths = ["opt"]'))
-    with pytest.raises(ConfigError, match="grader_paths"):
-        config.load(changed)
+def test_reference_action_is_exactly_the_seeds_heredoc():
+    script = b"print('hi')\n"
+    ref = repair.ReferenceRepair(script, "solutions/x.py")
+    assert ref.action() == "python3 - <<'ARENA_REPAIR'\nprint('hi')\n\nARENA_REPAIR"
+    assert ref.sha256 == hashlib.sha256(script).hexdigest()
 
 
-def _apply(tmp_path: Path, files: dict[str, str], patch: str) -> subprocess.CompletedProcess:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "p.diff").write_text(patch)
-    return subprocess.run([sys.executable, str(APPLIER), "p.diff"], cwd=tmp_path,
+def test_reference_action_runs_the_script_in_bash_with_quotes_and_dollars_kept(tmp_path):
+    # A quoted heredoc: bash expands nothing in the script; python3 reads it from stdin.
+    script = ("import pathlib\n"
+              "pathlib.Path('out.txt').write_text('$HOME `id` \"q\" \\\\n ' + str(6 * 7))\n").encode()
+    proc = subprocess.run(["bash", "-c", repair.ReferenceRepair(script, "t").action()], cwd=tmp_path,
                           capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.txt").read_text() == '$HOME `id` "q" \\n 42'
 
 
-def test_applier_applies_the_reference_patch_also_at_an_offset(tmp_path):
-    shifted = '"""Moved down."""\n\n' + BUGGY
-    assert _apply(tmp_path, {"calc.py": shifted}, REFERENCE_PATCH).returncode == 0
-    assert (tmp_path / "calc.py").read_text() == shifted.replace("(len(values) + 1)", "len(values)")
+def test_reference_that_cannot_travel_as_one_action_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        repair.ReferenceRepair(b"\xff\xfe", "bad")
+    with pytest.raises(ConfigError, match="has a line `ARENA_REPAIR`"):
+        repair.ReferenceRepair(b"x = 1\nARENA_REPAIR\ny = 2\n", "bad")
+    with pytest.raises(ConfigError, match="does not fit in one shell action"):
+        repair.ReferenceRepair(b"#" * 16_000, "big")
+    with pytest.raises(ConfigError, match="cannot read the reference repair"):
+        repair.ReferenceRepair.read(tmp_path / "missing.py")
+    read = repair.ReferenceRepair.read(REFERENCE_SCRIPT)
+    assert read.script == REFERENCE_SCRIPT.read_bytes() and read.source == str(REFERENCE_SCRIPT)
 
 
-def test_applier_creates_and_deletes_files(tmp_path):
-    patch = ("--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n"
-             "--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone\n")
-    assert _apply(tmp_path, {"old.py": "gone\n"}, patch).returncode == 0
-    assert (tmp_path / "new.py").read_text() == "a = 1\nb = 2\n" and not (tmp_path / "old.py").exists()
+def test_another_task_id_keeps_the_shape_and_differs():
+    assert repair.another_task_id("format-code-task-000666") == "format-code-task-000667"
+    assert repair.another_task_id("format-code-task-999999") == "format-code-task-000000"
+    assert repair.another_task_id("task") == "task-other"
 
 
-def test_applier_refuses_a_hunk_whose_context_does_not_match(tmp_path):
-    proc = _apply(tmp_path, {"calc.py": BUGGY.replace("(len(values) + 1)", "(len(values) - 1)")},
-                  REFERENCE_PATCH)
-    assert proc.returncode != 0 and "does not apply" in proc.stderr
-    assert "(len(values) - 1)" in (tmp_path / "calc.py").read_text()
+def test_seed_checks_come_first_in_the_seeds_order_then_the_extras():
+    assert repair.REPAIR_CHECKS[:12] == repair.SEED_CHECKS and len(set(repair.REPAIR_CHECKS)) == 16
+    assert repair.SEED_CHECKS[0] == "health_within_120_seconds"
+    assert repair.SEED_CHECKS[-1] == "reset_restores_unsolved_task"
+    assert repair.EXTRA_CHECKS == ("schema", "metadata", "other-task-refused", "one-session")
+
+
+def test_external_budget_is_two_cpus_and_sixteen_gib_without_swap():
+    limits = ExternalLimits.from_budgets(config.load().budgets["external"])
+    assert limits.run_args() == ["--memory", str(16 << 30), "--memory-swap", str(16 << 30), "--cpus", "2"]
+
+
+def _result(*checks: CheckResult) -> external.ExternalResult:
+    return external.ExternalResult(task_id=TASK, image="x@sha256:" + "0" * 64, checks=checks,
+                                   writable_layer_peak_bytes=123)
+
+
+def test_not_applicable_reference_checks_are_refused_by_arena_and_warned_by_local(capsys):
+    na = _result(CheckResult(f"{TASK}/reset_task_identity", True, 0.1),
+                 CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"))
+    assert na.verified and not na.fully_checked
+    with pytest.raises(CheckFailure, match="not applicable: reference_terminal_reward_one"):
+        external.enforce([na], ExternalPolicy(required=True, profile="arena"))
+    external.enforce([na], ExternalPolicy(required=False, profile="local"))
+    assert "NOT VERIFIED" in capsys.readouterr().err
+    done = _result(CheckResult(f"{TASK}/reset_task_identity", True, 0.1))
+    assert done.fully_checked
+    external.enforce([done], ExternalPolicy(required=True, profile="arena"))
+    assert external.ExternalResult.from_json(na.to_json()) == na
 
 
 def test_not_applicable_is_neither_passed_nor_failed_in_the_signed_test_result():
     from pipeline.records.attest import checks_predicate
-    from pipeline.checks.results import CheckResult, SuiteResult
 
-    task = "format-code-task-000666"
-    checks = (CheckResult(f"{task}/unsolved", True, 0.1),
-              CheckResult(f"{task}/reference-repair", False, 0.0, not_applicable="no patch"))
+    checks = (CheckResult(f"{TASK}/unsolved_terminal_reward_zero", True, 0.1),
+              CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"))
     suite = SuiteResult(image="x@sha256:" + "0" * 64, targets=(), checks=checks, seconds=1.0)
     loaded = SuiteResult.from_json(suite.to_json())
-    assert loaded.checks[1].not_applicable == "no patch" and loaded.ok
+    assert loaded.checks[1].not_applicable == "no script" and loaded.ok
     predicate = checks_predicate(loaded, checks_sha256="0" * 64)
     assert predicate["result"] == "PASSED"
-    assert predicate["passedTests"] == [f"{task}/unsolved"] and predicate["failedTests"] == []
-    assert predicate["warnedTests"] == [f"{task}/reference-repair"]
+    assert predicate["passedTests"] == [f"{TASK}/unsolved_terminal_reward_zero"]
+    assert predicate["failedTests"] == [] and predicate["warnedTests"] == [f"{TASK}/reference_terminal_reward_one"]
     only_na = SuiteResult(image="x", targets=(), checks=checks[1:], seconds=1.0)
     assert not only_na.ok  # nothing passed: not a verified run
+
+
+def test_repair_checks_command_line_requires_task_and_reference():
+    run = [sys.executable, "-m", "pipeline", "repair-checks"]
+    helped = subprocess.run([*run, "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--reference" in helped.stdout and "--task" in helped.stdout
+    missing = subprocess.run([*run, "h/r@sha256:" + "0" * 64, "--reference", str(REFERENCE_SCRIPT)],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "--task" in missing.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.checks import report
@@ -60,18 +62,27 @@ def test_external_repair_table_marks_failed_and_not_applicable_checks():
     from pipeline.checks.repair import REPAIR_CHECKS
 
     task = "format-code-task-000666"
-    checks = [CheckResult(f"{task}/{n}", n != "unsolved", 0.1, observed=1.0, expected=0.0)
-              for n in REPAIR_CHECKS if n != "reference-repair"]
-    checks.append(CheckResult(f"{task}/reference-repair", False, 0.0, not_applicable="no patch"))
-    ext = {"task_id": task, "status": "not verified: repair check(s) failed: unsolved",
-           "checks": [c.to_json() for c in checks]}
+    unsolved, reference = "unsolved_terminal_reward_zero", "reference_repair_applied_through_action"
+    checks = [CheckResult(f"{task}/{n}", n != unsolved, 0.1, observed=1.0, expected=0.0)
+              for n in REPAIR_CHECKS if n != reference]
+    checks.insert(REPAIR_CHECKS.index(reference),
+                  CheckResult(f"{task}/{reference}", False, 0.0, not_applicable="no script"))
+    ext = {"task_id": task, "image": "ghcr.io/x@sha256:" + "0" * 64,
+           "status": f"not verified: repair check(s) failed: {unsolved}",
+           "checks": [c.to_json() for c in checks], "writable_layer_peak_bytes": 7282688}
     offline = {"task_id": "format-code-task-001926", "status": "not verified: unreachable", "checks": []}
     result = SuiteResult(image="x", targets=(), checks=tuple(checks), seconds=1.0, external=(ext, offline))
     table = report.external_markdown(result)
     cells = next(l for l in table.splitlines() if l.startswith(f"| {task} |")).split(" | ")[1:]
     assert dict(zip(REPAIR_CHECKS, (c.strip(" |") for c in cells))) == {
-        **{n: "ok" for n in REPAIR_CHECKS}, "unsolved": "FAIL", "reference-repair": "n/a"}
+        **{n: "ok" for n in REPAIR_CHECKS}, unsolved: "FAIL", reference: "n/a"}
     assert "| format-code-task-001926 | " + " | ".join(["-"] * len(REPAIR_CHECKS)) + " |" in table
-    assert "reference-repair: not applicable: no patch" in table
-    assert result.counts() == {"total": 12, "passed": 10, "failed": 1, "not_applicable": 1}
-    assert "10 passed, 1 not applicable: 1 FAILED" in report.summary(result)
+    assert f"{reference}: not applicable: no script" in table
+    total = len(REPAIR_CHECKS)
+    assert result.counts() == {"total": total, "passed": total - 2, "failed": 1, "not_applicable": 1}
+    assert f"{total - 2} passed, 1 not applicable: 1 FAILED" in report.summary(result)
+    lines = report.repair_table(replace(result, external=(ext,))).splitlines()
+    assert [l.split()[0] for l in lines[1:-1]] == list(REPAIR_CHECKS)
+    assert lines[1 + REPAIR_CHECKS.index(unsolved)].split()[1] == "FAIL"
+    assert lines[1 + REPAIR_CHECKS.index(reference)].split()[1:3] == ["n/a", "0.0"]
+    assert lines[-1].endswith("writable layer peak 7,282,688 bytes")
