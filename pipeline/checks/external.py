@@ -135,13 +135,13 @@ class StartPlan:
     `budget` is `[budgets.external]`'s values: the server must answer within
     reset_wall_s of the start, each call is bounded by the longest of the reset, tool
     and verifier wall times. `limits` is that budget as container limits.
-    `references` holds each task's reference repair, by task id.
+    `references` holds each task's reference repair, or why it has none, by task id.
     """
 
     runtime: Any
     budget: Mapping[str, int]
     limits: ExternalLimits
-    references: Mapping[str, repair.ReferenceRepair] = field(default_factory=dict)
+    references: Mapping[str, repair.ReferenceRepair | str] = field(default_factory=dict)
     port: int = repair.PORT
 
     @property
@@ -171,7 +171,7 @@ def _checks_of_started(image: str, task_id: str, plan: StartPlan,
     try:
         layer = _WritableLayer(plan.runtime, container)
         checks = repair.run_repair_checks(
-            container.url, task_id, plan.references.get(task_id), started_at=started,
+            container.url, task_id, plan.references.get(task_id, repair.NO_REFERENCE), started_at=started,
             start_timeout_s=float(max(plan.budget["reset_wall_s"], repair.HEALTH_WITHIN_S)),
             timeout_s=plan.call_timeout_s, after_grading=layer.sample)
         return checks, layer.peak

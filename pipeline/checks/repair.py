@@ -234,12 +234,12 @@ class _Run:
                      expected={"hook_planted": True, "hook_ran_as_uid": AGENT_UID},
                      detail="" if ok else f"git config core.fsmonitor {hook!r}, then finish")
 
-    def reference_episode(self, reference: ReferenceRepair | None) -> None:
+    def reference_episode(self, reference: ReferenceRepair | str) -> None:
         """reference_repair_applied_through_action, reference_terminal_reward_one."""
         names = ("reference_repair_applied_through_action", "reference_terminal_reward_one")
-        if reference is None:
+        if not isinstance(reference, ReferenceRepair):
             for name in names:
-                self.rec.not_applicable(name, "no reference repair script was given")
+                self.rec.not_applicable(name, reference)
             return
         self.reset()
         ran = self.session.shell(reference.action())
@@ -302,7 +302,10 @@ def _fail_missing(rec: Recorder, names: tuple[str, ...], exc: ServerError) -> No
             rec.error(name, exc)
 
 
-def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | None, *,
+NO_REFERENCE = "no reference repair script was given"
+
+
+def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | str = NO_REFERENCE, *,
                       started_at: float | None = None, start_timeout_s: float = 180.0,
                       timeout_s: float = 180.0,
                       after_grading: Callable[[], None] = lambda: None) -> list[CheckResult]:
@@ -311,8 +314,9 @@ def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | None,
     `started_at` (time.monotonic()) is when the container was started: /health must
     answer 200 within 120 s of it (default: now). The other checks wait for the server
     up to `start_timeout_s` after it. `timeout_s` bounds each call, `after_grading` runs
-    after every finish (the release measures the writable layer there). Without a
-    `reference` the two reference checks are "not applicable", never passed. A stage the
+    after every finish (the release measures the writable layer there). `reference` is
+    the task's reference repair, or why it has none: then the two reference checks are
+    "not applicable" for that reason, never passed. A stage the
     server broke (an error reply, a dropped connection) fails the checks it owed, with
     the server's message, so every id is always present exactly once.
     """

@@ -18,6 +18,7 @@ from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_layout
+from pipeline.verify.limits import ExternalLimits
 
 REPO = "mock-ghcr/akseljoonas/mimo-openenv-software"
 
@@ -106,8 +107,9 @@ class _NoRuntime:
 
 def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(capsys):
     task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
-    plan = external.StartPlan(runtime=_NoRuntime(), port=8000, budget={
-        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64})
+    plan = external.StartPlan(runtime=_NoRuntime(), budget={
+        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64},
+        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0))
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
     assert result.status.startswith("not verified: ") and result.checks == ()
     _local_warns_arena_refuses(result, capsys)
@@ -119,3 +121,14 @@ def test_mock_ghcr_reachable_but_not_started_is_refused_by_arena(schema2_image):
     assert result.verified and not result.checks
     with pytest.raises(CheckFailure, match="repair checks not run"):
         external.enforce([result], ARENA)
+
+
+def test_repair_checks_of_an_unreachable_image_start_nothing():
+    image = "127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64
+    plan = external.StartPlan(runtime=_NoRuntime(), budget={
+        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120},
+        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0))
+    result = external.check_image(image, "format-code-task-000666", start=plan,
+                                  client=RegistryClient("127.0.0.1:9", attempts=1))
+    assert result.status.startswith("not verified: ") and result.checks == ()
+    assert not result.fully_checked and result.writable_layer_peak_bytes is None

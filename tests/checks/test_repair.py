@@ -163,7 +163,8 @@ def test_standin_is_shaped_like_the_mimo_images(standins):
         assert (arena.mode, arena.uid) == (0o700, 0) and (home.mode, home.uid, home.gid) == (0o755, 2000, 2000)
         assert {"opt/arena/server.py", "opt/arena/instance.json", "opt/arena/workspace.tar"} <= set(tar.getnames())
     assert b"arena-agent:x:2000:2000::/home/arena-agent:/bin/bash\n" in _standin_file(image, "etc/passwd")
-    record = json.loads(_standin_file(image, "opt/arena/instance.json"))
+    assert _standin_file(image, "opt/arena/instance.json") == standins[""].instance_json
+    record = json.loads(standins[""].instance_json)
     assert sorted(record) == ["cwd", "dataset_type", "docker_image", "instance_id", "problem_statement",
                               "test_command", "test_patch", "verifier_timeout_sec"]
     assert record["instance_id"] == TASK and record["test_command"] == "bash /workspace/repo/mimo_test_command.sh"

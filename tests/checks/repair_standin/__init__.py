@@ -78,6 +78,9 @@ class StandIn:
     compressed_bytes: int
     task_id: str
     fault: str = ""
+    # The image's /opt/arena/instance.json: the task record's compact JSON text (what a
+    # stand-in dataset row carries as extra_info.instance_json).
+    instance_json: bytes = b""
 
 
 # ----------------------------------------------------------------- the task
@@ -205,23 +208,24 @@ def standin_base(state: Path = STATE) -> StandInBase:
 # ----------------------------------------------------------------- the images
 
 
-def _entries(standin: StandInBase, task_id: str, work: Path) -> list[FileEntry]:
+def _entries(standin: StandInBase, task_id: str, work: Path) -> tuple[list[FileEntry], bytes]:
+    """The stand-in layer's entries, and its instance.json."""
     with tempfile.TemporaryDirectory(prefix="standin-task-", dir=work) as tmp:
         root = Path(tmp)
         repo = _repository(root)
-        record = instance_record(task_id, _test_patch(repo, root))
+        record = compact_json(instance_record(task_id, _test_patch(repo, root)))
         workspace, leaky = _tar(repo), _tar(_with_fix_branch(repo, root))
     passwd = standin.etc("passwd") + f"{AGENT}:x:{AGENT_UID}:{AGENT_UID}::/home/{AGENT}:/bin/bash\n".encode()
     group = standin.etc("group") + f"{AGENT}:x:{AGENT_UID}:\n".encode()
     files = {"opt/arena/server.py": (HERE / "server.py").read_bytes(), "opt/arena/models.py": MODELS.read_bytes(),
-             "opt/arena/instance.json": compact_json(record), "opt/arena/workspace.tar": workspace,
+             "opt/arena/instance.json": record, "opt/arena/workspace.tar": workspace,
              "opt/arena/workspace-with-fix-branch.tar": leaky}
     return [FileEntry("etc", "dir", 0o755), FileEntry("etc/group", "file", 0o644, source=group),
             FileEntry("etc/passwd", "file", 0o644, source=passwd),
             FileEntry("home", "dir", 0o755),
             FileEntry(f"home/{AGENT}", "dir", 0o755, uid=AGENT_UID, gid=AGENT_UID),
             FileEntry("opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o700),
-            *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items()))]
+            *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items()))], record
 
 
 def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...] = FAULTS,
@@ -233,7 +237,8 @@ def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...
         raise ValueError(f"unknown fault(s) {unknown}")
     standin = standin or standin_base()
     work.mkdir(parents=True, exist_ok=True)
-    layer = write_layer(_entries(standin, task_id, work), work, source_date_epoch=SOURCE_DATE_EPOCH)
+    entries, record = _entries(standin, task_id, work)
+    layer = write_layer(entries, work, source_date_epoch=SOURCE_DATE_EPOCH)
     layers = [*standin.new_layers(), NewLayer(layer.digest, layer.diff_id, layer.size,
                                               "stand-in: /opt/arena (server, instance.json, workspace.tar), "
                                               "user arena-agent")]
@@ -251,7 +256,7 @@ def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...
         pushed = push_image(writer, REPOSITORY, image.manifest_bytes, image.media_type,
                             {**blobs, image.manifest.config.digest: image.config_bytes},
                             tag=f"{fault or 'ok'}-{task_id}")
-        out[fault] = StandIn(pushed.reference, image.manifest.compressed_size, task_id, fault)
+        out[fault] = StandIn(pushed.reference, image.manifest.compressed_size, task_id, fault, record)
     return out
 
 
