@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 
 import pytest
 
-from pipeline import config
+from pipeline import cli, config
 from pipeline.checks import external, repair
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.config import ExternalPolicy
@@ -105,10 +104,11 @@ def test_not_applicable_is_neither_passed_nor_failed_in_the_signed_test_result()
     assert not only_na.ok  # nothing passed: not a verified run
 
 
-def test_repair_checks_command_line_requires_task_and_reference():
-    run = [sys.executable, "-m", "pipeline", "repair-checks"]
-    helped = subprocess.run([*run, "--help"], capture_output=True, text=True)
-    assert helped.returncode == 0 and "--reference" in helped.stdout and "--task" in helped.stdout
-    missing = subprocess.run([*run, "h/r@sha256:" + "0" * 64, "--reference", str(REFERENCE_SCRIPT)],
-                             capture_output=True, text=True)
-    assert missing.returncode == 2 and "--task" in missing.stderr
+def test_repair_checks_command_line_requires_task_and_reference(capsys):
+    with pytest.raises(SystemExit) as helped:
+        cli.main(["repair-checks", "--help"])
+    out = capsys.readouterr().out
+    assert helped.value.code == 0 and "--reference" in out and "--task" in out and "--out" in out
+    with pytest.raises(SystemExit) as missing:
+        cli.main(["repair-checks", "h/r@sha256:" + "0" * 64, "--reference", str(REFERENCE_SCRIPT)])
+    assert missing.value.code == 2 and "--task" in capsys.readouterr().err
