@@ -135,11 +135,10 @@ def _done_with(reply, reward: float) -> bool:
 def wait_healthy(url: str, since: float, limit_s: float) -> tuple[float | None, Any]:
     """Poll `GET /health` until it answers 200 or `limit_s` after `since` (monotonic).
     (seconds after `since` it first answered 200, or None; the last answer)."""
-    last: Any = "no answer"
     while True:
         status, body = http_get(url, "/health", timeout=2.0)
         now = time.monotonic()
-        last = {"status": status, "body": body}
+        last: Any = {"status": status, "body": body}
         if status == 200:
             return now - since, last
         if now - since >= limit_s:
