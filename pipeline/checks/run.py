@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pipeline import config as config_mod
 from pipeline.errors import CheckFailure, ConfigError
@@ -23,6 +22,7 @@ from pipeline.checks.results import SuiteResult, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.checks.target import Target
+from pipeline.sources.references import ReferenceScript
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
@@ -110,8 +110,16 @@ def verifies_externals(shard: Shard | None) -> bool:
     return shard is None or shard.index == 1
 
 
-def references_of(cfg: config_mod.ReleaseConfig,
-                  rows: Mapping[str, tuple[dict[str, Any] | None, str]]) -> dict[str, repair.ReferenceSolution]:
-    """Each external task's reference solution from `rows`: task id -> (row, why none)."""
-    return {task_id: repair.ReferenceSolution.from_record(row, cfg.external.repair, why)
-            for task_id, (row, why) in rows.items()}
+def references_of(scripts: Mapping[str, tuple[ReferenceScript | None, str]],
+                  ) -> dict[str, repair.ReferenceSolution]:
+    """Each external task's reference repair for the repair checks: task id -> solution.
+
+    The references are the vendored scripts of `references.reference_scripts` (source
+    name, vendored path, bytes). This repair check applies a unified diff; sending a
+    script as one shell action is the seed's check (issue 18), so until it replaces this
+    one a script is handed over as "not applicable", naming the script.
+    """
+    return {task_id: repair.ReferenceSolution(
+        None, why or f"the reference repair is the script {script.source} ({script.path.name}, "
+                     f"sha256 {script.sha256[:12]}); this check applies unified diffs only")
+        for task_id, (script, why) in scripts.items()}

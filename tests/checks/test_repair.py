@@ -14,6 +14,7 @@ import pytest
 from pipeline import config
 from pipeline.checks import external, repair
 from pipeline.checks.results import SuiteResult
+from pipeline.checks.run import references_of
 from pipeline.config import ExternalTask
 from pipeline.verify.runtime import ContainerRuntime
 
@@ -40,7 +41,8 @@ def _verify(standin, runtime, reference: repair.ReferenceSolution) -> external.E
     plan = external.StartPlan(runtime=runtime, port=8000, budget=cfg.budgets["external"].values,
                               conventions=cfg.external.repair, references={TASK: reference})
     task = ExternalTask(task_id=TASK, image=standin.reference,
-                        compressed_bytes=standin.compressed_bytes, after_block=1)
+                        compressed_bytes=standin.compressed_bytes, after_block=1, split="code",
+                        row=50, reference="mimo-reference-000666")
     return external.verify_task(task, start=plan)
 
 
@@ -59,13 +61,12 @@ def test_standin_passes_every_repair_check(local_registry, schema2_base, runtime
 def test_record_without_reference_solution_is_not_applicable_not_passed(
         local_registry, schema2_base, runtime, tmp_path):
     standin = build_standin(local_registry, schema2_base, tmp_path, task_id=TASK)
-    cfg = config.load()
-    reference = repair.ReferenceSolution.from_record({"task_id": TASK}, cfg.external.repair)
+    reference = references_of({TASK: (None, "no reference repair vendored")})[TASK]
     result = _verify(standin, runtime, reference)
     outcomes = result.outcomes()
     assert outcomes["failed"] == [] and "reference-repair" not in outcomes["passed"]
     assert outcomes["not_applicable"] == {
-        "reference-repair": "the dataset record carries no reference solution (field 'patch' is absent)"}
+        "reference-repair": "no reference repair vendored"}
     suite = SuiteResult(image="x", targets=(), checks=result.checks, seconds=0.0)
     assert suite.ok and suite.counts()["not_applicable"] == 1
     assert suite.counts()["passed"] == len(repair.REPAIR_CHECKS) - 1

@@ -1,4 +1,4 @@
-"""The parts of the repair checks that need no image: the record mapping, the
+"""The parts of the repair checks that need no image: the
 [external.repair] conventions, the patch applier shipped into images."""
 
 from __future__ import annotations
@@ -19,24 +19,14 @@ APPLIER = Path(repair.__file__).with_name("apply_patch.py")
 BUGGY = (Path(__file__).parent / "repair_standin" / "project" / "calc.py").read_text()
 
 
-def test_reference_comes_from_the_configured_field_and_says_why_when_absent():
-    conv = config.RepairConventions(reference_field="gold_patch")
-    assert repair.ReferenceSolution.from_record({"gold_patch": "--- a/x\n"}, conv).patch == "--- a/x\n"
-    absent = repair.ReferenceSolution.from_record({"patch": "--- a/x\n"}, conv)
-    assert absent.patch is None and "'gold_patch' is absent" in absent.reason
-    empty = repair.ReferenceSolution.from_record({"gold_patch": "  "}, conv)
-    assert empty.patch is None and "is empty" in empty.reason
-    assert repair.ReferenceSolution.from_record(None, conv, "not fetched: offline").reason == "not fetched: offline"
-
-
 def test_repair_conventions_are_read_from_release_toml(tmp_path):
     text = config.DEFAULT_CONFIG.read_text()
     cfg = config.load()
     assert cfg.external.repair == config.RepairConventions()
     changed = tmp_path / "release.toml"
-    changed.write_text(text.replace('reference_field = "patch"', 'reference_field = "solution"'))
-    assert config.load(changed).external.repair.reference_field == "solution"
-    changed.write_text(text.replace('reference_field = "patch"', 'reference_feld = "patch"'))
+    changed.write_text(text.replace('reset_id_field = "task_id"', 'reset_id_field = "instance_id"'))
+    assert config.load(changed).external.repair.reset_id_field == "instance_id"
+    changed.write_text(text.replace('reset_id_field = "task_id"', 'reference_field = "patch"'))
     with pytest.raises(ConfigError, match="unknown key"):
         config.load(changed)
     changed.write_text(text.replace('grader_paths = ["/opt/arena"]', 'grader_paths = ["opt"]'))
