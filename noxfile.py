@@ -18,6 +18,10 @@ nox.options.reuse_venv = "yes"
 PYTHON = "3.11"
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 RUNTIME_LOCK = "locks/runtime.txt"
+# CPython 3.12, the arena base's interpreter: this machine kind ships one under pyenv
+# (its `python3.12` shim is not on the default version list, so nox cannot find it).
+PYTHON312 = os.environ.get("RELEASE_PYTHON312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
+RUNTIME_LOCK_CP312 = "locks/runtime-cp312.txt"
 
 
 def _install(session: nox.Session, *groups: str) -> None:
@@ -87,6 +91,23 @@ for _name, _host_tools, _tags, _doc in (
                                         "SBOM, pins."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
+
+
+@nox.session(python=False, default=False)
+def env312(session: nox.Session) -> None:
+    """The environment's tests on CPython 3.12 (the arena base's interpreter) with exactly
+    locks/runtime-cp312.txt: the derived arena image runs its server there. The host-mode
+    test is left out: it drives the pipeline (`python -m pipeline serve`), not the env."""
+    venv = os.path.join(".nox", "env312")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        session.run(PYTHON312, "-m", "venv", venv, external=True)
+    pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+    session.run(*pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, external=True)
+    tools = [r for r in nox.project.dependency_groups(PYPROJECT, "test") if r.startswith("pytest")]
+    session.run(*pip, *tools, external=True)
+    session.run(python, "-m", "pytest", *(session.posargs or [
+        "-q", "tests/env", "--ignore", "tests/env/test_server_host_mode.py"]), external=True)
 
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])
