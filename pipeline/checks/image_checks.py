@@ -89,6 +89,10 @@ def protected_checks(session: Session, target: Target, case: Case, seed: int, re
                  "protected-proc-environ": [f"/proc/{target.server_pid}/environ"]}
         if target.vendored_file:
             reads["protected-vendored"] = [target.path(target.vendored_file)]
+        if target.inherited:
+            # What the base left under the app dir (the MiMo adapter, the task record and
+            # its hidden tests, for the arena profile): a derived layer must not open it.
+            reads["protected-inherited"] = list(target.inherited)
         for name, paths in reads.items():
             out = session.shell(_readable_probe(paths))
             verdicts = [line for line in out.output.splitlines() if line.split(" ", 1)[0] in
@@ -297,6 +301,6 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
 
 
 IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code", "protected-task-module",
-                "protected-proc-environ", "protected-vendored", "protected-write",
+                "protected-proc-environ", "protected-vendored", "protected-inherited", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
                 "timeout", "output-cap", "one-session", *LIMIT_CHECKS)

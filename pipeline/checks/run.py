@@ -67,6 +67,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     run, and the external tasks are verified by shard 1 alone (once per sharded run).
     Returns the results (failures included); callers decide what a failure stops.
     """
+    from pipeline.image.inherited import inherited_files
     from pipeline.image.oci.image import parse_config
     from pipeline.image.oci.layout import Layout
     from pipeline.registry.pull import pull
@@ -78,7 +79,10 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
         pulled = pull(image, Path(tmp) / "oci")
-        image_config = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest))
+        layout = Layout(Path(tmp) / "oci")
+        image_config = parse_config(layout.read_blob(pulled.config_digest))
+        inherited = inherited_files(image_config, [layout.blob_path(d.digest) for d in pulled.layers],
+                                    cfg.app_dir)
     env = image_config.config.env_map()
     runtime = ContainerRuntime(cfg.runtime)
     runtime.pull(image)
@@ -90,7 +94,8 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
             containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port, limits=limits),
                                        range(parallel)))
         targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c),
-                           limits=tuple(sorted(limits.expected().items()))) for c in containers]
+                           limits=tuple(sorted(limits.expected().items())), inherited=inherited)
+                   for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
         result = run_suite(targets, image=image, shard=shard)
     finally:
