@@ -141,7 +141,7 @@ def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: 
     os_layer = next(l for l in os_base.layers if l.role == "os")
     os_blob = blobs / os_layer.digest.split(":", 1)[1]
     if not os_blob.exists():
-        os_blob.write_bytes(reader.get_blob_bytes(os_base.name, os_layer.digest))
+        reader.get_blob(os_base.name, os_layer.digest, os_blob, size=os_layer.size)
     runtime = _runtime_layer(blobs, work)
     app = [oci_layer.FileEntry("opt/arena", "dir", 0o755)]
     adapter_layer = oci_layer.write_layer(
