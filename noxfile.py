@@ -69,8 +69,9 @@ for _name, _host_tools, _tags, _doc in (
                          "changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
-    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel lock (locks/runtime.txt) "
-                                  "from locks/runtime.in."),
+    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
+                                  "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
+                                  "locks/runtime.in."),
     ("base", True, ("release",), "Build the local base image (mmdebstrap + slim runtime), push it, pin it "
                                  "in locks/base.json."),
     ("vendor", False, ("release",), "Fetch and verify the pinned upstream sources into vendor/ "

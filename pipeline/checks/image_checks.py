@@ -98,8 +98,12 @@ def protected_checks(session: Session, target: Target, case: Case, seed: int, re
             verdicts = [line for line in out.output.splitlines() if line.split(" ", 1)[0] in
                         ("READABLE", "DENIED", "ERROR")]
             denied = len(verdicts) == len(paths) and all(v.startswith("DENIED ") for v in verdicts)
+            # Which inherited files were read is part of the record, pass or fail: it comes
+            # from the base, and a passing check must say what it covered.
             rec.add(name, denied, observed=verdicts or out.output[-200:],
-                    expected=[f"DENIED {p}" for p in paths])
+                    expected=[f"DENIED {p}" for p in paths],
+                    detail=f"{len(paths)} file(s) the base holds: {', '.join(paths)}"
+                    if name == "protected-inherited" else "")
         dirs = [target.app_dir, "/", "/etc", "/usr", "/opt"]
         out = session.shell(_writable_probe(dirs, cmd.token()))
         opened = [line for line in out.output.splitlines() if line.startswith("WRITABLE ")]

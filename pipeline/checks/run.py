@@ -61,8 +61,9 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
                  references: Mapping[str, repair.ReferenceSolution] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
-    With `start_external`, each reachable external image is pulled, started and given
-    the repair checks (`references`: each task's reference solution); their results
+    The files the base leaves under the app dir (read from the pulled layers) are
+    handed to the suite for `protected-inherited`. With `start_external`, each reachable external image is pulled, started and given
+    the repair checks (`references`: each task's reference repair, `references_of`); their results
     join the suite's checks as `<task_id>/<check>`. With `shard`, only that shard's jobs
     run, and the external tasks are verified by shard 1 alone (once per sharded run).
     Returns the results (failures included); callers decide what a failure stops.

@@ -131,6 +131,7 @@ def test_derived_image_on_the_pyromat_standin(tmp_path, local_registry, base_ima
     checks = good["checks"]
     assert checks["protected-inherited"].passed, checks["protected-inherited"].observed
     assert checks["protected-inherited"].observed == [f"DENIED {p}" for p in good["inherited"]]
+    assert checks["protected-inherited"].detail.startswith(f"{len(INHERITED)} file(s) the base holds: ")
     assert all(c.passed for c in checks.values()), {k: c.observed for k, c in checks.items() if not c.passed}
 
     # Teeth: one careless layer re-creating /opt/arena 0755 opens the record and the adapter.
