@@ -18,6 +18,10 @@ nox.options.reuse_venv = "yes"
 PYTHON = "3.11"
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 RUNTIME_LOCK = "locks/runtime.txt"
+# CPython 3.12, the arena base's interpreter: this machine kind ships one under pyenv
+# (its `python3.12` shim is not on the default version list, so nox cannot find it).
+PYTHON312 = os.environ.get("RELEASE_PYTHON312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
+RUNTIME_LOCK_CP312 = "locks/runtime-cp312.txt"
 
 
 def _install(session: nox.Session, *groups: str) -> None:
@@ -65,8 +69,9 @@ for _name, _host_tools, _tags, _doc in (
                          "changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
-    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel lock (locks/runtime.txt) "
-                                  "from locks/runtime.in."),
+    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
+                                  "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
+                                  "locks/runtime.in."),
     ("base", True, ("release",), "Build the local base image (mmdebstrap + slim runtime), push it, pin it "
                                  "in locks/base.json."),
     ("vendor", False, ("release",), "Fetch and verify the pinned upstream sources into vendor/ "
@@ -89,6 +94,23 @@ for _name, _host_tools, _tags, _doc in (
                                         "SBOM, pins."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
+
+
+@nox.session(python=False, default=False)
+def env312(session: nox.Session) -> None:
+    """The environment's tests on CPython 3.12 (the arena base's interpreter) with exactly
+    locks/runtime-cp312.txt: the derived arena image runs its server there. The host-mode
+    test is left out: it drives the pipeline (`python -m pipeline serve`), not the env."""
+    venv = os.path.join(".nox", "env312")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        session.run(PYTHON312, "-m", "venv", venv, external=True)
+    pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+    session.run(*pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, external=True)
+    tools = [r for r in nox.project.dependency_groups(PYPROJECT, "test") if r.startswith("pytest")]
+    session.run(*pip, *tools, external=True)
+    session.run(python, "-m", "pytest", *(session.posargs or [
+        "-q", "tests/env", "--ignore", "tests/env/test_server_host_mode.py"]), external=True)
 
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])

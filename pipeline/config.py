@@ -51,14 +51,21 @@ class Budgets:
 
 @dataclass(frozen=True)
 class ExternalTask:
+    """One unchanged MiMo repair task: its image, where its record is, its reference repair.
+
+    `split` and `row` locate the record in the DATASET (split "code"); the request's
+    per-task split is the external budgets' split, never this one. `record_sha256` pins
+    the record's text ("" = not pinned yet: the first fetch reports the value to pin).
+    `reference` names the [[sources]] entry of the task's reference repair script.
+    """
+
     task_id: str
     image: str
     compressed_bytes: int
     after_block: int
-    split: str = "train"
-    # None / "" = not pinned yet (no network where the pins were written): the first
-    # fetch locates the record by task id and reports its row and sha256 to pin.
-    row: int | None = None
+    split: str
+    row: int
+    reference: str
     record_sha256: str = ""
 
     @property
@@ -72,17 +79,14 @@ class ExternalTask:
 
 @dataclass(frozen=True)
 class RepairConventions:
-    """How the external repair images and their records are read (`[external.repair]`).
+    """How the external repair images are driven (`[external.repair]`), as the seed
+    release's sources show them (shared/spec/mimo.md, "The protocol of the repair images"):
 
-    Assumptions until a real run confirms them (no network where they were written):
-    reference_field: the record column holding the reference solution, a unified diff
-        against the workspace (SWE-bench's name for the gold patch is "patch");
-    reset_id_field: the reset keyword naming the task (OpenEnv's convention);
+    reset_id_field: the reset keyword naming the task;
     workspace: the repository the agent repairs;
     grader_paths: where the grader and its hidden tests live (the shell must not read them).
     """
 
-    reference_field: str = "patch"
     reset_id_field: str = "task_id"
     workspace: str = "/workspace/repo"
     grader_paths: tuple[str, ...] = ("/opt/arena",)
@@ -90,12 +94,20 @@ class RepairConventions:
 
 @dataclass(frozen=True)
 class External:
+    """`[external]`: the dataset the records come from and how one of its rows is read.
+
+    `id_field` and `record_field` are dotted paths into a row (a row of the MiMo dataset
+    holds `extra_info.instance_id` and the record as the JSON string
+    `extra_info.instance_json`).
+    """
+
     dataset: str
     revision: str
     license: str
     tasks: tuple[ExternalTask, ...]
     subset: str = "default"
-    id_field: str = "task_id"
+    id_field: str = "extra_info.instance_id"
+    record_field: str = "extra_info.instance_json"
     hub_url: str = "https://huggingface.co"
     rows_url: str = "https://datasets-server.huggingface.co"
     repair: RepairConventions = RepairConventions()
@@ -282,10 +294,9 @@ def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
     image = _req(t, "image", str, where)
     if not _IMAGE_BY_DIGEST.match(image):
         raise ConfigError(f"{where}.image must be pinned by digest", actual=image)
-    row = t.get("row")
-    if row is not None and (isinstance(row, bool) or not isinstance(row, int) or row < 0):
-        raise ConfigError(f"{where}.row", expected="a row index >= 0 (or omitted: unpinned)",
-                          actual=row)
+    row = _req(t, "row", int, where)
+    if row < 0:
+        raise ConfigError(f"{where}.row", expected="a row index >= 0", actual=row)
     record_sha = t.get("record_sha256", "")
     if record_sha and not _SHA256.match(record_sha):
         raise ConfigError(f"{where}.record_sha256 is not a sha256",
@@ -294,13 +305,33 @@ def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
         task_id=_req(t, "task_id", str, where), image=image,
         compressed_bytes=_req(t, "compressed_bytes", int, where),
         after_block=_req(t, "after_block", int, where),
-        split=t.get("split", "train"), row=row, record_sha256=record_sha,
+        split=_req(t, "split", str, where), row=row,
+        reference=_req(t, "reference", str, where), record_sha256=record_sha,
     )
+
+
+def _check_references(tasks: list[ExternalTask], sources: tuple[Source, ...],
+                      profiles: dict[str, Profile]) -> None:
+    """Each task's `reference` names a [[sources]] entry vendored by every profile that
+    requires verified external tasks (there the repair check must have the script)."""
+    by_name = {s.name: s for s in sources}
+    for i, task in enumerate(tasks):
+        where = f"external.tasks[{i}].reference"
+        source = by_name.get(task.reference)
+        if source is None:
+            raise ConfigError(f"{where} names no [[sources]] entry", expected=sorted(by_name),
+                              actual=task.reference)
+        missing = sorted(p.name for p in profiles.values()
+                         if p.external_tasks_required and p.name not in source.profiles)
+        if missing:
+            raise ConfigError(f"{where}: source {source.name} is not vendored by profile(s) "
+                              f"{', '.join(missing)}, which require verified external tasks",
+                              expected=f"profiles including {missing}", actual=list(source.profiles))
 
 
 def _repair(raw: dict[str, Any]) -> RepairConventions:
     where = "external.repair"
-    known = {"reference_field", "reset_id_field", "workspace", "grader_paths"}
+    known = {"reset_id_field", "workspace", "grader_paths"}
     if set(raw) - known:
         raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known),
                           actual=sorted(set(raw) - known))
@@ -314,6 +345,13 @@ def _repair(raw: dict[str, Any]) -> RepairConventions:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{where}.{key}", expected="a non-empty string", actual=value)
     return RepairConventions(grader_paths=tuple(paths), **values)
+
+
+def _field_path(ext: dict[str, Any], key: str, default: str) -> str:
+    value = ext.get(key, default)
+    if not isinstance(value, str) or not all(value.split(".")):
+        raise ConfigError(f"external.{key}", expected="a dotted path into a dataset row", actual=value)
+    return value
 
 
 def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
@@ -359,6 +397,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                               actual=p.tasks)
     ext = _req(raw, "external", dict, "release.toml")
     ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]
+    _check_references(ext_tasks, sources, profiles)
     ext_rev = _req(ext, "revision", str, "external")
     if not _REV.match(ext_rev):
         raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
@@ -378,7 +417,8 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         external=External(dataset=_req(ext, "dataset", str, "external"), revision=ext_rev,
                           license=_req(ext, "license", str, "external"), tasks=tuple(ext_tasks),
                           subset=ext.get("subset", "default"),
-                          id_field=ext.get("id_field", "task_id"),
+                          id_field=_field_path(ext, "id_field", External.id_field),
+                          record_field=_field_path(ext, "record_field", External.record_field),
                           hub_url=ext.get("hub_url", "https://huggingface.co").rstrip("/"),
                           rows_url=ext.get("rows_url",
                                            "https://datasets-server.huggingface.co").rstrip("/"),

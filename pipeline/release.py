@@ -35,6 +35,7 @@ from pipeline.records import statement as release_statement, submission
 from pipeline.sources import vendor as sources
 from pipeline import basestage, config as _config, plan
 from pipeline.sources import lock as runtime_lock
+from pipeline.sources.references import reference_scripts
 from pipeline._io import write_atomic
 from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
@@ -251,7 +252,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                                  mount_from=plan.same_registry_repos(client, base_src))
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
-            references = references_of(cfg)
+            references = references_of(reference_scripts(cfg, rp.sources, vendor_dir))
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
                                  start_external=True, references=references)
             checks_results.write(dist / "checks.json", suite)

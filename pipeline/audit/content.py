@@ -214,15 +214,13 @@ def audit_external(r: Rows, s: State) -> None:
             task = pinned[rec.task_id]
             equal(f"image of external task {rec.task_id} vs release.toml", task.image, rec.image)
             _external_fields(s.cfg, task, rec)
-            if rec.status == external.VERIFIED and not (task.record_sha256 and task.row is not None):
+            if rec.status == external.VERIFIED and not task.record_sha256:
                 raise VerificationError(f"external record {rec.task_id} is marked verified, but release.toml "
-                                        "pins no row and record_sha256 to verify it against",
-                                        expected="row and record_sha256 pinned",
-                                        actual=f"row {task.row}, record_sha256 {task.record_sha256!r}")
+                                        "pins no record_sha256 to verify it against",
+                                        expected="record_sha256 pinned", actual=repr(task.record_sha256))
             if rec.status != external.NOT_FETCHED and task.record_sha256:
                 equal(f"sha256 of external record {rec.task_id} vs release.toml", task.record_sha256, rec.sha256)
-                if task.row is not None:
-                    equal(f"row of external record {rec.task_id} vs release.toml", task.row, rec.row)
+                equal(f"row of external record {rec.task_id} vs release.toml", task.row, rec.row)
             if s.plan is not None and s.plan.external.required:
                 equal(f"status of external record {rec.task_id} (profile {s.plan.profile} requires it)",
                        external.VERIFIED, rec.status)
@@ -236,7 +234,7 @@ def _external_fields(cfg, task, rec) -> None:
     ext, budgets = cfg.external, cfg.budgets["external"]
     want = {"dataset": ext.dataset, "revision": ext.revision, "subset": ext.subset, "split": task.split,
             "digest": task.digest, "compressed_bytes": task.compressed_bytes, "budget_split": budgets.split,
-            "budgets": dict(budgets.values), "license": ext.license}
+            "budgets": dict(budgets.values), "license": ext.license, "reference": task.reference}
     diff = sorted(k for k, v in want.items() if getattr(rec, k) != v)
     equal(f"external record {rec.task_id} in provenance.json ({', '.join(diff)}) vs release.toml",
           {k: want[k] for k in diff}, {k: getattr(rec, k) for k in diff})

@@ -95,13 +95,21 @@ def protected_checks(session: Session, target: Target, case: Case, seed: int, re
                  "protected-proc-environ": [f"/proc/{target.server_pid}/environ"]}
         if target.vendored_file:
             reads["protected-vendored"] = [target.path(target.vendored_file)]
+        if target.inherited:
+            # What the base left under the app dir (the MiMo adapter, the task record and
+            # its hidden tests, for the arena profile): a derived layer must not open it.
+            reads["protected-inherited"] = list(target.inherited)
         for name, paths in reads.items():
             out = session.shell(_readable_probe(paths))
             verdicts = [line for line in out.output.splitlines() if line.split(" ", 1)[0] in
                         ("READABLE", "DENIED", "ERROR")]
             denied = len(verdicts) == len(paths) and all(v.startswith("DENIED ") for v in verdicts)
+            # Which inherited files were read is part of the record, pass or fail: it comes
+            # from the base, and a passing check must say what it covered.
             rec.add(name, denied, observed=verdicts or out.output[-200:],
-                    expected=[f"DENIED {p}" for p in paths])
+                    expected=[f"DENIED {p}" for p in paths],
+                    detail=f"{len(paths)} file(s) the base holds: {', '.join(paths)}"
+                    if name == "protected-inherited" else "")
         dirs = [target.app_dir, "/", "/etc", "/usr", "/opt"]
         out = session.shell(_writable_probe(dirs, cmd.token()))
         opened = [line for line in out.output.splitlines() if line.startswith("WRITABLE ")]
@@ -303,6 +311,6 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
 
 
 IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code", "protected-task-module",
-                "protected-proc-environ", "protected-vendored", "protected-write",
+                "protected-proc-environ", "protected-vendored", "protected-inherited", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
                 "timeout", "output-cap", "one-session", *LIMIT_CHECKS)

@@ -22,6 +22,7 @@ from pipeline.checks.results import SuiteResult, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.checks.target import Target
+from pipeline.sources.references import ReferenceScript
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
@@ -60,13 +61,15 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
                  references: Mapping[str, repair.ReferenceRepair | str] | None = None) -> SuiteResult:
     """Anonymous pull, `parallel` containers of the pulled digest, the suite, the externals.
 
-    With `start_external`, each reachable external image is pulled, started and given
-    the repair checks (`references`: each task's reference repair, or why it has none);
-    their results
+    The files the base leaves under the app dir (read from the pulled layers) are
+    handed to the suite for `protected-inherited`. With `start_external`, each reachable
+    external image is pulled, started and given the repair checks (`references`: each
+    task's reference repair or why it has none, `references_of`); their results
     join the suite's checks as `<task_id>/<check>`. With `shard`, only that shard's jobs
     run, and the external tasks are verified by shard 1 alone (once per sharded run).
     Returns the results (failures included); callers decide what a failure stops.
     """
+    from pipeline.image.inherited import inherited_files
     from pipeline.image.oci.image import parse_config
     from pipeline.image.oci.layout import Layout
     from pipeline.registry.pull import pull
@@ -78,7 +81,10 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
         pulled = pull(image, Path(tmp) / "oci")
-        image_config = parse_config(Layout(Path(tmp) / "oci").read_blob(pulled.config_digest))
+        layout = Layout(Path(tmp) / "oci")
+        image_config = parse_config(layout.read_blob(pulled.config_digest))
+        inherited = inherited_files(image_config, [layout.blob_path(d.digest) for d in pulled.layers],
+                                    cfg.app_dir)
     env = image_config.config.env_map()
     runtime = ContainerRuntime(cfg.runtime)
     runtime.pull(image)
@@ -90,7 +96,8 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
             containers = list(pool.map(lambda _: runtime.start(image, port=cfg.port, limits=limits),
                                        range(parallel)))
         targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c),
-                           limits=tuple(sorted(limits.expected().items()))) for c in containers]
+                           limits=tuple(sorted(limits.expected().items())), inherited=inherited)
+                   for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
         result = run_suite(targets, image=image, shard=shard)
     finally:
@@ -110,14 +117,17 @@ def verifies_externals(shard: Shard | None) -> bool:
     return shard is None or shard.index == 1
 
 
-def references_of(cfg: config_mod.ReleaseConfig) -> dict[str, repair.ReferenceRepair | str]:
-    """Each external task's reference repair, or why it has none: task id -> either.
+def references_of(scripts: Mapping[str, tuple[ReferenceScript | None, str]],
+                  ) -> dict[str, repair.ReferenceRepair | str]:
+    """Each external task's reference repair for the repair checks, or why it has none.
 
-    The records hold no reference repair (mimo.md, "The records"): it is a pinned
-    upstream script, a `[[sources]]` entry vendored for the arena profile, which this
-    release does not read yet; until it does, every task says so and its two reference
-    checks are "not applicable", which the arena profile refuses.
+    The references are the vendored scripts of `references.reference_scripts` (source
+    name, vendored path, bytes, each re-verified against its pins); the repair checks send
+    a script as one shell action.
     """
-    return {task.task_id: "no reference repair script: the dataset record carries none; it is the "
-                          "task's pinned [[sources]] script, not vendored in this run"
-            for task in cfg.external.tasks}
+    return {task_id: (repair.ReferenceRepair(script.script,
+                                             f"{script.source} ({script.path.name}, sha256 {script.sha256})")
+                      if script is not None else why)
+            for task_id, (script, why) in scripts.items()}
+
+

@@ -29,6 +29,9 @@ class Target:
     # The container limits the runtime applied (pipeline/verify/limits.py `expected()`), as
     # sorted pairs; empty: none were applied, and the limit-* checks do not run.
     limits: tuple[tuple[str, float], ...] = ()
+    # Files the base leaves root-only under the app dir (pipeline/image/inherited.py), as
+    # the server sees them; empty: the base holds none, and protected-inherited does not run.
+    inherited: tuple[str, ...] = ()
 
     def path(self, relative: str) -> str:
         return f"{self.app_dir.rstrip('/')}/{relative}"
@@ -45,4 +48,5 @@ class Target:
         filesystem the suite does not know: no `host_root`)."""
         return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,
                       task_module=self.task_module, vendored_file=self.vendored_file,
-                      server_pid=self.server_pid, workspace=self.workspace, limits=self.limits)
+                      server_pid=self.server_pid, workspace=self.workspace, limits=self.limits,
+                      inherited=self.inherited)

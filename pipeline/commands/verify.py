@@ -22,6 +22,7 @@ from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.progress import say
 from pipeline.records import attest, signing, submission as submission_mod
+from pipeline.sources.references import reference_scripts
 from pipeline.sources.git import head_commit
 from pipeline.verify import hosttools, serve as serve_mod
 
@@ -73,13 +74,17 @@ def verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--start-external", action="store_true",
                    help="also pull and start the external task images and run their repair checks")
+    p.add_argument("--vendor-dir", type=Path, default=config_mod.REPO_ROOT / "vendor",
+                   help="where the profile's sources are vendored (for the reference repair scripts)")
     _shard_argument(p)
 
 
 def verify(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
-    policy = plan.resolve(cfg, args.profile).external
-    references = run.references_of(cfg) if args.start_external else None
+    rp = plan.resolve(cfg, args.profile)
+    policy = rp.external
+    references = (run.references_of(reference_scripts(cfg, rp.sources, args.vendor_dir))
+                  if args.start_external else None)
     result = run.verify_image(args.image, cfg=cfg, parallel=args.parallel,
                               start_external=args.start_external, shard=args.shard,
                               references=references)

@@ -27,6 +27,9 @@ from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
 
 RECORD_VERSION = 2
+# How the history of the image config names each layer this build appends; whatever
+# comes before them is the base's (image/inherited.py reads it back).
+HISTORY_PREFIX = "pipeline.build: "
 
 
 class Base(Protocol):
@@ -129,7 +132,7 @@ def build(
     values = image_config(cfg, base_name=base.name, base_digest=base.digest,
                           revision=source_revision,
                           source_date_epoch=source_date_epoch, vendored=vendored)
-    image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"pipeline.build: {l.name} layer")
+    image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"{HISTORY_PREFIX}{l.name} layer")
                           for l in built_layers],
                    values.changes(), source_date_epoch=source_date_epoch)
     layout.put_bytes(image.config_bytes)

@@ -118,7 +118,9 @@ def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *, im
             ran = result.outcomes() if result and result.checks else None
             verification = (Verification(status, len(ran["passed"]), len(ran["failed"]), ran) if ran
                             else Verification(status, 0, 0))
-            tasks.append(TaskEntry(ext.task_id, ext.image, ext.split,
+            # The request's split is the budgets table's: `ext.split` is the dataset split
+            # that holds the task's record, which the platform never sees.
+            tasks.append(TaskEntry(ext.task_id, ext.image, external_budgets.split,
                                    {k: external_budgets.values[k] for k in BUDGET_FIELDS}, verification))
     unchecked = [t.task_id for t in tasks if t.image == image and t.verification.status != "verified"]
     if unchecked:

@@ -1,11 +1,17 @@
 """External task records (the unchanged MiMo repair tasks), pinned like git sources.
 
 A record is one row of a Hugging Face dataset, pinned in release.toml by dataset,
-revision, subset, split, row index and the sha256 of the row's canonical JSON
-(`pipeline._io.canonical_json`); the task also carries its image digest, the
-external budgets and the dataset's licence. A verified record is written, never
-edited, as `<vendor>/external/<task_id>.json` holding exactly those canonical bytes,
-so the file's sha256 is the record's.
+revision, subset, split, row index and the sha256 of the record's text. In the MiMo
+dataset a row holds the task id at `extra_info.instance_id` and the record itself as
+a JSON string at `extra_info.instance_json` (`[external] id_field`, `record_field`).
+The pin is over that string exactly as stored, UTF-8 encoded: one line of JSON with
+no trailing newline (shared/spec/mimo.md: 6,635 and 8,149 bytes; the seed's own copy
+of the 001926 record, `tasks/format-code-task-001926.json` at the pinned reference
+revision, is exactly that line, 8,149 bytes, Python's default `json.dumps` form). It is
+never re-serialised: a re-serialisation could differ in separators, key order or
+escaping and would pin bytes nobody stored. A verified record is written, never
+edited, as `<vendor>/external/<task_id>.json` holding exactly those bytes (the bytes
+of the image's /opt/arena/instance.json), so the file's sha256 is the pin.
 
 Where a record comes from, in order:
 
@@ -17,16 +23,25 @@ Where a record comes from, in order:
        DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json
 
 3. HTTPS: the Hub API (`{hub_url}/api/datasets/<dataset>`) says which revision the
-   dataset's head is at; the datasets-server (`{rows_url}/rows?...&offset=<row>` or,
-   for a row not pinned yet, `{rows_url}/filter?...&where="<id_field>"='<task_id>'`)
-   serves the row. The datasets-server only serves the head, so an unpinned record
-   is accepted only while the head is the pinned revision; a pinned one is decided
-   by its sha256 whatever the head. Rows with truncated cells are refused.
+   dataset's head is at; the datasets-server's rows API
+   (`{rows_url}/rows?dataset=..&config=..&split=..&offset=<row>&length=1`) serves the
+   row. The datasets-server only serves the head, so a record without a pinned sha256
+   is accepted only while the head is the pinned revision; a pinned one is decided by
+   its sha256 whatever the head. Rows with truncated cells are refused.
 
-A record whose sha256 or row is not pinned yet is fetched and reported as
-"unpinned" with the values to pin. The local profile reports records it cannot
-reach as "not fetched: <reason>"; a profile with `external_tasks_required` (arena)
-refuses to continue without every record verified against its pins.
+The pinned parquet file of the split (`code.parquet`, its sha256 in release.toml's
+comments) is the fallback when the rows API no longer serves the pinned revision: its
+row, extracted into the mirror layout above by any parquet reader, verifies against
+the same pins. The pipeline does not read parquet itself: that takes pyarrow (tens of
+MB of compiled code) for two rows the rows API serves as JSON.
+
+Every row is checked against its pins before anything is stored: the row index, the
+task id at `id_field`, the record's own `instance_id`, and the sha256 of the record
+text; any mismatch stops with the expected and the actual value. A record whose sha256
+is not pinned yet is fetched and reported as "unpinned" with the value to pin. The
+local profile reports records it cannot reach as "not fetched: <reason>"; a profile
+with `external_tasks_required` (arena) refuses to continue without every record
+verified against its pins.
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ from urllib import error as urlerror
 from urllib import parse, request
 
 from pipeline import config as config_mod
-from pipeline._io import canonical_json, sha256_bytes, write_atomic
+from pipeline._io import sha256_bytes, write_atomic
 from pipeline.errors import DigestMismatch, SourceError
 
 VERIFIED = "verified"
@@ -59,7 +74,7 @@ class ExternalRecord:
     revision: str
     subset: str
     split: str
-    row: int | None
+    row: int
     sha256: str
     image: str
     digest: str
@@ -70,15 +85,18 @@ class ExternalRecord:
     status: str
     reason: str
     record_path: str
+    # The [[sources]] entry of the task's reference repair; records written before the
+    # reference repairs were pinned name none.
+    reference: str = ""
 
 
 class _Unavailable(Exception):
     """The record could not be obtained (network, missing mirror file): not a mismatch."""
 
 
-def record_sha256(row: dict[str, Any]) -> str:
-    """The sha256 that pins a record: over the canonical JSON of the row."""
-    return sha256_bytes(canonical_json(row))
+def record_sha256(text: bytes) -> str:
+    """The sha256 that pins a record: over its text exactly as the dataset stores it."""
+    return sha256_bytes(text)
 
 
 def record_relpath(task: config_mod.ExternalTask) -> str:
@@ -92,8 +110,21 @@ def mirror_path(mirror: Path, ext: config_mod.External, task: config_mod.Externa
             / f"{task.task_id}.json")
 
 
-def _check_item(ext: config_mod.External, task: config_mod.ExternalTask, item: Any,
-                where: str) -> tuple[int, dict[str, Any]]:
+def _at(row: dict[str, Any], dotted: str) -> Any:
+    """The value at a dotted path in a row (`extra_info.instance_id`), or None."""
+    value: Any = row
+    for key in dotted.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def record_text(ext: config_mod.External, task: config_mod.ExternalTask, item: Any,
+                where: str) -> tuple[int, bytes]:
+    """(row index, record text) of one rows-API item, after every check a row can fail
+    before its hash: its shape, truncation, its row index, the task id at `id_field`,
+    and the record's own `instance_id`."""
     if not isinstance(item, dict) or not isinstance(item.get("row"), dict) \
             or not isinstance(item.get("row_idx"), int):
         raise SourceError(f"record for {task.task_id} from {where} is malformed",
@@ -102,16 +133,32 @@ def _check_item(ext: config_mod.External, task: config_mod.ExternalTask, item: A
     if item.get("truncated_cells"):
         raise SourceError(f"record for {task.task_id} from {where} has truncated cells",
                           expected="no truncated cells", actual=item["truncated_cells"],
-                          hint="fetch the full record into a mirror directory and use --mirror")
+                          hint="extract the row from the pinned parquet file into a mirror "
+                               "directory and use --mirror")
     row_idx, row = item["row_idx"], item["row"]
-    if row.get(ext.id_field) != task.task_id:
-        raise SourceError(f"record at row {row_idx} from {where} is another task",
-                          expected=f"{ext.id_field} = {task.task_id}",
-                          actual=f"{ext.id_field} = {row.get(ext.id_field)!r}")
-    if task.row is not None and row_idx != task.row:
+    if row_idx != task.row:
         raise SourceError(f"record for {task.task_id} from {where} is at another row",
-                          expected=f"row {task.row}", actual=f"row {row_idx}")
-    return row_idx, row
+                          expected=f"row {task.row} of split {task.split}", actual=f"row {row_idx}")
+    found = _at(row, ext.id_field)
+    if found != task.task_id:
+        raise SourceError(f"row {row_idx} of split {task.split} from {where} is another task",
+                          expected=f"{ext.id_field} = {task.task_id}", actual=f"{ext.id_field} = {found!r}",
+                          hint="check the row pin in release.toml")
+    text = _at(row, ext.record_field)
+    if not isinstance(text, str):
+        raise SourceError(f"row {row_idx} from {where} holds no record text",
+                          expected=f"a JSON string at {ext.record_field}",
+                          actual=type(text).__name__)
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise SourceError(f"the record of {task.task_id} at {ext.record_field} is not JSON",
+                          actual=str(exc)) from None
+    own = record.get("instance_id") if isinstance(record, dict) else None
+    if own != task.task_id:
+        raise SourceError(f"the record at row {row_idx} from {where} names another task",
+                          expected=f"instance_id = {task.task_id}", actual=f"instance_id = {own!r}")
+    return row_idx, text.encode("utf-8")
 
 
 def _from_mirror(mirror: Path, ext: config_mod.External, task: config_mod.ExternalTask):
@@ -122,7 +169,7 @@ def _from_mirror(mirror: Path, ext: config_mod.External, task: config_mod.Extern
         item = json.loads(path.read_bytes())
     except ValueError as exc:
         raise SourceError(f"mirror file {path} is not JSON", actual=str(exc)) from None
-    return _check_item(ext, task, item, str(path))
+    return record_text(ext, task, item, str(path))
 
 
 def _get_json(url: str) -> Any:
@@ -146,28 +193,23 @@ def _get_json(url: str) -> Any:
 def _from_https(ext: config_mod.External, task: config_mod.ExternalTask):
     info = _get_json(f"{ext.hub_url}/api/datasets/{ext.dataset}")
     head = info.get("sha") if isinstance(info, dict) else None
-    pinned = bool(task.record_sha256) and task.row is not None
-    if head != ext.revision and not pinned:
+    if head != ext.revision and not task.record_sha256:
         raise _Unavailable(
             f"the datasets-server serves the head {head} of {ext.dataset}, not the pinned "
-            f"revision {ext.revision}, so an unpinned record cannot be confirmed; "
-            "provide it with --mirror")
-    query = {"dataset": ext.dataset, "config": ext.subset, "split": task.split}
-    if task.row is not None:
-        url = f"{ext.rows_url}/rows?" + parse.urlencode({**query, "offset": task.row, "length": 1})
-    else:
-        where = f"\"{ext.id_field}\"='{task.task_id}'"
-        url = f"{ext.rows_url}/filter?" + parse.urlencode(
-            {**query, "where": where, "offset": 0, "length": 2})
+            f"revision {ext.revision}, so a record without a pinned sha256 cannot be "
+            "confirmed; provide it with --mirror")
+    url = f"{ext.rows_url}/rows?" + parse.urlencode(
+        {"dataset": ext.dataset, "config": ext.subset, "split": task.split,
+         "offset": task.row, "length": 1})
     answer = _get_json(url)
     rows = answer.get("rows") if isinstance(answer, dict) else None
     if not isinstance(rows, list) or len(rows) != 1:
-        raise SourceError(f"{url} did not return exactly one record for {task.task_id}",
+        raise SourceError(f"{url} did not return exactly one row for {task.task_id}",
                           expected="1 row", actual=f"{len(rows) if isinstance(rows, list) else 'no'} rows")
-    return _check_item(ext, task, rows[0], url)
+    return record_text(ext, task, rows[0], url)
 
 
-def _record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, *, row: int | None,
+def _record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, *, row: int,
             sha256: str, status: str, reason: str, path: str) -> ExternalRecord:
     ext, budgets = cfg.external, cfg.budgets["external"]
     return ExternalRecord(
@@ -175,7 +217,7 @@ def _record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, *, row
         split=task.split, row=row, sha256=sha256, image=task.image, digest=task.digest,
         compressed_bytes=task.compressed_bytes, budget_split=budgets.split,
         budgets=dict(budgets.values), license=ext.license, status=status, reason=reason,
-        record_path=path,
+        record_path=path, reference=task.reference,
     )
 
 
@@ -193,17 +235,17 @@ def fetch_record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, o
     """Obtain, verify and store one record; raises _Unavailable when it cannot be reached."""
     rel = record_relpath(task)
     target = out_dir / rel
-    if target.exists() and task.record_sha256 and task.row is not None:
+    if target.exists() and task.record_sha256:
         _verify(task, sha256_bytes(target.read_bytes()), f"in {target} (modified after fetching?)")
         return _record(cfg, task, row=task.row, sha256=task.record_sha256, status=VERIFIED,
                        reason="", path=rel)
     if mirror is not None:
-        row_idx, row = _from_mirror(mirror, cfg.external, task)
+        row_idx, data = _from_mirror(mirror, cfg.external, task)
     else:
-        row_idx, row = _from_https(cfg.external, task)
-    data = canonical_json(row)
-    digest = sha256_bytes(data)
-    _verify(task, digest, f"at {cfg.external.dataset}@{cfg.external.revision} row {row_idx}")
+        row_idx, data = _from_https(cfg.external, task)
+    digest = record_sha256(data)
+    _verify(task, digest, f"at {cfg.external.dataset}@{cfg.external.revision} "
+                          f"split {task.split} row {row_idx}")
     if target.exists() and target.read_bytes() != data:
         raise DigestMismatch(
             f"stored external record {target} differs from the fetched one",
@@ -212,11 +254,11 @@ def fetch_record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, o
         )
     if not target.exists():
         write_atomic(target, data, mode=READ_ONLY)
-    if task.record_sha256 and task.row is not None:
+    if task.record_sha256:
         return _record(cfg, task, row=row_idx, sha256=digest, status=VERIFIED, reason="", path=rel)
     return _record(cfg, task, row=row_idx, sha256=digest, status=UNPINNED, path=rel,
-                   reason=f"first fetch: pin row = {row_idx} and record_sha256 = \"{digest}\" "
-                          f"for {task.task_id} in release.toml")
+                   reason=f"first fetch: pin record_sha256 = \"{digest}\" "
+                          f"for {task.task_id} in release.toml ({len(data)} bytes)")
 
 
 def check_stored(record: ExternalRecord, out_dir: Path) -> None:
@@ -236,31 +278,6 @@ def check_stored(record: ExternalRecord, out_dir: Path) -> None:
         raise DigestMismatch(f"stored external record {path} was modified",
                              expected=f"sha256 {record.sha256}", actual=f"sha256 {digest}",
                              hint=f"delete {path} and run `python -m pipeline vendor` again")
-
-
-def stored_rows(cfg: config_mod.ReleaseConfig, out_dir: Path,
-                records: tuple[ExternalRecord, ...] | None = None,
-                ) -> dict[str, tuple[dict[str, Any] | None, str]]:
-    """Each external task's stored row, read back from `out_dir`: task id -> (row, why none).
-
-    With `records` (this run's fetch) a record that was not fetched says why; without,
-    whatever `out_dir` holds is used, checked against its pin where there is one.
-    """
-    status = {r.task_id: r for r in records or ()}
-    rows: dict[str, tuple[dict[str, Any] | None, str]] = {}
-    for task in cfg.external.tasks:
-        record = status.get(task.task_id)
-        if record is not None and record.status == NOT_FETCHED:
-            rows[task.task_id] = (None, f"dataset record not fetched: {record.reason}")
-            continue
-        path = out_dir / record_relpath(task)
-        if not path.is_file():
-            rows[task.task_id] = (None, f"no dataset record at {path}")
-            continue
-        data = path.read_bytes()
-        _verify(task, sha256_bytes(data), f"in {path} (modified after fetching?)")
-        rows[task.task_id] = (json.loads(data), "")
-    return rows
 
 
 def fetch_records(cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPolicy, out_dir: Path, *,
@@ -288,7 +305,7 @@ def fetch_records(cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPoli
             raise SourceError(
                 f"external record {task.task_id} is not pinned in release.toml "
                 f"(profile {policy.profile} requires verified records)",
-                expected="row and record_sha256 pinned", actual=f"row {record.row}, sha256 {record.sha256}",
+                expected="record_sha256 pinned", actual=f"sha256 {record.sha256}",
                 hint=record.reason,
             )
         records.append(record)

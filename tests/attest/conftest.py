@@ -120,7 +120,12 @@ def small_image(tmp_path) -> SmallImage:
 
 BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
 EXTERNAL_IMAGE = "registry.example.invalid/mimo/software@sha256:" + "7" * 64
-EXTERNAL_ROW = {"task_id": "format-code-task-000666", "prompt": "repair the formatter"}
+# One MiMo record as the dataset stores it (one line of JSON) and the row holding it.
+EXTERNAL_RECORD = json.dumps({"cwd": "/workspace/repo", "instance_id": "format-code-task-000666",
+                              "problem_statement": "repair the formatter"})
+EXTERNAL_ROW = {"prompt": [{"role": "user", "content": "repair the formatter"}],
+                "reward_model": {"style": "rule"},
+                "extra_info": {"instance_id": "format-code-task-000666", "instance_json": EXTERNAL_RECORD}}
 DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb82dd531406fcf5f"
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
@@ -177,6 +182,18 @@ license_file = "LICENSE"
 license_sha256 = "{license_sha256}"
 profiles = ["test"]
 
+# The reference repairs, vendored by no profile of this test.
+[[sources]]
+name = "mimo-reference-000666"
+repository = "https://example.invalid/akseljoonas/mimo-openenv-software"
+revision = "7763f6515b7876e45381333f566d98f43995d888"
+path = "solutions/format-code-task-000666.py"
+sha256 = "83966abd68ca8a87f4dbc56d7f21ce91f4045c50512bc2cd4a9071d488595b81"
+size = 480
+license = "LicenseRef-mimo-openenv-software-NOTICE"
+license_file = "NOTICE"
+profiles = []
+
 [external]
 dataset = "{DATASET}"
 revision = "{DATASET_REV}"
@@ -187,17 +204,20 @@ task_id = "format-code-task-000666"
 image = "{EXTERNAL_IMAGE}"
 compressed_bytes = 1000
 after_block = 1
-split = "train"
+split = "code"
 row = 666
 record_sha256 = "{record_sha256}"
+reference = "mimo-reference-000666"
 
 [[external.tasks]]
 task_id = "format-code-task-001926"
 image = "{EXTERNAL_IMAGE}"
 compressed_bytes = 1000
 after_block = 3
-split = "train"
+split = "code"
+row = 1926
 record_sha256 = ""
+reference = "mimo-reference-000666"
 
 [budgets.procedural]
 split = "train"
@@ -235,7 +255,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     )
     from pipeline.sources import dataset as external
     from pipeline import config as config_mod, plan
-    from pipeline._io import canonical_json, write_atomic
+    from pipeline._io import write_atomic
     from pipeline.checks.external import ExternalResult
     from pipeline.checks.results import CheckResult, SuiteResult
     from pipeline.image.layerdiff import AppLayer
@@ -245,14 +265,14 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     root.mkdir(parents=True, exist_ok=True)
     (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE), keyid=signer.keyid,
-                                                    record_sha256=sha(canonical_json(EXTERNAL_ROW))))
+                                                    record_sha256=sha(EXTERNAL_RECORD.encode())))
     (root / "pyproject.toml").write_text('[project]\nname = "x"\nlicense = "MIT"\n')
     (root / "env").mkdir(exist_ok=True)
     (root / "env" / "__init__.py").write_bytes(b"")
     cfg = config_mod.load(root / "release.toml")
     rp = plan.resolve(cfg, "test")
     mirror = root.parent / f"{root.name}-mirror"
-    item = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "train" / "format-code-task-000666.json"
+    item = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "code" / "format-code-task-000666.json"
     item.parent.mkdir(parents=True, exist_ok=True)
     item.write_text(json.dumps({"row_idx": 666, "row": EXTERNAL_ROW}))
     links = intoto_links.StageRecorder(root, root, COMMAND, signer.suffix)

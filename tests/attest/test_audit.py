@@ -509,8 +509,8 @@ def test_external_record_marked_verified_without_a_pin_resigned(records):
     fails = failed(records.root)
     assert "external/records" in fails
     assert fails["external/records"] == (
-        "external record format-code-task-001926 is marked verified, but release.toml pins no row and "
-        "record_sha256 to verify it against; expected row and record_sha256 pinned, got row None, record_sha256 ''")
+        "external record format-code-task-001926 is marked verified, but release.toml pins no "
+        "record_sha256 to verify it against; expected record_sha256 pinned, got ''")
 
 
 # ------------------------------------------------------------------ one teeth test per remaining ID

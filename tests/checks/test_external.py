@@ -45,7 +45,8 @@ def schema2_image(local_registry, tmp_path_factory):
 
 
 def _task(image: str, size: int) -> ExternalTask:
-    return ExternalTask(task_id="format-code-task-000666", image=image, compressed_bytes=size, after_block=1)
+    return ExternalTask(task_id="format-code-task-000666", image=image, compressed_bytes=size, after_block=1,
+                        split="code", row=50, reference="mimo-reference-000666")
 
 
 def test_mock_ghcr_schema2_image_verified_anonymously(schema2_image):

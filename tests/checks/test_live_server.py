@@ -27,7 +27,7 @@ def test_every_check_passes_on_the_real_server(live_server, tmp_path):
         assert any(i.startswith(f"{case.id}/partial-") for i in ids)
     # A host server has no vendored file and no container limits.
     expected_image = {f"image/{n}" for n in IMAGE_CHECKS
-                      if n != "protected-vendored" and not n.startswith("limit-")}
+                      if n not in ("protected-vendored", "protected-inherited") and not n.startswith("limit-")}
     assert expected_image <= ids
     # The record round-trips through its one writer and loader.
     path = tmp_path / "checks.json"

@@ -1,12 +1,17 @@
 """The arena profile end to end against local stand-ins for what this machine cannot
-reach: ghcr.io (the real local registry holding the external task images: stand-in
-MiMo repair images built on a Docker schema-2 base and on an OCI base, the first one
-also the release's base, as 000666's image is for the real release), GitHub (a git
-repository made here, served from a mirror directory) and huggingface.co (external
-task records, with their reference patches, in the mirror). The vendored stand-in
-task file re-exports the first-party families, so the check suite has real cases to
-solve; it exercises the vendored path (ARENA_TASKS_FILE, protected-vendored, vendor/
-pins). The release starts both repair images and runs their repair checks."""
+reach: ghcr.io (the real local registry holding the base and the external task images),
+GitHub (git repositories made here, laid out like the mirror directory and fetched by
+`file://` URL) and huggingface.co (tests/sources/rows_standin.py: the Hub API and the
+datasets-server rows API on loopback, serving the records in the real row layout).
+
+The base is a stand-in of the seed's PYroMat image (tests/e2e/pyromat_standin.py: its
+six layers, root-only /opt/arena with the adapter, the task record and workspace.tar,
+CPython 3.12 at /opt/arena-python). The external images are the repair stand-ins
+(tests/checks/repair_standin), each serving the record the rows API serves. The vendored
+stand-in task file re-exports the first-party families, so the check suite has real
+cases to solve; it exercises the vendored path (ARENA_TASKS_FILE, protected-vendored,
+vendor/ pins). The reference repairs are vendored from the seed repository's stand-in
+and handed to the repair checks; the release starts both repair images and runs them."""
 
 from __future__ import annotations
 
@@ -21,17 +26,21 @@ from pathlib import Path
 
 import pytest
 
-from pipeline._io import canonical_json
 from pipeline.checks.repair import REPAIR_CHECKS
 
 from ..base.basefixtures import base_image  # noqa: F401
-from ..build.test_build_runs import _schema2_copy
-from ..checks.repair_standin import build_standin
-from ..checks.repair_standin import record as standin_record
+from ..checks.repair_standin import REFERENCE_SCRIPT, build_standin
+from ..sources import rows_standin
+from .pyromat_standin import INHERITED, build_pyromat_standin
+from .test_pyromat_standin import pyromat_inputs
 
 REPO = Path(__file__).resolve().parents[2]
-DATASET = "XiaomiMiMo/MiMo-V2.6-RL-oss"
-DATASET_REV = "639865fd3374018d6cb29b9fb82dd531406fcf5f"
+TASKS = ("format-code-task-000666", "format-code-task-001926")
+ROWS = {"format-code-task-000666": 50, "format-code-task-001926": 2610}
+# The stand-in repair project's fix, a reference repair script like the seed's: it edits
+# files under /workspace/repo.
+REFERENCE = REFERENCE_SCRIPT.read_bytes()
+NOTICE = b"Stand-in NOTICE of the seed repository (tests only).\n"
 _LOADER = '''
 import importlib.abc
 import importlib.util
@@ -88,31 +97,50 @@ def _git(cwd: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def _upstream(mirror: Path) -> str:
-    """github.com/ruvnet/metaharness, mirrored: the pinned file and its licence."""
-    repo = mirror / "github.com" / "ruvnet" / "metaharness"
-    path = repo / "integrations" / "openenv-arena" / "arena_env" / "tasks.py"
-    path.parent.mkdir(parents=True)
-    path.write_bytes(TASKS_PY)
-    (repo / "LICENSE").write_bytes(LICENSE)
+def _repository(mirror: Path, key: str, files: dict[str, bytes]) -> tuple[str, str]:
+    """A git repository at the mirror layout's path for `key` (host/owner/name): its
+    file:// URL and the commit holding `files`."""
+    repo = mirror / key
+    for rel, data in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(data)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "upstream")
-    return _git(repo, "rev-parse", "HEAD")
+    return repo.as_uri(), _git(repo, "rev-parse", "HEAD")
 
 
-def _record(mirror: Path, task_id: str, row: int) -> str:
-    """huggingface.co/datasets/<dataset>/<revision>/train/<task>.json, mirrored."""
-    item = standin_record(task_id, row)
-    path = mirror / "huggingface.co" / "datasets" / DATASET / DATASET_REV / "train" / f"{task_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(item))
-    return hashlib.sha256(canonical_json(item["row"])).hexdigest()
+def _source(name: str, url: str, rev: str, path: str, data: bytes, license_file: str, lic: bytes,
+            spdx: str) -> str:
+    return f'''
+[[sources]]
+name = "{name}"
+repository = "{url}"
+revision = "{rev}"
+path = "{path}"
+sha256 = "{hashlib.sha256(data).hexdigest()}"
+size = {len(data)}
+license = "{spdx}"
+license_file = "{license_file}"
+license_sha256 = "{hashlib.sha256(lic).hexdigest()}"
+profiles = ["arena"]
+'''
 
 
-def _config(registry: str, base: str, other: str, sizes: tuple[int, int], rev: str,
+def _config(registry: str, hub: str, base: str, images: dict[str, tuple[str, int]], sources: str,
             records: dict[str, str]) -> str:
     tail = (REPO / "release.toml").read_text().split("[budgets.procedural]", 1)[1]
+    tasks = "".join(f'''
+[[external.tasks]]
+task_id = "{t}"
+image = "{images[t][0]}"
+compressed_bytes = {images[t][1]}
+after_block = {1 if t.endswith("666") else 3}
+split = "code"
+row = {ROWS[t]}
+record_sha256 = "{records[t]}"
+reference = "mimo-reference-{t[-6:]}"
+''' for t in TASKS)
     return f'''
 [release]
 name = "openenv-data-workflows"
@@ -130,48 +158,19 @@ base = "{base}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = true
-
-[[sources]]
-name = "metaharness-tasks"
-repository = "https://github.com/ruvnet/metaharness"
-revision = "{rev}"
-path = "integrations/openenv-arena/arena_env/tasks.py"
-sha256 = "{hashlib.sha256(TASKS_PY).hexdigest()}"
-size = {len(TASKS_PY)}
-license = "MIT"
-license_file = "LICENSE"
-license_sha256 = "{hashlib.sha256(LICENSE).hexdigest()}"
-profiles = ["arena"]
-
+{sources}
 [external]
-dataset = "{DATASET}"
-revision = "{DATASET_REV}"
+dataset = "{rows_standin.DATASET}"
+revision = "{rows_standin.REVISION}"
 license = "Apache-2.0"
+hub_url = "{hub}"
+rows_url = "{hub}"
 
 [external.repair]
-reference_field = "patch"
 reset_id_field = "task_id"
 workspace = "/workspace/repo"
 grader_paths = ["/opt/arena"]
-
-[[external.tasks]]
-task_id = "format-code-task-000666"
-image = "{base}"
-compressed_bytes = {sizes[0]}
-after_block = 1
-split = "train"
-row = 666
-record_sha256 = "{records['format-code-task-000666']}"
-
-[[external.tasks]]
-task_id = "format-code-task-001926"
-image = "{other}"
-compressed_bytes = {sizes[1]}
-after_block = 3
-split = "train"
-row = 1926
-record_sha256 = "{records['format-code-task-001926']}"
-
+{tasks}
 [budgets.procedural]{tail}'''
 
 
@@ -180,62 +179,82 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     mirror = tmp_path / "mirror"
-    rev = _upstream(mirror)
-    records = {t: _record(mirror, t, row) for t, row in
-               (("format-code-task-000666", 666), ("format-code-task-001926", 1926))}
-    # Stand-ins for the two MiMo images; 000666's is also the release's base.
-    first = build_standin(local_registry, _schema2_copy(local_registry, base_image), tmp_path / "s1",
-                          task_id="format-code-task-000666")
-    second = build_standin(local_registry, base_image.pull_reference(local_registry.address),
-                           tmp_path / "s2", task_id="format-code-task-001926")
-    schema2 = first.reference
-    (clone / "release.toml").write_text(_config(
-        local_registry.address, schema2, second.reference,
-        (first.compressed_bytes, second.compressed_bytes), rev, records))
-    _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
+    tasks_url, tasks_rev = _repository(mirror, "github.com/ruvnet/metaharness", {
+        "integrations/openenv-arena/arena_env/tasks.py": TASKS_PY, "LICENSE": LICENSE})
+    seed_url, seed_rev = _repository(mirror, "github.com/akseljoonas/mimo-openenv-software", {
+        **{f"solutions/{t}.py": REFERENCE for t in TASKS}, "NOTICE": NOTICE})
+    sources = _source("metaharness-tasks", tasks_url, tasks_rev, "integrations/openenv-arena/arena_env/tasks.py",
+                      TASKS_PY, "LICENSE", LICENSE, "MIT")
+    sources += "".join(_source(f"mimo-reference-{t[-6:]}", seed_url, seed_rev, f"solutions/{t}.py", REFERENCE,
+                               "NOTICE", NOTICE, "LicenseRef-mimo-openenv-software-NOTICE") for t in TASKS)
+    # The base: the PYroMat stand-in, whose instance.json is the record the rows API serves.
+    base = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs())
+    first = build_standin(local_registry, tmp_path / "s1", task_id=TASKS[0])
+    second = build_standin(local_registry, tmp_path / "s2", task_id=TASKS[1])
+    # The records the rows API serves are the images' own /opt/arena/instance.json.
+    texts = {TASKS[0]: first.instance_json.decode(), TASKS[1]: second.instance_json.decode()}
+    images = {TASKS[0]: (first.reference, first.compressed_bytes),
+              TASKS[1]: (second.reference, second.compressed_bytes)}
+    records = {t: hashlib.sha256(text.encode()).hexdigest() for t, text in texts.items()}
+    rows = {ROWS[t]: rows_standin.mimo_row(text) for t, text in texts.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
     env.update(RELEASE_REGISTRY_USER=local_registry.user,
                RELEASE_REGISTRY_PASSWORD=local_registry.password,
                HOME=str(tmp_path / "home"), PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena",
-                           "--mirror", str(mirror)], cwd=clone, env=env, capture_output=True,
-                          text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    with rows_standin.serve(rows) as hub:
+        (clone / "release.toml").write_text(_config(local_registry.address, hub.url, base.reference, images,
+                                                    sources, records))
+        _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
+                              cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+    assert hub.requests.count("/rows") == 2, proc.stderr[-6000:]
 
-    vendored = clone / "vendor" / "metaharness-tasks" / "tasks.py"
-    assert vendored.read_bytes() == TASKS_PY
+    # Sources, references and records: vendored and verified by their pins.
+    vendor = clone / "vendor"
+    assert (vendor / "metaharness-tasks" / "tasks.py").read_bytes() == TASKS_PY
+    for t in TASKS:
+        assert (vendor / f"mimo-reference-{t[-6:]}" / f"{t}.py").read_bytes() == REFERENCE
+        assert (vendor / "external" / f"{t}.json").read_bytes() == texts[t].encode()
+    assert (clone / "dist" / "checks.json").is_file(), proc.stdout[-2000:] + proc.stderr[-6000:]
     checks = json.loads((clone / "dist" / "checks.json").read_text())
     by_id = {c["id"]: c for c in checks["checks"]}
     assert by_id["image/protected-vendored"]["passed"]
+    # What the base keeps root-only under /opt/arena stays unreadable in the derived image.
+    inherited = by_id["image/protected-inherited"]
+    assert inherited["passed"] and inherited["detail"] == (
+        f"{len(INHERITED)} file(s) the base holds: " + ", ".join(f"/opt/arena/{n}" for n in sorted(INHERITED)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     assert all(c["passed"] for c in checks["checks"])
-    repair_ids = [f"{t}/{name}" for t in ("format-code-task-000666", "format-code-task-001926")
-                  for name in REPAIR_CHECKS]
-    assert all(by_id[i]["passed"] for i in repair_ids)
+    expected_passed = list(REPAIR_CHECKS)
+    for t in TASKS:
+        assert [by_id[f"{t}/{n}"]["passed"] for n in expected_passed] == [True] * len(expected_passed)
     assert [len(e["checks"]) for e in checks["external"]] == [len(REPAIR_CHECKS)] * 2
+
     sub = json.loads((clone / "submission.json").read_text())
     assert sub["image"].startswith(f"{local_registry.address}/arena/openenv-data-workflows@sha256:")
-    externals = [t for t in sub["tasks"] if t["task_id"].startswith("format-code-task-")]
+    externals = [t for t in sub["tasks"] if t["task_id"] in TASKS]
     assert [t["verification"]["status"] for t in externals] == ["verified", "verified"]
     for task in externals:
-        assert task["verification"]["checks"] == {"passed": list(REPAIR_CHECKS), "failed": [],
-                                                  "not_applicable": {}}
-        assert task["verification"]["passed"] == len(REPAIR_CHECKS)
+        outcomes = task["verification"]["checks"]
+        assert outcomes["passed"] == expected_passed and outcomes["failed"] == []
+        assert not outcomes["not_applicable"]
+        assert task["split"] == "train"  # the budgets table's, not the dataset's "code"
     statement = json.loads((clone / "attestations" / "checks.dsse.json").read_text())
     predicate = json.loads(base64.b64decode(statement["payload"]))["predicate"]
-    assert set(repair_ids) <= set(predicate["passedTests"]) and predicate["result"] == "PASSED"
+    passed_ids = {f"{t}/{n}" for t in TASKS for n in expected_passed}
+    assert passed_ids <= set(predicate["passedTests"]) and predicate["result"] == "PASSED"
     report = (clone / "dist" / "report.md").read_text()
-    table = report.split("## External repair checks", 1)[1]
-    assert "| format-code-task-000666 | " + " | ".join(["ok"] * len(REPAIR_CHECKS)) + " |" in table
-    assert "| format-code-task-001926 | " + " | ".join(["ok"] * len(REPAIR_CHECKS)) + " |" in table
-    # the derived image reuses every layer of 000666's image (and 001926's image, on the
-    # OCI base with the same stand-in layer, has the same layers): the release total
-    # counts each layer once
-    images = {i["image"]: i for i in sub["images"]}
-    assert images[schema2]["compressed_bytes"] == first.compressed_bytes
-    assert sub["total_compressed_bytes"] == images[sub["image"]]["compressed_bytes"]
+    assert "## External repair checks" in report
+
     prov = json.loads((clone / "provenance.json").read_text())
-    assert prov["sources"][0]["revision"] == rev and prov["base"]["digest"] == schema2.split("@")[1]
-    assert {e["status"] for e in prov["external"]} == {"verified"}
+    assert prov["base"]["digest"] == base.reference.split("@")[1]
+    assert {s["source"]: s["revision"] for s in prov["sources"]} == {
+        "metaharness-tasks": tasks_rev, "mimo-reference-000666": seed_rev, "mimo-reference-001926": seed_rev}
+    assert [(e["task_id"], e["split"], e["row"], e["sha256"], e["reference"], e["status"]) for e in prov["external"]] \
+        == [(t, "code", ROWS[t], records[t], f"mimo-reference-{t[-6:]}", "verified") for t in TASKS]
+    # The derived image reuses every layer of the base; 000666's image adds its own on top.
+    images_by_ref = {i["image"]: i for i in sub["images"]}
+    assert images_by_ref[first.reference]["compressed_bytes"] == first.compressed_bytes
     subprocess.run([sys.executable, "-m", "pipeline", "key", "--profile", "arena"], cwd=clone, env=env,
                    check=True, capture_output=True, timeout=120)
     audit = subprocess.run([sys.executable, "-m", "pipeline", "audit", "--key",

@@ -1,259 +1,259 @@
-"""External task records: pinned, fetched from a mirror or over HTTPS, verified, never edited.
+"""External task records: pinned by split, row and the sha256 of the record text; fetched
+from a mirror or from the rows API, verified, never edited.
 
-huggingface.co and its datasets-server are the public internet, so the HTTPS tests
-run against a loopback server that mocks both (named `..._mocking_huggingface`).
+huggingface.co and its datasets-server are the public internet, so the HTTPS tests run
+against a loopback stand-in of both (tests/sources/rows_standin.py, `..._standin`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from pipeline import config, plan
+from pipeline._io import sha256_bytes
+from pipeline.errors import ConfigError, DigestMismatch, SourceError
 from pipeline.sources import dataset as external
-from pipeline._io import canonical_json, sha256_bytes
-from pipeline.errors import DigestMismatch, SourceError
 
-DATASET = "XiaomiMiMo/MiMo-V2.6-RL-oss"
-REVISION = "639865fd3374018d6cb29b9fb82dd531406fcf5f"
+from .rows_standin import DATASET, REVISION, mimo_record, mimo_row, record_text, serve, write_mirror
+
 IDS = ("format-code-task-000666", "format-code-task-001926")
+ROWS = {IDS[0]: 50, IDS[1]: 2610}
 
 
-def _rows() -> list[dict]:
-    rows = [{"task_id": f"other-task-{i:06d}", "prompt": "other"} for i in range(8)]
-    rows[3] = {"task_id": IDS[0], "prompt": "Reformat the code — keep behaviour ✓", "max_turns": 64}
-    rows[6] = {"task_id": IDS[1], "prompt": "Fix the failing formatter test", "tags": ["a", "b"]}
+def _texts() -> dict[str, str]:
+    return {IDS[0]: record_text(mimo_record(IDS[0], problem="Add `pyromat.get(idstr)` — exact lookup ✓")),
+            IDS[1]: record_text(mimo_record(IDS[1], test_patch="diff --git a/t.py b/t.py\n"))}
+
+
+def _rows(texts: dict[str, str] | None = None) -> dict[int, dict]:
+    texts = texts or _texts()
+    rows = {i: mimo_row(record_text(mimo_record(f"format-code-task-{i:06d}"))) for i in (49, 51, 2611)}
+    rows.update({ROWS[t]: mimo_row(text) for t, text in texts.items()})
     return rows
 
 
-def _cfg(hub: str = "http://127.0.0.1:9", pins: dict[str, tuple[int, str]] | None = None):
+def _pins(texts: dict[str, str] | None = None) -> dict[str, str]:
+    return {t: external.record_sha256(text.encode()) for t, text in (texts or _texts()).items()}
+
+
+def _cfg(url: str = "http://127.0.0.1:9", pins: dict[str, str] | None = None,
+         rows: dict[str, int] | None = None):
+    """release.toml with the stand-in's URLs and the given pins (none: unpinned)."""
     cfg = config.load()
-    tasks = []
-    for task in cfg.external.tasks:
-        row, sha = (pins or {}).get(task.task_id, (None, ""))
-        tasks.append(dataclasses.replace(task, row=row, record_sha256=sha))
-    ext = dataclasses.replace(cfg.external, hub_url=hub, rows_url=hub, tasks=tuple(tasks))
+    tasks = tuple(dataclasses.replace(t, record_sha256=(pins or {}).get(t.task_id, ""),
+                                      row=(rows or ROWS)[t.task_id]) for t in cfg.external.tasks)
+    ext = dataclasses.replace(cfg.external, hub_url=url, rows_url=url, tasks=tasks)
     return dataclasses.replace(cfg, external=ext)
 
 
-def _pins(rows=None) -> dict[str, tuple[int, str]]:
-    rows = rows or _rows()
-    return {IDS[0]: (3, external.record_sha256(rows[3])), IDS[1]: (6, external.record_sha256(rows[6]))}
+def _policy(cfg, profile: str):
+    return plan.resolve(cfg, profile).external
 
 
-def _write_mirror(root, rows=None, *, revision=REVISION):
-    rows = rows or _rows()
-    for idx in (3, 6):
-        path = (root / "huggingface.co" / "datasets" / DATASET / revision / "train"
-                / f"{rows[idx]['task_id']}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"row_idx": idx, "row": rows[idx], "truncated_cells": []}, indent=1))
-    return root
+def _mirror(tmp_path, rows=None, task_rows=None):
+    return write_mirror(tmp_path / "mirror", rows or _rows(), task_rows or ROWS)
 
 
-class FakeHub:
-    """State of the mocked Hub API and datasets-server."""
-
-    def __init__(self):
-        self.head = REVISION
-        self.rows = _rows()
-        self.truncated: list[str] = []
-        self.requests: list[str] = []
-
-
-def _handler(hub: FakeHub):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format, *args):  # noqa: A002 - the base class's signature
-            pass
-
-        def _send(self, code, obj):
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):  # noqa: N802 - http.server's naming
-            url = urlsplit(self.path)
-            hub.requests.append(url.path)
-            q = {k: v[0] for k, v in parse_qs(url.query).items()}
-            if url.path == f"/api/datasets/{DATASET}":
-                return self._send(200, {"id": DATASET, "sha": hub.head})
-            if url.path not in ("/rows", "/filter") or q.get("dataset") != DATASET \
-                    or q.get("config") != "default" or q.get("split") != "train":
-                return self._send(404, {"error": "not found"})
-            items = [{"row_idx": i, "row": r, "truncated_cells": hub.truncated}
-                     for i, r in enumerate(hub.rows)]
-            if url.path == "/rows":
-                offset, length = int(q["offset"]), int(q["length"])
-                items = items[offset:offset + length]
-            else:
-                wanted = q["where"].split("=", 1)[1].strip("'")
-                items = [it for it in items if it["row"]["task_id"] == wanted]
-            return self._send(200, {"features": [], "rows": items, "num_rows_total": len(hub.rows)})
-    return Handler
+def test_release_toml_pins_the_seed_records():
+    tasks = {t.task_id: t for t in config.load().external.tasks}
+    assert [(tasks[t].split, tasks[t].row, tasks[t].record_sha256) for t in IDS] == [
+        ("code", 50, "e3b09ca80d91baef357d840a87c5c20294a398912bdd36465ef1851e3fa53c91"),
+        ("code", 2610, "4ce81aef8baf1f619dd054003031e74a2cb8c5fe18377770fdd8fcd9e7cf6f7e")]
+    ext = config.load().external
+    assert (ext.id_field, ext.record_field) == ("extra_info.instance_id", "extra_info.instance_json")
 
 
-@pytest.fixture
-def fake_hub():
-    """A loopback server mocking huggingface.co's Hub API and datasets-server."""
-    hub = FakeHub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield hub
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_pin_is_over_the_stored_text_never_a_reserialisation():
+    text = _texts()[IDS[0]]
+    assert external.record_sha256(text.encode()) == sha256_bytes(text.encode())
+    compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+    assert external.record_sha256(compact.encode()) != external.record_sha256(text.encode())
 
 
-def test_record_sha256_is_over_canonical_json():
-    row = {"b": 1, "a": "é"}
-    assert external.record_sha256(row) == sha256_bytes('{"a":"é","b":1}'.encode())
-
-
-def test_unpinned_records_from_mirror_report_the_values_to_pin(tmp_path):
+def test_unpinned_records_from_mirror_report_the_value_to_pin(tmp_path):
     cfg = _cfg()
-    mirror = _write_mirror(tmp_path / "mirror")
-    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
-    pins = _pins()
+    mirror = _mirror(tmp_path)
+    records = external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor", mirror=mirror)
     for record, task_id in zip(records, IDS):
-        row, sha = pins[task_id]
-        assert record.status == external.UNPINNED
-        assert f"row = {row}" in record.reason and sha in record.reason
-        assert (record.row, record.sha256) == (row, sha)
-        stored = tmp_path / "vendor" / record.record_path
-        assert sha256_bytes(stored.read_bytes()) == sha
+        assert record.status == external.UNPINNED and record.row == ROWS[task_id]
+        assert record.sha256 == _pins()[task_id] and f'record_sha256 = "{record.sha256}"' in record.reason
     with pytest.raises(SourceError, match="not pinned in release.toml") as info:
-        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor", mirror=mirror)
-    assert pins[IDS[0]][1] in info.value.one_line()
+        external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor", mirror=mirror)
+    assert _pins()[IDS[0]] in info.value.one_line()
 
 
 def test_pinned_records_from_mirror_are_verified_then_offline(tmp_path):
     cfg = _cfg(pins=_pins())
-    mirror = _write_mirror(tmp_path / "mirror")
-    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor", mirror=mirror)
+    records = external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor", mirror=_mirror(tmp_path))
     assert [r.status for r in records] == [external.VERIFIED] * 2
     first = records[0]
-    assert (first.dataset, first.revision, first.split, first.license) == (DATASET, REVISION, "train", "Apache-2.0")
-    assert first.digest == cfg.external.tasks[0].digest and first.budgets["rollout_wall_s"] == 1200
+    assert (first.dataset, first.revision, first.split, first.row, first.license) == \
+        (DATASET, REVISION, "code", 50, "Apache-2.0")
+    assert first.reference == "mimo-reference-000666" and first.budget_split == "train"
     # No mirror and no network: the vendored records still verify.
-    again = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
-    assert again == records
+    assert external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor") == records
 
 
-def test_tampered_mirror_record_is_a_hash_mismatch(tmp_path):
-    rows = _rows()
-    cfg = _cfg(pins=_pins(rows))
-    rows[3] = dict(rows[3], prompt=rows[3]["prompt"].replace("R", "r", 1))
-    mirror = _write_mirror(tmp_path / "mirror", rows)
+def test_stored_record_is_exactly_the_stored_text(tmp_path):
+    cfg = _cfg(pins=_pins())
+    records = external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor", mirror=_mirror(tmp_path))
+    for record, task_id in zip(records, IDS):
+        assert (tmp_path / "vendor" / record.record_path).read_bytes() == _texts()[task_id].encode()
+
+
+def test_a_changed_byte_is_refused_with_both_hashes(tmp_path):
+    texts = _texts()
+    cfg = _cfg(pins=_pins(texts))
+    changed = dict(texts, **{IDS[0]: texts[IDS[0]].replace("exact", "exakt", 1)})
     with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[0]}") as info:
-        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
-    assert _pins()[IDS[0]][1] in info.value.one_line()
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor",
+                               mirror=_mirror(tmp_path, _rows(changed)))
+    assert f"expected sha256 {_pins()[IDS[0]]}" in info.value.one_line()
+    assert f"sha256 {_pins(changed)[IDS[0]]}" in info.value.one_line()
     assert not (tmp_path / "vendor" / "external" / f"{IDS[0]}.json").exists()
+
+
+def test_a_wrong_row_is_refused(tmp_path):
+    cfg = _cfg(pins=_pins())
+    # The mirror holds the right record, but from another row than the pin.
+    with pytest.raises(SourceError, match="is at another row") as info:
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v1",
+                               mirror=write_mirror(tmp_path / "m1", {51: _rows()[50], **_rows()},
+                                                   {IDS[0]: 51, IDS[1]: 2610}))
+    assert "expected row 50 of split code" in info.value.one_line() and "row 51" in info.value.one_line()
+    # The pin names a row that holds another task.
+    cfg = _cfg(pins=_pins(), rows={IDS[0]: 51, IDS[1]: 2610})
+    with pytest.raises(SourceError, match="is another task") as info:
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v2",
+                               mirror=write_mirror(tmp_path / "m2", _rows(), {IDS[0]: 51, IDS[1]: 2610}))
+    assert "got extra_info.instance_id = 'format-code-task-000051'" in info.value.one_line()
+
+
+def test_a_wrong_instance_id_is_refused(tmp_path):
+    cfg = _cfg(pins=_pins())
+    # extra_info names the task, the record inside names another one.
+    other = record_text(mimo_record("format-code-task-000667"))
+    row = mimo_row(other)
+    row["extra_info"]["instance_id"] = IDS[0]
+    with pytest.raises(SourceError, match="names another task") as info:
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v1",
+                               mirror=_mirror(tmp_path / "a", {**_rows(), 50: row}))
+    assert "expected instance_id = format-code-task-000666" in info.value.one_line()
+    # The record is right, extra_info names another task.
+    row = mimo_row(_texts()[IDS[0]])
+    row["extra_info"]["instance_id"] = "format-code-task-000667"
+    with pytest.raises(SourceError, match="is another task"):
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v2",
+                               mirror=_mirror(tmp_path / "b", {**_rows(), 50: row}))
+
+
+def test_a_row_without_record_text_is_refused(tmp_path):
+    cfg = _cfg(pins=_pins())
+    row = mimo_row(_texts()[IDS[0]])
+    row["extra_info"]["instance_json"] = json.loads(row["extra_info"]["instance_json"])
+    with pytest.raises(SourceError, match="holds no record text"):
+        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v",
+                               mirror=_mirror(tmp_path, {**_rows(), 50: row}))
 
 
 def test_vendored_record_edited_after_fetch_is_detected(tmp_path):
     cfg = _cfg(pins=_pins())
-    external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor",
-                           mirror=_write_mirror(tmp_path / "mirror"))
+    external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor", mirror=_mirror(tmp_path))
     stored = tmp_path / "vendor" / "external" / f"{IDS[1]}.json"
     stored.chmod(0o644)
-    stored.write_bytes(stored.read_bytes().replace(b"Fix", b"Fax"))
+    stored.write_bytes(stored.read_bytes().replace(b"Repair", b"Rapair"))
     with pytest.raises(DigestMismatch, match="modified after fetching"):
-        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
-
-
-def test_mirror_record_of_another_task_or_row_is_refused(tmp_path):
-    rows = _rows()
-    rows[3] = dict(rows[3], task_id="format-code-task-999999")
-    mirror = _write_mirror(tmp_path / "mirror", rows)
-    (mirror / "huggingface.co" / "datasets" / DATASET / REVISION / "train"
-     / "format-code-task-999999.json").rename(
-        mirror / "huggingface.co" / "datasets" / DATASET / REVISION / "train" / f"{IDS[0]}.json")
-    cfg = _cfg()
-    with pytest.raises(SourceError, match="is another task"):
-        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor", mirror=mirror)
-    cfg = _cfg(pins={IDS[0]: (4, "a" * 64)})
-    with pytest.raises(SourceError, match="at another row"):
-        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "v2",
-                               mirror=_write_mirror(tmp_path / "m2"))
-
-
-def test_unreachable_records_are_not_fetched_locally_and_refused_for_arena(tmp_path):
-    cfg = _cfg(hub="http://127.0.0.1:9")
-    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
-    assert [r.status for r in records] == [external.NOT_FETCHED] * 2
-    assert "127.0.0.1:9 unreachable" in records[0].reason and records[0].record_path == ""
-    with pytest.raises(SourceError, match="could not be fetched"):
-        external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
-
-
-def test_https_unpinned_then_pinned_mocking_huggingface(fake_hub, tmp_path):
-    cfg = _cfg(hub=fake_hub.url)
-    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "a")
-    assert [(r.status, r.row, r.sha256) for r in records] == \
-        [(external.UNPINNED, *_pins()[i]) for i in IDS]
-    assert "/filter" in fake_hub.requests and "/rows" not in fake_hub.requests
-    fake_hub.requests.clear()
-    cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "b")
-    assert [r.status for r in records] == [external.VERIFIED] * 2
-    assert fake_hub.requests.count("/rows") == 2
-
-
-def test_https_tampered_row_is_a_hash_mismatch_mocking_huggingface(fake_hub, tmp_path):
-    cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    fake_hub.rows[6] = dict(fake_hub.rows[6], tags=["a", "c"])
-    with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[1]}"):
-        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
-
-
-def test_https_moved_head_cannot_confirm_unpinned_record_mocking_huggingface(fake_hub, tmp_path):
-    fake_hub.head = "f" * 40
-    cfg = _cfg(hub=fake_hub.url)
-    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
-    assert records[0].status == external.NOT_FETCHED and "not the pinned revision" in records[0].reason
-    # Pinned records are decided by their sha256, whatever the head.
-    cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor")
-    assert [r.status for r in records] == [external.VERIFIED] * 2
-
-
-def test_https_truncated_cells_are_refused_mocking_huggingface(fake_hub, tmp_path):
-    fake_hub.truncated = ["prompt"]
-    cfg = _cfg(hub=fake_hub.url, pins=_pins())
-    with pytest.raises(SourceError, match="truncated cells"):
-        external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
-
-
-def test_stored_record_holds_exactly_the_canonical_bytes(tmp_path):
-    cfg = _cfg(pins=_pins())
-    records = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor",
-                                     mirror=_write_mirror(tmp_path / "mirror"))
-    stored = (tmp_path / "vendor" / records[0].record_path).read_bytes()
-    assert stored == canonical_json(_rows()[3])
+        external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor")
 
 
 def test_check_stored_recomputes_from_the_vendor_directory(tmp_path):
     cfg = _cfg(pins=_pins())
-    records = external.fetch_records(cfg, plan.resolve(cfg, "arena").external, tmp_path / "vendor",
-                                     mirror=_write_mirror(tmp_path / "mirror"))
+    records = external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor", mirror=_mirror(tmp_path))
     for record in records:
         external.check_stored(record, tmp_path / "vendor")
     stored = tmp_path / "vendor" / records[0].record_path
     stored.chmod(0o644)
-    stored.write_bytes(stored.read_bytes() + b" ")
+    stored.write_bytes(stored.read_bytes() + b"\n")
     with pytest.raises(DigestMismatch, match="was modified"):
         external.check_stored(records[0], tmp_path / "vendor")
     stored.unlink()
     with pytest.raises(SourceError, match="is missing"):
         external.check_stored(records[0], tmp_path / "vendor")
+
+
+def test_unreachable_records_are_not_fetched_locally_and_refused_for_arena(tmp_path):
+    cfg = _cfg(url="http://127.0.0.1:9", pins=_pins())
+    records = external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor")
+    assert [r.status for r in records] == [external.NOT_FETCHED] * 2
+    assert "127.0.0.1:9 unreachable" in records[0].reason and records[0].record_path == ""
+    with pytest.raises(SourceError, match="could not be fetched"):
+        external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor")
+
+
+def test_rows_api_pinned_records_verified_standin(tmp_path):
+    with serve(_rows()) as hub:
+        cfg = _cfg(url=hub.url, pins=_pins())
+        records = external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor")
+    assert [r.status for r in records] == [external.VERIFIED] * 2
+    assert hub.requests.count("/rows") == 2
+    assert (tmp_path / "vendor" / records[1].record_path).read_bytes() == _texts()[IDS[1]].encode()
+
+
+def test_rows_api_changed_byte_wrong_row_wrong_id_are_refused_standin(tmp_path):
+    texts = _texts()
+    changed = {**texts, IDS[1]: texts[IDS[1]].replace("t.py", "u.py", 1)}
+    with serve(_rows(changed)) as hub:
+        cfg = _cfg(url=hub.url, pins=_pins())
+        with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[1]}"):
+            external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "a")
+    with serve(_rows()) as hub:
+        cfg = _cfg(url=hub.url, pins=_pins(), rows={IDS[0]: 49, IDS[1]: 2610})
+        with pytest.raises(SourceError, match="row 49 of split code .* is another task"):
+            external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "b")
+    rows = _rows()
+    rows[50] = mimo_row(record_text(mimo_record("format-code-task-000667")))
+    rows[50]["extra_info"]["instance_id"] = IDS[0]
+    with serve(rows) as hub:
+        cfg = _cfg(url=hub.url, pins=_pins())
+        with pytest.raises(SourceError, match="names another task"):
+            external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "c")
+
+
+def test_rows_api_unpinned_record_needs_the_pinned_head_standin(tmp_path):
+    with serve(_rows()) as hub:
+        cfg = _cfg(url=hub.url)
+        records = external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "a")
+        assert [(r.status, r.sha256) for r in records] == [(external.UNPINNED, _pins()[t]) for t in IDS]
+        hub.head = "f" * 40
+        records = external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "b")
+        assert records[0].status == external.NOT_FETCHED and "not the pinned revision" in records[0].reason
+        # Pinned records are decided by their sha256, whatever the head.
+        cfg = _cfg(url=hub.url, pins=_pins())
+        records = external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "c")
+    assert [r.status for r in records] == [external.VERIFIED] * 2
+
+
+def test_rows_api_truncated_cells_are_refused_standin(tmp_path):
+    with serve(_rows()) as hub:
+        hub.truncated = ["extra_info"]
+        cfg = _cfg(url=hub.url, pins=_pins())
+        with pytest.raises(SourceError, match="truncated cells"):
+            external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor")
+
+
+def test_reference_must_name_a_source_of_the_profiles_that_require_it(tmp_path):
+    text = config.DEFAULT_CONFIG.read_text()
+    bad = tmp_path / "release.toml"
+    bad.write_text(text.replace('reference = "mimo-reference-001926"', 'reference = "mimo-reference-9"'))
+    with pytest.raises(ConfigError, match=r"external.tasks\[1\].reference names no \[\[sources\]\] entry"):
+        config.load(bad)
+    # mimo-reference-001926 is the last source: vendored by local only, not by arena.
+    bad.write_text(text.replace('profiles = ["arena"]\n\n# ------', 'profiles = ["local"]\n\n# ------', 1))
+    with pytest.raises(ConfigError, match="not vendored by profile"):
+        config.load(bad)
+    bad.write_text(text.replace('row = 2610\n', ''))
+    with pytest.raises(ConfigError, match=r"external.tasks\[1\]: missing key 'row'"):
+        config.load(bad)

@@ -207,9 +207,10 @@ def test_repository_key_and_cache_layout(tmp_path):
 
 
 def _release_toml(tmp_path, source_lines: str) -> str:
+    """release.toml with its first [[sources]] entry (the task module) replaced."""
     text = config.DEFAULT_CONFIG.read_text()
     start = text.index("\n[[sources]]") + 1
-    end = text.index("# ----", start)
+    end = text.index("\n# The reference repairs", start) + 1
     path = tmp_path / "release.toml"
     path.write_text(text[:start] + source_lines + "\n" + text[end:])
     return str(path)
@@ -248,9 +249,9 @@ def test_cli_vendor_with_mirror_then_tamper(upstream, tmp_path, capsys):
     assert cli.main(argv) == 0
     assert not (out / "metaharness-tasks").exists()
     argv[2] = "arena"
-    # The arena profile also needs the external records, which this mirror lacks.
+    # The arena profile also vendors the reference repairs, which this mirror lacks.
     assert cli.main(argv) == 1
-    assert "format-code-task-000666 could not be fetched" in capsys.readouterr().err
+    assert "no mirror of https://github.com/akseljoonas/mimo-openenv-software" in capsys.readouterr().err
     assert (out / "metaharness-tasks" / "tasks.py").read_bytes() == TASK_BYTES
     target = out / "metaharness-tasks" / "tasks.py"
     target.chmod(0o644)

@@ -76,6 +76,8 @@ def test_tasks_in_request_order_with_budgets_and_sizes(tmp_path):
     assert first.budgets["tool_calls_total"] == 16 and first.budgets["workspace_gib"] == 10
     assert ext.image.startswith("ghcr.io/") and ext.budgets["rollout_wall_s"] == 1200
     assert ext.budgets["workspace_gib"] == 44 and ext.verification.status == "verified"
+    # The request's split is the budgets table's, not the dataset split of the record ("code").
+    assert ext.split == "train" and config.load().external.tasks[0].split == "code"
     assert sub.total_compressed_bytes == 1_485_090_141
     assert [(i.compressed_bytes, i.layers) for i in sub.images] == [
         (BASE_BYTES + DERIVED_NEW_BYTES, 9), (BASE_BYTES, 6), (OTHER_BYTES, 9)]
