@@ -66,7 +66,7 @@ def resign(rec) -> None:
     subject = _statement(root, "release")["subject"][0]
     release_statement.write(root, signer, attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
                             source_url="https://github.com/akseljoonas/openenv-arena-release", profile="test",
-                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc))
+                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc), dataset=root / "dist" / "dataset")
 
 
 def forge_all(root):

@@ -131,6 +131,14 @@ tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = true
 
+[dataset]
+repository = "akseljoonas/mimo-openenv-software"
+license_name = "mixed-apache-2.0-and-mit"
+license_link = "https://github.com/akseljoonas/mimo-openenv-software/blob/64adddd91e4ec5a8b97ea946250badfb99cb57a0/NOTICE"
+language = ["en"]
+tags = ["openenv", "reinforcement-learning", "tool-use"]
+source_datasets = ["XiaomiMiMo/MiMo-V2.6-RL-oss", "ruv/metaharness-arena-tasks"]
+
 [[sources]]
 name = "metaharness-tasks"
 repository = "https://github.com/ruvnet/metaharness"
