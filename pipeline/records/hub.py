@@ -81,6 +81,12 @@ def _hub_errors() -> tuple[type[BaseException], ...]:
     return (HfHubHTTPError, OfflineModeIsEnabled, EntryNotFoundError, OSError, ValueError)
 
 
+def _why(exc: BaseException) -> str:
+    """The client's error on one line (huggingface_hub's messages run over several)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
 def _remote_files(target: HubTarget, revision: str, token: str | bool) -> list[str]:
     return sorted(_api(target, token).list_repo_files(target.repository, repo_type=REPO_TYPE, revision=revision,
                                                       token=token))
@@ -104,7 +110,7 @@ def upload(target: HubTarget, folder: Path, paths: Iterable[str], *, token: str,
     except _hub_errors() as exc:
         raise HubError(f"the Hub refused the commit to the dataset {target.repository}",
                        expected=f"a commit of {len(paths)} file(s) at {target.url}",
-                       actual=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                       actual=_why(exc),
                        hint="check HF_TOKEN's write access and that the dataset repository exists") from None
     revision = str(info.oid)
     if not _REVISION.match(revision):
@@ -126,7 +132,7 @@ def read_back(target: HubTarget, folder: Path, paths: Iterable[str], revision: s
         remote = _remote_files(target, revision, False)
     except _hub_errors() as exc:
         raise HubError(f"the dataset {target.repository} cannot be listed anonymously at {revision}",
-                       expected="a public dataset", actual=f"{type(exc).__name__}: {exc}",
+                       expected="a public dataset", actual=_why(exc),
                        hint="make the dataset public (not gated): trainers and the platform read it anonymously"
                        ) from None
     listed = [p for p in remote if p != HUB_KEEPS]
@@ -144,7 +150,7 @@ def read_back(target: HubTarget, folder: Path, paths: Iterable[str], revision: s
                                            endpoint=target.endpoint, token=False, cache_dir=cache)).read_bytes()
             except _hub_errors() as exc:
                 raise HubError(f"{path} of the dataset {target.repository} cannot be downloaded anonymously at "
-                               f"{revision}", actual=f"{type(exc).__name__}: {exc}") from None
+                               f"{revision}", actual=_why(exc)) from None
             want = sha256_file(Path(folder) / path)
             if sha256_bytes(got) != want:
                 raise DigestMismatch(f"the Hub serves other bytes for {path} of {target.repository} at {revision}",
