@@ -124,6 +124,38 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
     assert _left_behind(first_release.containers_before) == []
 
 
+def _dataset_bytes(clone: Path) -> dict[str, bytes]:
+    folder = clone / "dist" / "dataset"
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, first_release, tmp_path):
+    folder = clone / "dist" / "dataset"
+    files = _dataset_bytes(clone)
+    lines = files["tasks.jsonl"].decode().splitlines()
+    sub = json.loads((clone / "submission.json").read_text())
+    assert [json.loads(line)["task_id"] for line in lines] == [t["task_id"] for t in sub["tasks"]]
+    assert len(lines) == 34
+    assert not any(name.startswith("vendor/") for name in files)  # the local profile vendors nothing
+    card = files["README.md"].decode()
+    assert "No upstream file is vendored in the `local` profile" in card and "does not publish it" in card
+    assert sub["image"] in card
+    for name in ("provenance.json", "submission.json", "attestations/release.dsse.json", "attestations/checks.json"):
+        assert files[name] == (clone / name).read_bytes(), name
+    prov = json.loads((clone / "provenance.json").read_text())
+    assert prov["dataset"] == {"repository": "akseljoonas/mimo-openenv-software", "published": False,
+                               "revision": None, "url": None, "files_read_back": 0,
+                               "reason": "not published: the local profile does not publish the dataset"}
+    assert "NOT PUBLISHED: the local profile does not upload it" in first_release.stderr
+    # a consumer's own reader, offline
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-c", "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
+                           " print(t.num_rows, list(t['task_id'])[8])", str(folder)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["34", "format-code-task-000666"]
+
+
 def test_audit_passes_on_the_release_records(clone, first_release):
     # The clone's fresh key is not pinned in release.toml: the release says so, and how to pin it.
     assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
@@ -166,12 +198,17 @@ def test_committed_records_reproduce_from_scratch_in_a_fresh_clone(clone, first_
     assert "records are current" in proc.stdout
 
 
+SECOND_RELEASE: dict[str, bytes] = {}
+
+
 def test_second_release_reuses_the_base_and_reproduces_the_digest(clone, first_release):
     before = json.loads((clone / "submission.json").read_text())["image"]
     proc = pipeline(clone, "release", "--allow-dirty")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "base up to date" in proc.stderr
     assert json.loads((clone / "submission.json").read_text())["image"] == before
+    # the rerun below releases the same commit again: its dataset must be these bytes
+    SECOND_RELEASE.update(_dataset_bytes(clone))
 
 
 def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, first_release):
@@ -218,6 +255,13 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     assert json.loads((clone / "submission.json").read_text())["image"] == image
     assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
+    # Two releases of one commit: the same dataset bytes, but for what records clock time (the signed
+    # statements, the links and layout, checks.json's timings).
+    again = _dataset_bytes(clone)
+    clocked = [n for n in again if n.startswith("attestations/")]
+    assert SECOND_RELEASE and sorted(again) == sorted(SECOND_RELEASE)
+    assert {n: again[n] for n in again if n not in clocked} == {n: SECOND_RELEASE[n] for n in again
+                                                                 if n not in clocked}
 
 
 def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):
