@@ -105,17 +105,15 @@ class External:
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """`[dataset]`: the Hugging Face dataset the request names, and its card's front matter.
+    """`[dataset]`: the card's front matter of the dataset folder, and where the Hub is (each
+    profile names its dataset repository, `dataset`).
 
-    repository: the dataset repository ("owner/name") the request's `dataset` field names and
-        the arena profile publishes dist/dataset/ to;
     hub_url: the Hub serving it (HF_ENDPOINT in the environment overrides it);
     license_name, license_link: the card's `license: other` terms;
     language, tags, source_datasets: the card's front matter (the external tasks' dataset must
         be among the source datasets).
     """
 
-    repository: str
     license_name: str
     license_link: str
     language: tuple[str, ...]
@@ -145,7 +143,9 @@ class Profile:
     tasks: str
     signing: str
     external_tasks_required: bool
-    # Whether the release uploads dist/dataset/ to the [dataset] repository (and reads it back).
+    # The dataset repository the request's `dataset` field names ("owner/name").
+    dataset: str = ""
+    # Whether the release uploads dist/dataset/ to that repository (and reads it back).
     publish_dataset: bool = False
 
     @property
@@ -337,19 +337,15 @@ def _strings(t: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 def _dataset(t: dict[str, Any], external_dataset: str) -> DatasetConfig:
     where = "dataset"
-    known = {"repository", "hub_url", "license_name", "license_link", "language", "tags", "source_datasets"}
+    known = {"hub_url", "license_name", "license_link", "language", "tags", "source_datasets"}
     if set(t) - known:
         raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known), actual=sorted(set(t) - known))
-    repository = _req(t, "repository", str, where)
-    if not _REPO_ID.match(repository):
-        raise ConfigError(f"{where}.repository is not a Hugging Face repository id",
-                          expected="owner/name", actual=repository)
     source_datasets = _strings(t, "source_datasets", where)
     if external_dataset not in source_datasets:
         raise ConfigError(f"{where}.source_datasets does not name the external tasks' dataset",
                           expected=f"a list holding {external_dataset}", actual=list(source_datasets))
     return DatasetConfig(
-        repository=repository, license_name=_req(t, "license_name", str, where),
+        license_name=_req(t, "license_name", str, where),
         license_link=_req(t, "license_link", str, where), language=_strings(t, "language", where),
         tags=_strings(t, "tags", where), source_datasets=source_datasets,
         hub_url=t.get("hub_url", "https://huggingface.co").rstrip("/"))
@@ -400,8 +396,12 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             tasks=_req(t, "tasks", str, where),
             signing=_req(t, "signing", str, where),
             external_tasks_required=_req(t, "external_tasks_required", bool, where),
+            dataset=_req(t, "dataset", str, where),
             publish_dataset=t.get("publish_dataset", False),
         )
+        if not _REPO_ID.match(profiles[name].dataset):
+            raise ConfigError(f"{where}.dataset is not a Hugging Face dataset repository id",
+                              expected="owner/name", actual=profiles[name].dataset)
         if not isinstance(profiles[name].publish_dataset, bool):
             raise ConfigError(f"{where}.publish_dataset", expected="true or false",
                               actual=profiles[name].publish_dataset)

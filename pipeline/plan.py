@@ -152,7 +152,7 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
         task_source=cfg.source(profile.vendored_source) if profile.vendored_source else None,
         signing=kind,
         external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
-        dataset=HubTarget.of(cfg.dataset.repository, cfg.dataset.hub_url, publish=profile.publish_dataset,
+        dataset=HubTarget.of(profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset,
                              profile=profile.name),
         config=cfg,
     )

@@ -175,7 +175,7 @@ def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder
     """The folder's task files (card, tasks.jsonl, vendor/) into `folder`; published and read back
     when the profile publishes the dataset."""
     generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(repo),
-                              publishes=rp.dataset.publish)
+                              target=rp.dataset)
     paths = dataset.write_content(folder, generated, dataset.vendor_files(vendored, vendor_dir))
     if not rp.dataset.publish:
         say(f"    dataset: {dataset.FOLDER}/ written ({len(paths)} task files); NOT PUBLISHED: the {rp.profile} "

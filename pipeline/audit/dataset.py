@@ -12,7 +12,7 @@ re-hashed as well, and it must hold nothing else.
                          records (= the records' own subjects)
     dataset/card         README.md regenerated from the records = the bound sha256
     dataset/tasks        tasks.jsonl regenerated from the records = the bound sha256
-    dataset/publication  provenance.json's `dataset`: the repository of release.toml; published
+    dataset/publication  provenance.json's `dataset`: the profile's repository in release.toml; published
                          with a revision by a profile that publishes, not published otherwise
     dataset/folder       dist/dataset/ re-hashed file by file (information when it is not here)
 """
@@ -54,7 +54,7 @@ def _subjects(s: State, bound: dict[str, str]) -> None:
 
 def _generated(s: State) -> dict[str, bytes]:
     return card.generate(s.cfg, s.prov, s.sub, project_license=sbom_mod.project_license(s.root),
-                         publishes=s.plan.dataset.publish)
+                         target=s.plan.dataset)
 
 
 def _regenerated(s: State, bound: dict[str, str], rel: str) -> None:
@@ -69,8 +69,8 @@ def _publication(s: State) -> None:
     if pub is None:
         raise VerificationError("provenance.json records no dataset publication", expected="a `dataset` entry",
                                 actual="none", hint="records of a release before the dataset folder existed")
-    equal("the dataset repository provenance.json names vs release.toml's [dataset]", target.repository,
-          pub.repository)
+    equal(f"the dataset repository provenance.json names vs the {target.profile} profile's in release.toml",
+          target.repository, pub.repository)
     if not target.publish:
         equal(f"publication of the dataset by the {target.profile} profile (which does not publish it)",
               (False, None), (pub.published, pub.revision))

@@ -13,11 +13,15 @@ the commit that revision names), so the audit regenerates it byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeline.config import BUDGET_FIELDS, ReleaseConfig
 from pipeline.records.dataset import CARD, FEATURES, SPLIT, TASKS, TaskLine, task_lines, tasks_jsonl, vendor_digests
+from pipeline.records.hub import HubTarget
 from pipeline.records.provenance import Provenance
-from pipeline.records.submission import Submission
+
+if TYPE_CHECKING:  # read through request_order and sizes only
+    from pipeline.records.submission import Submission
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,12 @@ class Sizes:
     total_platform_bytes: int | None
 
 
-def sizes(sub: Submission) -> Sizes:
+def sizes(prov: Provenance, sub: Submission) -> Sizes:
     """The images' sizes as the records state them.
 
-    The one place the card reads sizes: submission.json carries the layer sums and the
-    release total; the platform's measure (config + layers) is not recorded yet.
+    The one place the card reads sizes: today submission.json carries the layer sums and
+    the release total, and no record carries the platform's measure (config + layers);
+    once provenance.json records both measures, they are read from `prov` here.
     """
     images = tuple(ImageSize(i.image, i.compressed_bytes if i.layer_sizes_known else None, None)
                    for i in sub.images)
@@ -164,16 +169,15 @@ def _provenance(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
     return out
 
 
-def _publication(cfg: ReleaseConfig, profile: str, publishes: bool) -> list[str]:
-    ds = cfg.dataset
-    if publishes:
-        return [f"The `{profile}` profile publishes this folder to the dataset `{ds.repository}` and names it in "
+def _publication(profile: str, target: HubTarget) -> list[str]:
+    if target.publish:
+        return [f"The `{profile}` profile publishes this folder to the dataset `{target.repository}` and names it in "
                 "the request's `dataset` field. The Hub revision holding these task files is in "
                 "`provenance.json` (`dataset.revision`); the records are added by the next commit, "
                 "since a record cannot name the commit that holds it. The release downloaded every file "
                 "again anonymously and compared every byte before it wrote its request."]
     return [f"The `{profile}` profile writes this folder and does not publish it: it was not uploaded to "
-            f"`{ds.repository}` (the dataset the request names)."]
+            f"`{target.repository}` (the dataset the request names)."]
 
 
 def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
@@ -200,10 +204,10 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
 
 
 def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[TaskLine, ...], *,
-           project_license: str | None, publishes: bool) -> bytes:
+           project_license: str | None, target: HubTarget) -> bytes:
     """The card's bytes. `lines` are tasks.jsonl's (records.dataset.task_lines); `prov` is read
-    without its publication (the card is published in the commit that names it); `publishes`:
-    whether the release's profile publishes the dataset."""
+    without its publication (the card is published in the commit that names it); `target`: the
+    dataset the release's profile names, and whether it publishes it."""
     from huggingface_hub import DatasetCard
 
     procedural = sum(t.family is not None for t in lines)
@@ -223,11 +227,11 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[T
         "## Images and sizes", "",
         "Compressed bytes as the registry manifests declare them: the sum of the layer sizes (the seed "
         "release's measure), and config blob plus layers (the platform's measure).", "",
-        *_images(sizes(sub), lines), "",
+        *_images(sizes(prov, sub), lines), "",
         "## Budgets", "", "Every task of a kind declares the same budgets (`release.toml`):", "",
         *_budgets(cfg, kinds), "",
         "## How to verify", "", *_verify(cfg, prov), "",
-        "## Publication", "", *_publication(cfg, prov.profile, publishes), "",
+        "## Publication", "", *_publication(prov.profile, target), "",
         "## Licences", "", *_licences(cfg, prov, project_license), "",
         "## Provenance", "", *_provenance(cfg, prov), "",
     ]
@@ -236,9 +240,9 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[T
 
 
 def generate(cfg: ReleaseConfig, prov: Provenance, sub: Submission, *, project_license: str | None,
-             publishes: bool) -> dict[str, bytes]:
+             target: HubTarget) -> dict[str, bytes]:
     """The folder's generated files, the card and tasks.jsonl, from the typed records (provenance
     read without its publication)."""
     lines = task_lines(cfg, prov, sub)
-    return {CARD: render(cfg, prov, sub, lines, project_license=project_license, publishes=publishes),
+    return {CARD: render(cfg, prov, sub, lines, project_license=project_license, target=target),
             TASKS: tasks_jsonl(lines)}

@@ -19,16 +19,18 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline._io import write_atomic
 from pipeline.checks.cases import Case
 from pipeline.config import ReleaseConfig
 from pipeline.errors import VerificationError
 from pipeline.records.provenance import Provenance
-from pipeline.records.submission import Submission
 from pipeline.sources.dataset import ExternalRecord
 from pipeline.sources.vendor import VendoredFile
+
+if TYPE_CHECKING:  # read through request_order only
+    from pipeline.records.submission import Submission
 
 FOLDER = "dist/dataset"  # relative to the checkout; the statement's names for its files start with it
 CARD = "README.md"

@@ -154,6 +154,7 @@ base = "{BASE}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = false
+dataset = "arena/openenv-data-workflows"
 
 [trust.test]
 keyids = ["{keyid}"]
@@ -166,7 +167,6 @@ issuer = "https://token.actions.githubusercontent.com"
 layout_valid_days = 365
 
 [dataset]
-repository = "akseljoonas/mimo-openenv-software"
 license_name = "mixed-apache-2.0-and-mit"
 license_link = "https://github.com/akseljoonas/mimo-openenv-software/blob/64adddd91e4ec5a8b97ea946250badfb99cb57a0/NOTICE"
 language = ["en"]
@@ -331,7 +331,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     # The dataset folder as the release writes it (the test profile does not publish it).
     folder = root / dataset.FOLDER
     generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
-                              publishes=rp.dataset.publish)
+                              target=rp.dataset)
     dataset.write_content(folder, generated, dataset.vendor_files(prov.sources, root / "vendor"))
     prov = replace(prov, dataset=rp.dataset.not_published())
     with links.step("attest"):

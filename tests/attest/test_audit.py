@@ -65,7 +65,7 @@ def refresh_dataset(root) -> None:
         cfg = config_mod.load(root / "release.toml")
         prov, sub = provenance.load(root / "provenance.json"), submission.load(root / "submission.json")
         generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
-                                  publishes=plan.resolve(cfg, prov.profile).dataset.publish)
+                                  target=plan.resolve(cfg, prov.profile).dataset)
     except (ReleaseError, ValueError, LookupError, TypeError, AttributeError):
         generated = {}
     for rel, data in generated.items():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import audit, config as config_mod
+from pipeline import audit, config as config_mod, plan
 from pipeline.records import card, dataset, provenance, statement as release_statement, submission
 
 from ..attest.conftest import make_records
@@ -113,7 +113,8 @@ def test_same_inputs_give_the_same_bytes(tmp_path, monkeypatch):
     assert first == second
     cfg = config_mod.load(root / "release.toml")
     again = card.generate(cfg, provenance.load(root / "provenance.json"), submission.load(root / "submission.json"),
-                          project_license=sbom.project_license(root), publishes=False)
+                          project_license=sbom.project_license(root),
+                          target=plan.resolve(cfg, "test").dataset)
     assert again == {"README.md": first["README.md"], "tasks.jsonl": first["tasks.jsonl"]}
 
 

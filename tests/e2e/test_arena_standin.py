@@ -130,9 +130,9 @@ base = "{base}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = true
+dataset = "akseljoonas/mimo-openenv-software"
 
 [dataset]
-repository = "akseljoonas/mimo-openenv-software"
 license_name = "mixed-apache-2.0-and-mit"
 license_link = "https://github.com/akseljoonas/mimo-openenv-software/blob/64adddd91e4ec5a8b97ea946250badfb99cb57a0/NOTICE"
 language = ["en"]
