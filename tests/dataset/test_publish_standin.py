@@ -135,3 +135,31 @@ def test_publish_to_the_real_hub(records):
     pub = hub.publish_files(target, folder, content, token=target.token())
     assert pub.files_read_back == len(content)
     hub.publish_records(target, folder, recs, everything, token=target.token(), task_files=pub)
+
+
+def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(records, hub_standin, tmp_path):
+    """pipeline.release's dataset stage, as the arena profile runs it, on a real release's records:
+    the card and tasks.jsonl generated, the vendored files copied, all published and read back, and
+    the publication record provenance.json then carries."""
+    from dataclasses import replace
+
+    from pipeline import config as config_mod, plan, release
+    from pipeline.records import provenance, submission
+
+    hub_standin.create_repo(REPO)
+    cfg = config_mod.load(records.root / "release.toml")
+    rp = plan.resolve(cfg, "test")
+    rp = replace(rp, dataset=replace(_target(hub_standin), profile="test"))
+    prov = replace(provenance.load(records.root / "provenance.json"), dataset=None)
+    sub = submission.load(records.root / "submission.json")
+    folder = tmp_path / "staged-dataset"
+    pub = release._dataset_task_files(cfg, rp, folder, repo=records.root, prov=prov, sub=sub, vendored=prov.sources,
+                                      vendor_dir=records.root / "vendor", hf_token=hub_standin.token)
+    assert pub.published and pub.repository == REPO and pub.files_read_back == 4
+    assert hub_standin.commits(REPO)[-1].oid == pub.revision
+    published = hub_standin.files_at(REPO, pub.revision)
+    assert sorted(published) == [".gitattributes", "README.md", "tasks.jsonl", "vendor/metaharness-tasks/LICENSE",
+                                 "vendor/metaharness-tasks/tasks.py"]
+    assert published["tasks.jsonl"] == (records.root / dataset.FOLDER / "tasks.jsonl").read_bytes()
+    assert "publishes this folder to the dataset `akseljoonas/mimo-openenv-software`" in \
+        published["README.md"].decode()
