@@ -14,8 +14,8 @@ Fail closed: any stage that fails stops the release with one line and a non-zero
 exit. The records and the dataset folder are staged under `.release/staging/` and moved
 into place (the folder to dist/dataset/) only after every check passed, everything is
 signed and, for a profile that publishes the dataset, the Hub served back every byte of
-it, so a failed release leaves the previous records untouched. Whatever the release started (the local registry,
-containers) is stopped on the way out, Ctrl-C included.
+it, so a failed release leaves the previous records untouched. Whatever the release
+started (the local registry, containers) is stopped on the way out, Ctrl-C included.
 """
 
 from __future__ import annotations
