@@ -6,7 +6,8 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     cli, commands/, __main__           one CLI: every command registered in pipeline.cli
     release, reproduce, audit/, plan,  orchestration: resolve the profile once, call the stages,
     basestage                          push the layouts the image stage returns
-    records/                           provenance, SBOM, statements, signing, submission, VSA
+    records/                           provenance, SBOM, statements, signing, submission, VSA, the
+                                       dataset folder (card, tasks.jsonl) and its Hub publication
     checks/                            the functional suite and its independent solvers
     verify/                            container runtime adapter, limits, serve, host tools
     registry/                          client (HTTP API), local registry, push, pull, base source

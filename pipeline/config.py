@@ -114,6 +114,25 @@ class External:
 
 
 @dataclass(frozen=True)
+class DatasetConfig:
+    """`[dataset]`: the card's front matter of the dataset folder, and where the Hub is (each
+    profile names its dataset repository, `dataset`).
+
+    hub_url: the Hub serving it (HF_ENDPOINT in the environment overrides it);
+    license_name, license_link: the card's `license: other` terms;
+    language, tags, source_datasets: the card's front matter (the external tasks' dataset must
+        be among the source datasets).
+    """
+
+    license_name: str
+    license_link: str
+    language: tuple[str, ...]
+    tags: tuple[str, ...]
+    source_datasets: tuple[str, ...]
+    hub_url: str = "https://huggingface.co"
+
+
+@dataclass(frozen=True)
 class ExternalPolicy:
     """What a release does with an external task it could not verify: refuse to publish
     (`required`, the arena profile) or carry on and say so loudly. `profile` only names
@@ -134,6 +153,10 @@ class Profile:
     tasks: str
     signing: str
     external_tasks_required: bool
+    # The dataset repository the request's `dataset` field names ("owner/name").
+    dataset: str = ""
+    # Whether the release uploads dist/dataset/ to that repository (and reads it back).
+    publish_dataset: bool = False
 
     @property
     def local(self) -> bool:
@@ -224,6 +247,7 @@ class ReleaseConfig:
     sources: tuple[Source, ...]
     external: External
     budgets: dict[str, Budgets]
+    dataset: DatasetConfig
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
@@ -329,6 +353,32 @@ def _check_references(tasks: list[ExternalTask], sources: tuple[Source, ...],
                               expected=f"profiles including {missing}", actual=list(source.profiles))
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _strings(t: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = _req(t, key, list, where)
+    if not value or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}.{key}", expected="a non-empty list of strings", actual=value)
+    return tuple(value)
+
+
+def _dataset(t: dict[str, Any], external_dataset: str) -> DatasetConfig:
+    where = "dataset"
+    known = {"hub_url", "license_name", "license_link", "language", "tags", "source_datasets"}
+    if set(t) - known:
+        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known), actual=sorted(set(t) - known))
+    source_datasets = _strings(t, "source_datasets", where)
+    if external_dataset not in source_datasets:
+        raise ConfigError(f"{where}.source_datasets does not name the external tasks' dataset",
+                          expected=f"a list holding {external_dataset}", actual=list(source_datasets))
+    return DatasetConfig(
+        license_name=_req(t, "license_name", str, where),
+        license_link=_req(t, "license_link", str, where), language=_strings(t, "language", where),
+        tags=_strings(t, "tags", where), source_datasets=source_datasets,
+        hub_url=t.get("hub_url", "https://huggingface.co").rstrip("/"))
+
+
 def _repair(raw: dict[str, Any]) -> RepairConventions:
     where = "external.repair"
     known = {"reset_id_field", "workspace", "grader_paths"}
@@ -381,7 +431,15 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             tasks=_req(t, "tasks", str, where),
             signing=_req(t, "signing", str, where),
             external_tasks_required=_req(t, "external_tasks_required", bool, where),
+            dataset=_req(t, "dataset", str, where),
+            publish_dataset=t.get("publish_dataset", False),
         )
+        if not _REPO_ID.match(profiles[name].dataset):
+            raise ConfigError(f"{where}.dataset is not a Hugging Face dataset repository id",
+                              expected="owner/name", actual=profiles[name].dataset)
+        if not isinstance(profiles[name].publish_dataset, bool):
+            raise ConfigError(f"{where}.publish_dataset", expected="true or false",
+                              actual=profiles[name].publish_dataset)
     sources = tuple(_source(t, i) for i, t in enumerate(raw.get("sources", [])))
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
@@ -424,6 +482,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                                            "https://datasets-server.huggingface.co").rstrip("/"),
                           repair=_repair(ext.get("repair", {}))),
         budgets=budgets,
+        dataset=_dataset(_req(raw, "dataset", dict, "release.toml"), ext["dataset"]),
         raw=raw,
         runtime=_runtime(raw.get("runtime", {})),
     )

@@ -58,6 +58,10 @@ class RegistryError(ReleaseError):
     """The OCI registry refused, failed, or could not be reached."""
 
 
+class HubError(ReleaseError):
+    """The dataset hub (Hugging Face) refused, failed, or could not be reached."""
+
+
 class SourceError(ReleaseError):
     """A pinned upstream input could not be fetched or does not match its pin."""
 

@@ -22,6 +22,7 @@ from pipeline.config import ExternalPolicy, Source
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
 from pipeline.image.payload import VendoredTaskFile
+from pipeline.records.hub import HubTarget
 from pipeline.registry import local as localregistry
 from pipeline.registry.basesource import BaseSource
 from pipeline.registry.client import Credentials, Reference, RegistryClient
@@ -96,6 +97,7 @@ class ReleasePlan:
     task_source: Source | None  # the one whose file the image serves (None: first-party tasks)
     signing: str  # "key" or "sigstore"
     external: ExternalPolicy
+    dataset: HubTarget  # the dataset the request names, and whether this profile publishes it
     # Where the trust pins are read from (release.toml's [trust.<profile>]), by `trust()`.
     config: _config.ReleaseConfig = field(repr=False, compare=False)
 
@@ -150,6 +152,8 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
         task_source=cfg.source(profile.vendored_source) if profile.vendored_source else None,
         signing=kind,
         external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
+        dataset=HubTarget.of(profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset,
+                             profile=profile.name),
         config=cfg,
     )
 

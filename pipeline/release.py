@@ -1,7 +1,9 @@
 """`nox -s release`: every stage in order, then the records.
 
 lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
-provenance.json, attestations/, submission.json -> attach -> report.
+the dataset's task files (published and read back: arena) -> provenance.json,
+attestations/, submission.json -> the dataset's records (published and read back: arena)
+-> attach -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
 in-toto link while they run (pipeline.records.links); the last record written is the
@@ -9,10 +11,11 @@ release statement that binds every other one (pipeline.records.statement). A rel
 key that release.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
-exit. The records are staged under `.release/staging/` and moved into place only
-after every check passed and everything is signed, so a failed release leaves the
-previous records untouched. Whatever the release started (the local registry,
-containers) is stopped on the way out, Ctrl-C included.
+exit. The records and the dataset folder are staged under `.release/staging/` and moved
+into place (the folder to dist/dataset/) only after every check passed, everything is
+signed and, for a profile that publishes the dataset, the Hub served back every byte of
+it, so a failed release leaves the previous records untouched. Whatever the release
+started (the local registry, containers) is stopped on the way out, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from pipeline.image import base, build
 from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
 from pipeline.records import statement as release_statement, submission
+from pipeline.records import card, dataset, hub
 from pipeline.sources import vendor as sources
 from pipeline import basestage, config as _config, plan
 from pipeline.sources import lock as runtime_lock
@@ -75,21 +79,29 @@ class Outcome:
     records: tuple[Path, ...]
     report: Path
     timings: tuple[tuple[str, float], ...]
+    dataset: Path
+
+
+def _swap_dir(new: Path, target: Path, old: Path) -> None:
+    """Put the directory `new` at `target` with one rename (the previous one removed after)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _install_records(staging: Path, root: Path) -> list[Path]:
-    """Move the staged records into the checkout, each with one rename.
+    """Move the staged records into the checkout, each with one rename, and the staged dataset
+    folder to dist/dataset/.
 
-    attestations/ is swapped as a directory (old copy removed after the new one is in
-    place); the two JSON records are renamed over the old ones.
+    attestations/ and the folder are swapped as directories (old copy removed after the new
+    one is in place); the two JSON records are renamed over the old ones.
     """
     placed = []
-    old = staging.parent / f"{staging.name}.old-attestations"
+    _swap_dir(staging / "dataset", root / dataset.FOLDER, staging.parent / f"{staging.name}.old-dataset")
     target = root / "attestations"
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staging / "attestations", target)
-    shutil.rmtree(old, ignore_errors=True)
+    _swap_dir(staging / "attestations", target, staging.parent / f"{staging.name}.old-attestations")
     placed.append(target)
     for name in ("provenance.json", "submission.json"):
         os.replace(staging / name, root / name)
@@ -99,7 +111,7 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, sub: submission.Submission,
-            timings: Timings, profile: str) -> None:
+            timings: Timings, profile: str, published: Published) -> None:
     lines = [
         f"# Release report ({profile} profile)",
         "",
@@ -124,6 +136,11 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += [f"| {t.task_id} | `{t.image.split('@')[1][:19]}` | {t.verification.status} | "
               f"{t.verification.passed} | {t.verification.failed} |" for t in sub.tasks]
     lines += ["", "## External repair checks", "", checks_report.external_markdown(suite)]
+    lines += ["", "## Dataset", "", f"- `{dataset.FOLDER}/`: {published.files} files"]
+    pub = published.task_files
+    lines += ([f"- published to `{pub.url}` (task files; provenance.json's `dataset.revision`), records added in "
+               f"`{published.records_revision}`; every file read back anonymously, every byte equal"]
+              if pub.published else [f"- {pub.reason}"])
     lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
@@ -144,42 +161,83 @@ def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
             hint="run `nox -s base` and commit locks/base.json, then release")
 
 
+@dataclass(frozen=True)
+class Published:
+    """The dataset folder of a release: how many files, and where the Hub holds them."""
+
+    files: int
+    task_files: provenance.DatasetPublication  # what provenance.json records
+    records_revision: str | None  # the Hub commit that added the records (None: not published)
+
+
+def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder: Path, *, repo: Path,
+                        prov: provenance.Provenance, sub: submission.Submission, vendored,
+                        vendor_dir: Path, hf_token: str | None) -> provenance.DatasetPublication:
+    """The folder's task files (card, tasks.jsonl, vendor/) into `folder`; published and read back
+    when the profile publishes the dataset."""
+    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(repo),
+                              target=rp.dataset)
+    paths = dataset.write_content(folder, generated, dataset.vendor_files(vendored, vendor_dir))
+    if not rp.dataset.publish:
+        say(f"    dataset: {dataset.FOLDER}/ written ({len(paths)} task files); NOT PUBLISHED: the {rp.profile} "
+            f"profile does not upload it to {rp.dataset.repository}")
+        return rp.dataset.not_published()
+    say(f"    dataset: publishing {len(paths)} task files to {rp.dataset.url}")
+    return hub.publish_files(rp.dataset, folder, paths, token=hf_token or rp.dataset.token())
+
+
 def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path, staging: Path,
                    signer, links: intoto_links.StageRecorder, record: build.BuildRecord,
                    base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
                    lock_text: str, revision: provenance.ProjectRevision, allow_dirty: bool,
-                   sbom_bytes: bytes, started_at: datetime) -> submission.Submission:
-    """Every record into `staging`: provenance and statements, submission.json, the links and
-    layout, the README, and last the release statement that binds them all."""
+                   sbom_bytes: bytes, started_at: datetime, vendor_dir: Path,
+                   hf_token: str | None) -> tuple[submission.Submission, Published]:
+    """Every record into `staging`: the dataset's task files (published first, since provenance
+    records where), provenance and statements, submission.json, the links and layout, the README,
+    the records copied into the dataset folder, and last the release statement that binds them all;
+    then the folder's records published (when the profile publishes)."""
     att_dir = staging / "attestations"
+    folder = staging / "dataset"
     image_name = rp.target.image_name
     subject = attest.Subject(image_name, record.manifest_digest)
+    image_rec = provenance.Image(
+        name=image_name, digest=record.manifest_digest, media_type=record.media_type,
+        config_digest=record.config_digest, compressed_size=record.compressed_size,
+        layer_count=len(record.base_layers) + len(record.app_layers),
+        app_layers=record.app_layers, config=record.config)
+    prov = provenance.assemble(
+        repo, rp.profile, base=base_pin,
+        sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
+        image=image_rec)
+    sub = submission.build(cfg, rp.external, suite, image=f"{image_name}@{record.manifest_digest}",
+                           source_revision=revision.commit)
+    task_files = _dataset_task_files(cfg, rp, folder, repo=repo, prov=prov, sub=sub, vendored=vendored,
+                                     vendor_dir=vendor_dir, hf_token=hf_token)
+    prov = replace(prov, dataset=task_files)
     with links.step("attest"):
-        image_rec = provenance.Image(
-            name=image_name, digest=record.manifest_digest, media_type=record.media_type,
-            config_digest=record.config_digest, compressed_size=record.compressed_size,
-            layer_count=len(record.base_layers) + len(record.app_layers),
-            app_layers=record.app_layers, config=record.config)
-        prov = provenance.assemble(
-            repo, rp.profile, base=base_pin,
-            sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
-            image=image_rec)
         provenance.write(staging / "provenance.json", prov)
         files = attest.write_attestations(
             cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=lock_text, sbom_bytes=sbom_bytes,
             checks=suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes(), signer=signer,
             out_dir=att_dir, started=started_at, finished=datetime.now(timezone.utc))
     with links.step("submission"):
-        sub = submission.build(cfg, rp.external, suite, image=f"{image_name}@{record.manifest_digest}",
-                               source_revision=revision.commit)
         submission.write_submission(staging / "submission.json", sub)
     released_on = datetime.now(timezone.utc)
     links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
                 days=intoto_links.valid_days(cfg))
     attest.write_readme(att_dir, subject, signer, files, source_url=cfg.source_url)
+    # The statement binds the folder's copies of the records too: copied before it is signed,
+    # then once more to add the statement itself.
+    dataset.add_records(folder, staging)
     release_statement.write(staging, signer, subject, source_url=cfg.source_url, profile=rp.profile,
-                            released_on=released_on)
-    return sub
+                            released_on=released_on, dataset=folder)
+    everything = dataset.add_records(folder, staging)
+    records_revision = None
+    if rp.dataset.publish:
+        records_revision = hub.publish_records(
+            rp.dataset, folder, dataset.record_files(everything), everything,
+            token=hf_token or rp.dataset.token(), task_files=task_files)
+    return sub, Published(len(everything), task_files, records_revision)
 
 
 def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
@@ -217,6 +275,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
             if rp.base.local and not allow_dirty:
                 _check_base_lock(cfg)
+            # A profile that publishes the dataset needs its credentials before any work.
+            hf_token = rp.dataset.token() if rp.dataset.publish else None
         if target.local:
             with timings.stage("registry"):
                 started_registry = localregistry.status() is None
@@ -268,20 +328,22 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             # The committed copy of the results the checks statement is about.
             write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
         with timings.stage("records"):
-            sub = _write_records(cfg, rp, repo=repo, staging=staging, signer=signer, links=links,
-                                 record=record, base_pin=base_pin, vendored=vendored,
-                                 externals=externals, suite=suite, lock_text=lock_text, revision=revision,
-                                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at)
+            sub, published = _write_records(
+                cfg, rp, repo=repo, staging=staging, signer=signer, links=links, record=record, base_pin=base_pin,
+                vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, revision=revision,
+                allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
+                hf_token=hf_token)
             placed = _install_records(staging, repo)
         with timings.stage("attach"):
             attest.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
-                sub=sub, timings=timings, profile=rp.profile)
+                sub=sub, timings=timings, profile=rp.profile, published=published)
         if unpinned:
             say(unpinned)
-        return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages))
+        return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),
+                       repo / dataset.FOLDER)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if started_registry:

@@ -5,6 +5,10 @@
 directory, stopped at the end. It exposes `.address` ("127.0.0.1:PORT"), `.user`,
 `.password`, `.storage` (the registry's filesystem storage) and `.url`.
 
+`hub_standin`: a loopback stand-in of the huggingface.co endpoints the dataset publication
+uses (tests/hub_standin.py); `.url` is what HF_ENDPOINT points at, `.token` the HF_TOKEN it
+accepts; `create_repo(id)` makes the dataset repository a release publishes to.
+
 `host_untouched` (autouse, session): the environment server adds the sandbox user and
 rebuilds /workspace wherever it runs, so every test must run it in a container or a
 namespace. The whole session fails if the host's user database or /workspace changed.
@@ -18,6 +22,8 @@ import pytest
 
 from pipeline.registry import local as localregistry
 
+from .hub_standin import HubStandin
+
 
 @pytest.fixture(scope="session")
 def local_registry(tmp_path_factory):
@@ -27,6 +33,12 @@ def local_registry(tmp_path_factory):
         yield state
     finally:
         localregistry.stop(root)
+
+
+@pytest.fixture
+def hub_standin():
+    with HubStandin() as hub:
+        yield hub
 
 
 _HOST_FILES = (Path("/etc/passwd"), Path("/etc/group"), Path("/etc/shadow"))

@@ -54,6 +54,13 @@ it was not verified.
     checks/results          checks.json's results = the statement's passed/failed lists (and the whole predicate)
     checks/passed           the statement says PASSED, and checks.json has passed checks and no failure
     checks/image            the checks ran on the submission image
+    dataset/subjects        the statement binds exactly the dataset folder's files (card, tasks.jsonl,
+                            vendored files = their pins, copies of the records = the records)
+    dataset/card, dataset/tasks   README.md and tasks.jsonl regenerated from the records = the bound sha256
+    dataset/publication     provenance.json's dataset: the profile's repository; a published revision
+                            exactly when the profile publishes
+    dataset/folder          dist/dataset/ re-hashed file by file, nothing else in it (information when
+                            it is not here: dist/ is not committed)
     registry/*              (--registry) pushed manifest and .att/.sbom tags = the records
 
 It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image.
@@ -78,6 +85,7 @@ from pipeline.audit.content import (
     audit_sbom,
     audit_submission,
 )
+from pipeline.audit.dataset import audit_dataset
 from pipeline.audit.rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from pipeline.audit.signatures import audit_intoto, audit_release, audit_statements
 from pipeline.errors import ReleaseError
@@ -107,6 +115,7 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     audit_external(r, s)
     audit_sbom(r, s, registry)
     audit_checks(r, s)
+    audit_dataset(r, s)
     if registry and s.image is not None:
         audit_registry(r, s)
     return r.rows

@@ -44,6 +44,7 @@ def release(args: argparse.Namespace) -> int:
     print(f"released {outcome.image}")
     for path in outcome.records:
         print(f"  wrote {path.relative_to(args.repo.resolve())}")
+    print(f"  dataset {outcome.dataset.relative_to(args.repo.resolve())}/")
     print(f"  report {outcome.report}")
     return 0
 

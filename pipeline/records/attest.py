@@ -227,7 +227,9 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
         "",
         "`release" + (".dsse.json" if signing == "key" else ".sigstore.json") + "` is the release statement: "
         "its subjects are the image and the sha256 of every record (provenance.json, submission.json, "
-        "this directory's files), so every record is bound to the signature.",
+        "this directory's files) and of every file of the dataset folder (`dist/dataset/<path>`: the card, "
+        "tasks.jsonl, the vendored files and its copies of the records), so every record is bound to the "
+        "signature.",
         "",
         "| statement | predicate type | statement sha256 |",
         "| --- | --- | --- |",

@@ -109,6 +109,24 @@ class Image:
 
 
 @dataclass(frozen=True)
+class DatasetPublication:
+    """Where the release's dataset folder (dist/dataset/) was published.
+
+    `revision` is the Hub commit holding the task files (the card, tasks.jsonl and vendor/);
+    the records themselves are added by the next commit, since a record cannot name the
+    commit that holds it. `files_read_back` counts the files downloaded again anonymously at
+    `revision`, every byte equal to the folder's.
+    """
+
+    repository: str
+    published: bool
+    revision: str | None
+    url: str | None
+    files_read_back: int
+    reason: str  # why it was not published ("" when it was)
+
+
+@dataclass(frozen=True)
 class Provenance:
     schema: str
     profile: str
@@ -122,6 +140,8 @@ class Provenance:
     image: Image | None = None
     # None only in records written before image inputs were recorded.
     image_inputs: ImageInputs | None = None
+    # None only in records written before the release was a dataset.
+    dataset: DatasetPublication | None = None
 
 
 def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
@@ -187,13 +207,13 @@ def builder() -> Builder:
 
 def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
              external: tuple[ExternalRecord, ...], allow_dirty: bool = False,
-             image: Image | None = None) -> Provenance:
+             image: Image | None = None, dataset: DatasetPublication | None = None) -> Provenance:
     """Collect the provenance of a release made from `repo_dir` with the profile named `profile`."""
     return Provenance(
         schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(repo_dir),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external), image=image, image_inputs=image_inputs(repo_dir),
+        external=tuple(external), image=image, image_inputs=image_inputs(repo_dir), dataset=dataset,
     )
 
 
@@ -249,5 +269,6 @@ def load(path: Path) -> Provenance:
                        for i, e in enumerate(data.get("external") or [])),
         image=Image.from_json(data["image"]) if data.get("image") is not None else None,
         image_inputs=_image_inputs(data.get("image_inputs")),
+        dataset=_build(DatasetPublication, data["dataset"], "dataset") if data.get("dataset") is not None else None,
     )
     return _build(Provenance, fields, str(path))

@@ -4,7 +4,11 @@ Its subjects are the image (name and manifest digest) and the sha256 of every re
 file: provenance.json, submission.json and each file under attestations/ (the SBOM,
 checks.json, the signed statements, the in-toto layout and links, the README), except
 the statement itself and the publishing aids that are never trusted (the public key,
-its keyid, the sigstore identity). Its predicate says which profile was released,
+its keyid, the sigstore identity); then every file of the dataset folder (the card,
+tasks.jsonl, vendor/ and its copies of the records, by the same rule), named
+`dist/dataset/<path>`. dist/ is not committed: those subjects are checked by the audit's
+dataset checks (the folder when it is there, else regenerated from the records), not
+here. Its predicate says which profile was released,
 when, and how it was signed. Signed by the release signer in both modes
 (`attestations/release.dsse.json` or `release.sigstore.json`), so no record can be
 edited, swapped or removed without the audit noticing.
@@ -21,6 +25,7 @@ from typing import Any
 from pipeline.records import signing
 from pipeline._io import canonical_json, is_tree_path, sha256_file, write_atomic
 from pipeline.records.attest import STATEMENT_TYPE, Subject
+from pipeline.records.dataset import FOLDER as DATASET_FOLDER
 from pipeline.errors import VerificationError
 
 NAME = "release"
@@ -51,15 +56,36 @@ def bound_files(root: Path) -> list[str]:
     att = root / "attestations"
     if att.is_dir():
         for p in sorted(att.rglob("*")):
-            if p.is_file() and not (p.parent == att and (p.name in UNBOUND or is_statement_file(p.name))):
+            if p.is_file() and not is_unbound(p.relative_to(root).as_posix()):
                 files.append(p.relative_to(root).as_posix())
     return sorted(files)
+
+
+def is_unbound(rel: str) -> bool:
+    """The statement itself and the publishing aids, in attestations/ (of the records or a copy)."""
+    parent, _, name = rel.rpartition("/")
+    return parent == "attestations" and (name in UNBOUND or is_statement_file(name))
+
+
+def dataset_name(rel: str) -> str:
+    """The subject name of the dataset folder's file `rel`."""
+    return f"{DATASET_FOLDER}/{rel}"
+
+
+def is_dataset_subject(name: object) -> bool:
+    return isinstance(name, str) and name.startswith(DATASET_FOLDER + "/")
+
+
+def dataset_subjects(stmt: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset folder's files the statement binds: path in the folder -> sha256."""
+    return {s.get("name")[len(DATASET_FOLDER) + 1:]: (s.get("digest") or {}).get("sha256")
+            for s in (stmt.get("subject") or [])[1:] if is_dataset_subject(s.get("name"))}
 
 
 # What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
 # the project licence the SBOM names and the built image it regenerates the SBOM from.
 READ_FILES = RECORD_FILES + ("release.toml", "pyproject.toml")
-READ_TREES = ("attestations", "vendor", "locks", "dist/oci")
+READ_TREES = ("attestations", "vendor", "locks", "dist/oci", DATASET_FOLDER)
 
 
 def irregular_files(root: Path) -> list[str]:
@@ -92,14 +118,18 @@ def check_regular(root: Path) -> None:
 
 
 def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_kind: str,
-          released_on: datetime) -> bytes:
-    """The statement's canonical bytes over the records staged under `root`."""
+          released_on: datetime, dataset: Path) -> bytes:
+    """The statement's canonical bytes over the records staged under `root` and the dataset
+    folder `dataset` (its copies of the records already in place)."""
     missing = [f for f in REQUIRED if not (Path(root) / f).is_file()]
     if missing:
         raise VerificationError("the release statement cannot bind records that were not written",
                                 expected=list(REQUIRED), actual=f"missing: {', '.join(missing)}")
     subjects = [image.to_json()] + [{"name": f, "digest": {"sha256": sha256_file(Path(root) / f)}}
                                     for f in bound_files(root)]
+    dataset_files = [p.relative_to(dataset).as_posix() for p in sorted(Path(dataset).rglob("*")) if p.is_file()]
+    subjects += [{"name": dataset_name(f), "digest": {"sha256": sha256_file(Path(dataset) / f)}}
+                 for f in dataset_files if not is_unbound(f)]
     return canonical_json({
         "_type": STATEMENT_TYPE,
         "subject": subjects,
@@ -113,10 +143,11 @@ def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_
 
 
 def write(root: Path, signer, image: Subject, *, source_url: str, profile: str,
-          released_on: datetime) -> Path:
-    """Sign the statement over the records staged under `root` into attestations/."""
+          released_on: datetime, dataset: Path) -> Path:
+    """Sign the statement over the records staged under `root` and the dataset folder `dataset`
+    into attestations/."""
     data = build(root, image, source_url=source_url, profile=profile, signing_kind=signer.kind,
-                 released_on=released_on)
+                 released_on=released_on, dataset=dataset)
     out = path(Path(root) / "attestations", signer.suffix)
     write_atomic(out, signer.sign(data))
     return out
@@ -150,7 +181,9 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     if outside:
         raise VerificationError("the release statement binds paths outside the records tree",
                                 expected="relative paths without '..'", actual=", ".join(outside))
-    files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]}
+    # The dataset folder's subjects are the audit's dataset checks' (dist/ is not committed).
+    files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]
+             if not is_dataset_subject(s.get("name"))}
     unbound_required = [f for f in REQUIRED if f not in files]
     if unbound_required:
         raise VerificationError("the release statement does not bind every required record",

@@ -159,6 +159,7 @@ base = "{BASE}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = false
+dataset = "arena/openenv-data-workflows"
 
 [trust.test]
 keyids = ["{keyid}"]
@@ -169,6 +170,13 @@ issuer = "https://token.actions.githubusercontent.com"
 
 [intoto]
 layout_valid_days = 365
+
+[dataset]
+license_name = "mixed-apache-2.0-and-mit"
+license_link = "https://github.com/akseljoonas/mimo-openenv-software/blob/64adddd91e4ec5a8b97ea946250badfb99cb57a0/NOTICE"
+language = ["en"]
+tags = ["openenv", "reinforcement-learning", "tool-use"]
+source_datasets = ["XiaomiMiMo/MiMo-V2.6-RL-oss", "ruv/metaharness-arena-tasks"]
 
 [[sources]]
 name = "metaharness-tasks"
@@ -244,8 +252,12 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
 
     from securesystemslib.signer import CryptoSigner
 
+    from dataclasses import replace
+
     from pipeline.records import (
         attest,
+        card,
+        dataset,
         links as intoto_links,
         provenance,
         statement as release_statement,
@@ -328,6 +340,20 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     )
     t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
     subject = attest.Subject(name=name, digest=image.digest)
+    # A failing suite stops a release before submission.json; a signer could still sign the
+    # failed results (below), which the audit must refuse: submission.json is then made
+    # from the same checks, all passed.
+    ok = checks if checks.ok else SuiteResult(
+        image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers,
+        checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
+        external=checks.external)
+    sub = submission.build(cfg, rp.external, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
+    # The dataset folder as the release writes it (the test profile does not publish it).
+    folder = root / dataset.FOLDER
+    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
+                              target=rp.dataset)
+    dataset.write_content(folder, generated, dataset.vendor_files(prov.sources, root / "vendor"))
+    prov = replace(prov, dataset=rp.dataset.not_published())
     with links.step("attest"):
         provenance.write(root / "provenance.json", prov)
         files = attest.write_attestations(
@@ -335,18 +361,13 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
             sbom_bytes=sbom_bytes, checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att,
             started=t, finished=t, invocation_id="test-run")
     with links.step("submission"):
-        # A failing suite stops a release before submission.json; a signer could still sign the
-        # failed results (above), which the audit must refuse: submission.json is then made
-        # from the same checks, all passed.
-        ok = checks if checks.ok else SuiteResult(
-            image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers,
-            checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
-            external=checks.external)
-        sub = submission.build(cfg, rp.external, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
         submission.write_submission(root / "submission.json", sub)
     links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)
     attest.write_readme(att, subject, signer, files, source_url=cfg.source_url)
-    release_statement.write(root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t)
+    dataset.add_records(folder, root)
+    release_statement.write(root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t,
+                            dataset=folder)
+    dataset.add_records(folder, root)
     return Records(root=root, image=image, signer=signer)
 
 

@@ -48,6 +48,31 @@ def _resign_statement(rec, kind, mutate):
     stmt = _statement(rec.root, kind)
     mutate(stmt)
     _envelope(rec.root, kind)[0].write_bytes(rec.signer.sign(canonical_json(stmt)))
+    if kind == "release":  # the folder's copy, which the statement cannot bind, is the record's bytes
+        dataset_copy_of_statement(rec.root)
+
+
+def refresh_dataset(root) -> None:
+    """The insider also makes dist/dataset/ say what the edited records say: the card and tasks.jsonl
+    regenerated (kept as they were when the records no longer describe tasks) and the records copied,
+    so the dataset checks pass unless the change is the dataset's own to catch."""
+    from pipeline import config as config_mod, plan
+    from pipeline.errors import ReleaseError
+    from pipeline.records import card, dataset, provenance, sbom, submission
+
+    folder = root / dataset.FOLDER
+    try:
+        cfg = config_mod.load(root / "release.toml")
+        prov, sub = provenance.load(root / "provenance.json"), submission.load(root / "submission.json")
+        generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
+                                  target=plan.resolve(cfg, prov.profile).dataset)
+    except (ReleaseError, ValueError, LookupError, TypeError, AttributeError):
+        generated = {}
+    for rel, data in generated.items():
+        (folder / rel).write_bytes(data)
+    for rel in dataset.record_files(dataset.files(folder)):
+        (folder / rel).unlink()
+    dataset.add_records(folder, root)
 
 
 def resign(rec) -> None:
@@ -63,10 +88,19 @@ def resign(rec) -> None:
         env = Envelope.from_signable(link)
         signer.sign_envelope(env)
         env.dump(str(path))
+    refresh_dataset(root)
     subject = _statement(root, "release")["subject"][0]
     release_statement.write(root, signer, attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
                             source_url="https://github.com/akseljoonas/openenv-arena-release", profile="test",
-                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc))
+                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc), dataset=root / "dist" / "dataset")
+    dataset_copy_of_statement(root)
+
+
+def dataset_copy_of_statement(root) -> None:
+    """The folder's copy of the release statement, as a release puts it there after signing."""
+    from pipeline.records import dataset
+
+    dataset.add_records(root / dataset.FOLDER, root)
 
 
 def forge_all(root):
@@ -326,8 +360,9 @@ def test_sbom_not_checkable_without_the_image_fails_unless_skipped(records):
 def test_base_swap(records):
     _edit_json(records.root / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "6" * 64))
     fails = failed(records.root)
+    # the card states the base: regenerated from the edited record, it is not the bound one
     assert set(fails) == {"provenance/base", "provenance/record", "provenance/statement", "release/subjects",
-                          "intoto/links"}
+                          "intoto/links", "dataset/card"}
     assert ("base image of provenance.json vs the release.toml pin; expected "
             "registry.example.invalid/base/python@sha256:" + "5" * 64) in fails["provenance/base"]
     assert "6" * 64 in fails["provenance/statement"]
@@ -600,7 +635,8 @@ def test_release_statement_binding_a_file_outside_the_records(records):
 
     _resign_statement(records, "release", escape)
     fails = failed(records.root)
-    assert set(fails) == {"release/subjects"}
+    # the dataset holds no copy of a "record" outside the records tree either
+    assert set(fails) == {"release/subjects", "dataset/subjects"}
     assert fails["release/subjects"] == ("the release statement binds paths outside the records tree; "
                                          "expected relative paths without '..', got ../outside.json")
 
@@ -630,8 +666,8 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
     path.write_text(json.dumps(env))
     fails = failed(records.root)
-    # sbom/components and submission/verification: not checked without a profile
-    assert set(fails) == {"release/profile", "sbom/components", "submission/verification"}
+    # sbom/components, submission/verification and the dataset: not checked without a profile
+    assert set(fails) == {"release/profile", "sbom/components", "submission/verification", "dataset/subjects"}
     assert fails["release/profile"] == (
         "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
         "expected dev, got test; a signer is trusted only for the profile it is pinned for")
@@ -825,6 +861,7 @@ def test_release_made_after_the_layout_expired_fails(records):
                                                   .read_text())["payload"]))
     stmt["predicate"]["releasedOn"] = "2026-01-01T00:00:00Z"
     (records.root / "attestations" / "release.dsse.json").write_bytes(records.signer.sign(canonical_json(stmt)))
+    dataset_copy_of_statement(records.root)
     fails = failed(records.root)
     assert set(fails) == {"intoto/links"}
     assert "the layout had already expired when the release was made" in fails["intoto/links"]

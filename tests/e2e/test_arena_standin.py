@@ -37,6 +37,7 @@ from .test_pyromat_standin import pyromat_inputs
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ("format-code-task-000666", "format-code-task-001926")
 ROWS = {"format-code-task-000666": 50, "format-code-task-001926": 2610}
+DATASET_REPO = "akseljoonas/mimo-openenv-software"
 # The stand-in repair project's fix, a reference repair script like the seed's: it edits
 # files under /workspace/repo.
 REFERENCE = REFERENCE_SCRIPT.read_bytes()
@@ -158,6 +159,16 @@ base = "{base}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = true
+dataset = "akseljoonas/mimo-openenv-software"
+publish_dataset = true
+
+[dataset]
+license_name = "mixed-apache-2.0-and-mit"
+license_link = "https://github.com/akseljoonas/mimo-openenv-software/blob/64adddd91e4ec5a8b97ea946250badfb99cb57a0/NOTICE"
+language = ["en"]
+tags = ["openenv", "reinforcement-learning", "tool-use"]
+source_datasets = ["XiaomiMiMo/MiMo-V2.6-RL-oss", "ruv/metaharness-arena-tasks"]
+
 {sources}
 [external]
 dataset = "{rows_standin.DATASET}"
@@ -174,7 +185,7 @@ grader_paths = ["/opt/arena"]
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
+def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry, hub_standin,
                                                        base_image):  # noqa: F811
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -200,7 +211,9 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
     env.update(RELEASE_REGISTRY_USER=local_registry.user,
                RELEASE_REGISTRY_PASSWORD=local_registry.password,
-               HOME=str(tmp_path / "home"), PYTHONDONTWRITEBYTECODE="1")
+               HOME=str(tmp_path / "home"), PYTHONDONTWRITEBYTECODE="1",
+               HF_ENDPOINT=hub_standin.url, HF_TOKEN=hub_standin.token)
+    hub_standin.create_repo(DATASET_REPO)
     with rows_standin.serve(rows) as hub:
         (clone / "release.toml").write_text(_config(local_registry.address, hub.url, base.reference, images,
                                                     sources, records))
@@ -255,6 +268,15 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     # The derived image reuses every layer of the base; 000666's image adds its own on top.
     images_by_ref = {i["image"]: i for i in sub["images"]}
     assert images_by_ref[first.reference]["compressed_bytes"] == first.compressed_bytes
+    # Published to the Hub stand-in: the task files' commit is the revision provenance.json
+    # records, the signed records are the commit on top of it, and every byte read back.
+    commits = hub_standin.commits(DATASET_REPO)
+    assert prov["dataset"]["published"] is True and prov["dataset"]["revision"] == commits[-2].oid
+    dataset_dir = clone / "dist" / "dataset"
+    published = hub_standin.files_at(DATASET_REPO, commits[-1].oid)
+    assert {k: v for k, v in published.items() if k != ".gitattributes"} == {
+        str(p.relative_to(dataset_dir)): p.read_bytes() for p in dataset_dir.rglob("*") if p.is_file()}
+    assert hub_standin.unknown == []
     subprocess.run([sys.executable, "-m", "pipeline", "key", "--profile", "arena"], cwd=clone, env=env,
                    check=True, capture_output=True, timeout=120)
     audit = subprocess.run([sys.executable, "-m", "pipeline", "audit", "--key",

@@ -124,6 +124,38 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
     assert _left_behind(first_release.containers_before) == []
 
 
+def _dataset_bytes(clone: Path) -> dict[str, bytes]:
+    folder = clone / "dist" / "dataset"
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, first_release, tmp_path):
+    folder = clone / "dist" / "dataset"
+    files = _dataset_bytes(clone)
+    lines = files["tasks.jsonl"].decode().splitlines()
+    sub = json.loads((clone / "submission.json").read_text())
+    assert [json.loads(line)["task_id"] for line in lines] == [t["task_id"] for t in sub["tasks"]]
+    assert len(lines) == 34
+    assert not any(name.startswith("vendor/") for name in files)  # the local profile vendors nothing
+    card = files["README.md"].decode()
+    assert "No upstream file is vendored in the `local` profile" in card and "does not publish it" in card
+    assert sub["image"] in card
+    for name in ("provenance.json", "submission.json", "attestations/release.dsse.json", "attestations/checks.json"):
+        assert files[name] == (clone / name).read_bytes(), name
+    prov = json.loads((clone / "provenance.json").read_text())
+    assert prov["dataset"] == {"repository": "arena/openenv-data-workflows", "published": False,
+                               "revision": None, "url": None, "files_read_back": 0,
+                               "reason": "not published: the local profile does not publish the dataset"}
+    assert "NOT PUBLISHED: the local profile does not upload it" in first_release.stderr
+    # a consumer's own reader, offline
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-c", "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
+                           " print(t.num_rows, list(t['task_id'])[8])", str(folder)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["34", "format-code-task-000666"]
+
+
 def test_audit_passes_on_the_release_records(clone, first_release):
     # The clone's fresh key is not pinned in release.toml: the release says so, and how to pin it.
     assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
@@ -199,6 +231,7 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, f
 def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release):
     # (before the next test, which moves HEAD and so SOURCE_DATE_EPOCH and the digest)
     before = records_digest(clone)
+    dataset_before = _dataset_bytes(clone)
     containers = set(ContainerRuntime().ours())
     image = json.loads((clone / "submission.json").read_text())["image"]
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
@@ -218,6 +251,17 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     assert json.loads((clone / "submission.json").read_text())["image"] == image
     assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
+    # Two releases of one commit: the same dataset bytes, but for what records clock time (the signed
+    # statements, the links and layout, checks.json's timings) and, in provenance.json, whether the
+    # release was allowed a dirty checkout (this rerun is; the release before it may not have been).
+    again = _dataset_bytes(clone)
+    assert sorted(again) == sorted(dataset_before)
+    for name in ("README.md", "tasks.jsonl", "submission.json"):
+        assert again[name] == dataset_before[name], name
+    unclocked = [json.loads(files["provenance.json"]) for files in (again, dataset_before)]
+    for prov in unclocked:
+        prov["project"]["allow_dirty"] = True
+    assert unclocked[0] == unclocked[1]
 
 
 def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):

@@ -36,6 +36,7 @@ base = "local"
 tasks = "vendor:test-tasks"
 signing = "key"
 external_tasks_required = false
+dataset = "arena/vendored"
 
 [[sources]]
 name = "test-tasks"
