@@ -67,7 +67,17 @@ class HubTarget:
         return token
 
 
+def _quiet_client() -> None:
+    """No telemetry: huggingface_hub otherwise builds its user agent by fetching an
+    "agent harnesses" registry from the endpoint, a request the release has no use for."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
 def _api(target: HubTarget, token: str | bool):
+    _quiet_client()
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=target.endpoint, token=token)
@@ -125,6 +135,7 @@ def read_back(target: HubTarget, folder: Path, paths: Iterable[str], revision: s
 
     DigestMismatch names the first file whose bytes differ; HubError says what else went wrong.
     """
+    _quiet_client()
     from huggingface_hub import hf_hub_download
 
     paths = sorted(paths)

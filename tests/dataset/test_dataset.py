@@ -78,7 +78,7 @@ def test_tasks_jsonl_is_the_request_in_order_one_line_per_task(records):
     assert ext["format-code-task-000666"] == {
         "task_id": "format-code-task-000666", "image": record["image"], "dataset": record["dataset"],
         "revision": record["revision"], "split": record["split"], "row": record["row"],
-        "record_sha256": record["sha256"], "reference": None}
+        "record_sha256": record["sha256"], "reference": record["reference"]}
     assert ext["format-code-task-001926"]["row"] is None and ext["format-code-task-001926"]["record_sha256"] is None
 
 
