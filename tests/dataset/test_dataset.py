@@ -81,7 +81,7 @@ def test_tasks_jsonl_is_the_request_in_order_one_line_per_task(records):
         "record_sha256": record["sha256"], "reference": record["reference"]}
     second = prov["external"][1]
     assert (ext["format-code-task-001926"]["row"], ext["format-code-task-001926"]["record_sha256"]) == (
-        second["row"], second["sha256"])
+        second["row"], second["sha256"] or None)
 
 
 def test_json_tool_accepts_every_line_and_refuses_a_broken_one(records, tmp_path):
