@@ -65,7 +65,7 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # One session per pipeline command (pipeline/cli.py lists them all):
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
-    ("serve", False, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
+    ("serve", True, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
                          "changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
@@ -92,6 +92,8 @@ for _name, _host_tools, _tags, _doc in (
                                            "any difference."),
     ("audit", False, ("release", "ci"), "Verify the committed release records offline: signatures, subjects, "
                                         "SBOM, pins."),
+    ("key", False, ("release",), "Show the release key's keyid and its release.toml pin (creating the key if "
+                                 "missing); -- --public prints its public key for auditors."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
 

@@ -33,10 +33,12 @@ from pathlib import Path
 from securesystemslib.signer import SSlibKey
 
 from pipeline.records import signing
-from pipeline.config import ReleaseConfig
+from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+# The public half of this machine's default release key, as `python -m pipeline key` writes it.
+OWN_PUBLIC_KEY = signing.public_key_path(signing.DEFAULT_KEY).relative_to(REPO_ROOT)
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,8 @@ def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Ve
                 f"{what} is signed by keyid {claimed}, which is not pinned ({root.source})",
                 expected=", ".join(root.keyids), actual=f"published key {key.keyid}",
                 hint="records re-signed with another key are refused; if this key is genuinely "
-                     "the release key, pin it in release.toml")
+                     "the release key, pin it in release.toml; the records of your own release: "
+                     f"`nox -s audit -- --key {OWN_PUBLIC_KEY}`")
     if key.keyid not in _envelope_keyids(data):
         raise VerificationError(f"{what} is not signed by the trusted key", expected=key.keyid,
                                 actual=f"signed by keyid {claimed}",
@@ -201,7 +204,8 @@ def unpinned_warning(pinned: TrustRoot, keyid: str) -> str | None:
     if keyid in pinned.keyids:
         return None
     return (f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
-            f"`python -m pipeline audit` will refuse these records (signed by an unpinned key). "
+            f"`python -m pipeline audit` will refuse these records (signed by an unpinned key) unless it "
+            f"is given the key: `nox -s key`, then `nox -s audit -- --key {OWN_PUBLIC_KEY}`. "
             f"To trust this key, put this there (release.toml) and commit it: {pin_line(keyid)}")
 
 
