@@ -36,8 +36,14 @@ def _setup_host(session: nox.Session) -> None:
     session.run("python", "-m", "pipeline", "setup")
 
 
+# Ctrl-C reaches the pipeline too: give it this long to remove what it started (containers,
+# the local registry) before nox's default of 0.3 s and SIGTERM would cut that short.
+INTERRUPT_TIMEOUT_S = 120
+
+
 def _pipeline(session: nox.Session, command: str, *args: str) -> None:
-    session.run("python", "-m", "pipeline", command, *args, *session.posargs)
+    session.run("python", "-m", "pipeline", command, *args, *session.posargs,
+                interrupt_timeout=INTERRUPT_TIMEOUT_S)
 
 
 @nox.session(python=PYTHON)

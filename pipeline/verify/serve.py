@@ -111,6 +111,9 @@ def serve_container(runtime: ContainerRuntime, image: str, cfg: config_mod.Relea
     except KeyboardInterrupt:
         return 0
     finally:
+        # A second Ctrl-C (or nox's SIGTERM) must not cut the removal short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         runtime.remove(container)
 
 
