@@ -157,6 +157,9 @@ class Walk:
             path = self.root / name
             subprocess.run(["git", "clone", "-q", str(self.origin), str(path)], check=True)
             (path / ".nox").symlink_to(self.root / "nox")
+            # .gitignore's `.nox/` matches the directory a newcomer has, not this link to it.
+            with open(path / ".git" / "info" / "exclude", "a") as exclude:
+                exclude.write("/.nox\n")
             if self.seed is not None:
                 self.seed(path)
             self.checkouts[name] = path
