@@ -205,9 +205,7 @@ class Walk:
             argv, stdin = ["bash", "-e", "-o", "pipefail", "-c", text], None
         with open(log, "wb") as out:
             # A session of its own: a timeout stops the block's whole process group, not only bash.
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(self.env), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = _start(argv, cwd=cwd, env=self.env, out=out, stdin=stdin is not None)
             try:
                 proc.communicate(stdin, timeout=self.timeout)
             except subprocess.TimeoutExpired:
@@ -217,11 +215,8 @@ class Walk:
             raise self._failed(block, log, f"exited {proc.returncode}")
 
     def _serve(self, block: Block, text: str, cwd: Path, log: Path) -> _Server:
-        out = open(log, "wb")
-        proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=dict(self.env),
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        out.close()
+        with open(log, "wb") as out:
+            proc = _start(["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=self.env, out=out)
         deadline = time.monotonic() + self.serve_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -234,14 +229,10 @@ class Walk:
         raise self._failed(block, log, f"printed no URL that answers /health within {self.serve_timeout:.0f} s")
 
     def _stop(self, server: _Server) -> None:
-        """Ctrl-C, as a terminal sends it: SIGINT to the block's process group."""
-        try:
-            os.killpg(server.process.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
-        try:
-            server.process.wait(timeout=self.stop_timeout)
-        except subprocess.TimeoutExpired:
+        """Ctrl-C, as a terminal sends it: SIGINT to the block's process group, which must then
+        be gone (every process of it: the pipeline removes its container on the way out)."""
+        _signal_group(server.process, signal.SIGINT)
+        if not _wait_group(server.process, self.stop_timeout):
             _stop_group(server.process, grace=10)
             raise self._failed(server.block, server.log, f"did not stop within {self.stop_timeout:.0f} s of Ctrl-C")
         if _answers(server.url + "/health"):
@@ -262,21 +253,39 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _start(argv: list[str], *, cwd: Path, env: Mapping[str, str], out, stdin: bool = False) -> subprocess.Popen:
+    """A block's process in a session (and process group) of its own, so that Ctrl-C and a
+    timeout reach everything it started; with SIGINT handled as in a terminal even when the
+    walk itself runs with SIGINT ignored (started in the background by a shell)."""
+    return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> bool:
+    """Send `sig` to the block's process group; False when no process of it is left."""
+    try:
+        os.killpg(proc.pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _wait_group(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait until every process of the group has exited (the leader reaped); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not _signal_group(proc, 0):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def _stop_group(proc: subprocess.Popen, *, grace: float) -> None:
     """Ctrl-C to the process group (what the pipeline cleans up after), then SIGTERM, then
     SIGKILL to whatever is left of it."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        if not _signal_group(proc, sig) or _wait_group(proc, wait):
             break
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()

@@ -221,6 +221,16 @@ def test_a_failing_client_or_a_server_that_never_serves_fails_the_walk(tmp_path,
     assert error in str(failed.value)
 
 
+def test_a_server_that_ignores_ctrl_c_fails_the_walk_and_is_killed(tmp_path):
+    stubborn = _SYNTHETIC.replace("python3 - <<'EOF'", "trap '' INT\npython3 - <<'EOF'", 1)
+    walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=lambda _: None,
+                python=sys.executable, serve_timeout=60, stop_timeout=5)
+    with pytest.raises(WalkFailed, match=r"README.md:\d+ \(Serving\) .* did not stop within 5 s of Ctrl-C"):
+        walk.run(parse(stubborn))
+    url = re.search(r"http://127\.0\.0\.1:\d+", (walk.logs / "01-line6.log").read_text())[0]
+    assert not readme_walk._answers(url + "/health")
+
+
 @pytest.mark.parametrize("text, error", [
     ("<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
     ("<!-- readme-walk: skip () -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
