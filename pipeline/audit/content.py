@@ -294,8 +294,8 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
     if not has_image and not registry:
         r.not_checked("sbom/components", rec,
                       f"the image's layers are not here (no dist/oci holding {s.image.digest}, and no "
-                      "--registry to pull them); run `nox -s reproduce` first (it rebuilds the recorded "
-                      "image into dist/oci)")
+                      "--registry to pull them); to rebuild the recorded image into dist/oci, run "
+                      "`nox -s reproduce` first")
         return
 
     def regenerate(layout: Path) -> None:

@@ -82,3 +82,15 @@ def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes
     proc = pipeline(copy, "audit", "--records", str(copy), "--vsa", str(tmp_path / "vsa.json"))
     assert proc.returncode != 0
     assert f"signed by keyid {forger.keyid}" in proc.stdout and "pinned" in proc.stdout
+
+
+def test_audit_without_the_image_says_to_reproduce_first(tmp_path):
+    """A fresh clone's first `nox -s audit`, before `nox -s reproduce`: the one check that needs
+    the image's layers fails, and the last line says the command that makes it pass."""
+    copy = tmp_path / "records"
+    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".nox", ".release", "dist", "__pycache__"))
+    proc = pipeline(copy, "audit", "--records", str(copy), "--vsa", str(tmp_path / "vsa.json"))
+    assert proc.returncode == 1 and proc.stdout.startswith("AUDIT FAILED: ")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("audit: FAILED (1 check(s)); first sbom/components: not checked: ")
+    assert last.endswith("run `nox -s reproduce` first")
