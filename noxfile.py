@@ -71,7 +71,7 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # One session per pipeline command (pipeline/cli.py lists them all):
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
-    ("serve", True, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
+    ("serve", False, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
                          "changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
