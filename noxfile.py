@@ -71,8 +71,8 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # One session per pipeline command (pipeline/cli.py lists them all):
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
-    ("serve", False, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
-                         "changing it)."),
+    ("serve", False, (), "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
+                         "(-- --port N; -- --host-mode: on this host, changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
     ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
