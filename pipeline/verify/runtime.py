@@ -1,8 +1,8 @@
 """The one adapter for the container CLI (docker or podman).
 
 Pull by digest (or load an OCI archive, checked by digest), run detached with the server
-port published on loopback (a free port unless one is asked for), wait for `/health`, read logs, stop and remove. Every container started here
-carries the label `LABEL=owner` (`ours()`: what any pipeline process started) and the
+port published on loopback (a free port unless one is asked for), wait for `/health`,
+read logs, stop and remove. Every container started here carries the label `LABEL=owner` (`ours()`: what any pipeline process started) and the
 label `SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the
 containers this adapter started: nothing of another process, nor of a concurrent
 release. This machine's quirks (runc,

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline import config as config_mod
@@ -39,7 +40,8 @@ HOST_DIR = config_mod.REPO_ROOT / ".release" / "serve-host"
 PORT_VARIABLE = "RELEASE_SERVE_PORT"
 
 
-def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None, environ=os.environ) -> int:
+def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None,
+               environ: Mapping[str, str] = os.environ) -> int:
     """The loopback port to serve on: `--port`, else $RELEASE_SERVE_PORT, else release.toml's."""
     if requested is not None:
         return requested
