@@ -2,11 +2,12 @@
 
 Pull by digest (or load an OCI archive, checked by digest), run detached with the server
 port published on loopback (a free port unless one is asked for), wait for `/health`,
-read logs, stop and remove. Every container started here carries the label `LABEL=owner` (`ours()`: what any pipeline process started) and the
-label `SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the
-containers this adapter started: nothing of another process, nor of a concurrent
-release. This machine's quirks (runc,
-explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
+read logs, stop and remove. Every container started here carries the label
+`LABEL=owner` (`ours()`: what any pipeline process started) and the label
+`SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the containers
+this adapter started: nothing of another process, nor of a concurrent release. This
+machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
+release.toml.
 """
 
 from __future__ import annotations
