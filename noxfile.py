@@ -36,8 +36,14 @@ def _setup_host(session: nox.Session) -> None:
     session.run("python", "-m", "pipeline", "setup")
 
 
+# Ctrl-C reaches the pipeline too: give it this long to remove what it started (containers,
+# the local registry) before nox's default of 0.3 s and SIGTERM would cut that short.
+INTERRUPT_TIMEOUT_S = 120
+
+
 def _pipeline(session: nox.Session, command: str, *args: str) -> None:
-    session.run("python", "-m", "pipeline", command, *args, *session.posargs)
+    session.run("python", "-m", "pipeline", command, *args, *session.posargs,
+                interrupt_timeout=INTERRUPT_TIMEOUT_S)
 
 
 @nox.session(python=PYTHON)
@@ -65,8 +71,8 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # One session per pipeline command (pipeline/cli.py lists them all):
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
-    ("serve", False, (), "Serve the built image in a container (nox -s serve -- --host-mode: on this host, "
-                         "changing it)."),
+    ("serve", False, (), "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
+                         "(-- --port N; -- --host-mode: on this host, changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
     ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
@@ -92,6 +98,8 @@ for _name, _host_tools, _tags, _doc in (
                                            "any difference."),
     ("audit", False, ("release", "ci"), "Verify the committed release records offline: signatures, subjects, "
                                         "SBOM, pins."),
+    ("key", False, ("release",), "Show the release key's keyid and its release.toml pin (creating the key if "
+                                 "missing); -- --public prints its public key for auditors."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
 

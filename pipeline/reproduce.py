@@ -40,6 +40,7 @@ from pipeline.errors import ConfigError, ReleaseError, SourceError, Verification
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
 from pipeline.image.oci.layer import write_layer, zlib_version
+from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import Reference, RegistryClient
 from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
@@ -49,6 +50,8 @@ from pipeline.progress import say
 IMAGE_BUILDER = (*(f"pipeline/{m}" for m in _base.BUILDER_MODULES), "pipeline/image/build.py",
                  "pipeline/image/payload.py", "pipeline/image/imageconfig.py")
 DIFFOSCOPE_LINES = 200
+# The ref name of a reproduced image in the layout it is kept in (dist/oci holds the build's too).
+KEPT_REF = "reproduce"
 
 
 @dataclass(frozen=True)
@@ -301,8 +304,9 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
               vendor_dir: Path | None = None, keep: Path | None = None) -> Reproduction:
     """Rebuild what `records/provenance.json` describes from its commit in `repo`.
 
-    With `keep`, a rebuilt image whose digest equals the recorded one is left there as an
-    OCI layout (what `audit` reads to check the SBOM against the image's layers)."""
+    With `keep`, a rebuilt image whose digest equals the recorded one is added to the OCI
+    layout there (what `audit` reads to check the SBOM against the image's layers); the
+    images already in it (a build's) stay."""
     prov = provenance.load(records / "provenance.json")
     if prov.image is None:
         raise VerificationError("provenance.json records no image to reproduce",
@@ -365,12 +369,10 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                     pairs.append((prov.image.config_digest, blobs / record.config_digest[7:]))
                 report = _diffoscope(prov, rp.target, registry, pairs, tmp)
             elif keep is not None:
-                keep = Path(keep)
-                if keep.exists():
-                    shutil.rmtree(keep)
-                keep.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(record.layout, keep)
-                notes.append(f"the rebuilt image is kept as an OCI layout in {keep}")
+                Layout.init(keep).copy_image(Layout.open(Path(record.layout)), record.manifest_digest,
+                                             ref_name=KEPT_REF)
+                notes.append(f"the rebuilt image is kept in the OCI layout {keep} (ref {KEPT_REF}), "
+                             "where `nox -s audit` reads its layers")
     return Reproduction(commit, stale, tuple(layers), prov.image.digest, record.manifest_digest,
                         outcome, tuple(config_diffs), tuple(notes), tuple(report))
 

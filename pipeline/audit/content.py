@@ -293,8 +293,9 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
     has_image = (layout / "blobs" / "sha256" / s.image.digest.split(":", 1)[1]).is_file()
     if not has_image and not registry:
         r.not_checked("sbom/components", rec,
-                      f"the image's layers are not here (no dist/oci holding {s.image.digest}); "
-                      "audit after `nox -s build`, or with --registry to pull them")
+                      f"the image's layers are not here (no dist/oci holding {s.image.digest}, and no "
+                      "--registry to pull them); to rebuild the recorded image into dist/oci, run "
+                      "`nox -s reproduce` first")
         return
 
     def regenerate(layout: Path) -> None:

@@ -95,10 +95,14 @@ def attest(args: argparse.Namespace) -> int:
 
 
 def key_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = "show (creating it if missing) the release signing key and its pin"
+    p.description = ("show (creating it if missing) the release signing key and its pin; with --public, "
+                     "print its public key (also written beside it, as .pub.pem)")
     p.add_argument("--key", type=Path,
                    help=f"private key (default: ${signing.KEY_ENV} or {signing.DEFAULT_KEY})")
     p.add_argument("--profile", default="local", help="the release.toml profile to pin it for")
+    p.add_argument("--public", action="store_true",
+                   help="print only the public key (PEM), what an auditor's `audit --key` takes; never "
+                        "creates a key")
 
 
 def _pinned_here(keyid: str, profile: str) -> str:
@@ -115,9 +119,17 @@ def key(args: argparse.Namespace) -> int:
     explicit = args.key or (Path(os.environ[signing.KEY_ENV]) if os.environ.get(signing.KEY_ENV) else None)
     key_path = Path(explicit or signing.DEFAULT_KEY)
     existed = key_path.exists()
+    if args.public and not existed and explicit is None:
+        # A key made now signed nothing: its public half would verify no release.
+        raise ConfigError(f"no release key at {key_path}: it is made by the first release",
+                          hint="run `nox -s release` first")
     signer = signing.load_or_create_key(args.key)
     pub = signing.public_key_path(key_path)
-    write_atomic(pub, signing.public_key_pem(signer.public_key))
+    pem = signing.public_key_pem(signer.public_key)
+    write_atomic(pub, pem)
+    if args.public:
+        print(pem.decode(), end="")
+        return 0
     print(f"release key: {key_path} ({'existing' if existed else 'created now'})")
     print(f"public key:  {pub}")
     print(f"keyid:       {signer.public_key.keyid}")

@@ -64,16 +64,17 @@ def reproduce_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vendor-dir", type=Path, default=None,
                    help="verified vendored sources (default: <repo>/vendor)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                   help="keep the reproduced image as an OCI layout in DIR (e.g. dist/oci, where "
-                        "`audit` checks the SBOM against its layers)")
+                   help="the OCI layout the reproduced image is added to (default: dist/oci beside the "
+                        "records, where `audit` checks the SBOM against its layers)")
 
 
 def reproduce(args: argparse.Namespace) -> int:
     repo = args.repo.resolve()
+    records = (args.records or repo).resolve()
     result = reproduce_mod.reproduce(
-        repo, (args.records or repo).resolve(), layers_only=args.layers_only,
+        repo, records, layers_only=args.layers_only,
         registry=args.base_registry, mirror=args.mirror, vendor_dir=args.vendor_dir,
-        keep=args.keep.resolve() if args.keep else None)
+        keep=(args.keep or records / "dist" / "oci").resolve())
     print(reproduce_mod.render(result))
     if not result.ok:
         bad = [l.name for l in result.layers if not l.same]
@@ -125,6 +126,9 @@ def audit(args: argparse.Namespace) -> int:
         print(audit_mod.render_table(rows, image=image, verbose=args.verbose))
         print(f"verification summary: {written}")
     if verdict != "PASSED":
-        print(f"audit: FAILED ({sum(not c.ok for c in rows)} check(s))", file=sys.stderr)
+        # The first failure is the cause of those after it (which say "not checked: ...").
+        first = next(c for c in rows if not c.ok)
+        print(f"audit: FAILED ({sum(not c.ok for c in rows)} check(s)); first {first.id}: {first.detail}",
+              file=sys.stderr)
         return 1
     return 0

@@ -44,20 +44,25 @@ def setup(args: argparse.Namespace) -> int:
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:
     p.description = serve_mod.__doc__.splitlines()[0]
-    p.add_argument("--image", help="name@sha256:... to serve (default: the image of dist/build.json)")
+    p.add_argument("--image", help="name@sha256:... to pull from its registry and serve "
+                                   "(default: the image of dist/build.json, from its OCI layout)")
     p.add_argument("--record", type=Path, default=config_mod.REPO_ROOT / "dist" / "build.json")
     p.add_argument("--host-mode", action="store_true",
                    help="serve on this host from a root-only copy of env/ (changes the host; it says how)")
     p.add_argument("--tasks", help="host mode: a vendored task file to serve instead of env.families")
-    p.add_argument("--port", type=int, default=None, help="host mode's port (default: release.toml's)")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"the port on 127.0.0.1 (default: ${serve_mod.PORT_VARIABLE}, else release.toml's)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
 
 
 def serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
+    port = serve_mod.serve_port(cfg, args.port)
     if args.host_mode:
-        return serve_mod.serve_host(args.port or cfg.port, args.tasks)
-    return serve_mod.serve_container(args.image or serve_mod.built_image(args.record), cfg)
+        return serve_mod.serve_host(port, args.tasks)
+    if args.image:
+        return serve_mod.serve_pulled(args.image, cfg, host_port=port)
+    return serve_mod.serve_built(args.record, cfg, host_port=port)
 
 
 def _shard_argument(p: argparse.ArgumentParser) -> None:

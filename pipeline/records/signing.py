@@ -57,6 +57,8 @@ def load_or_create_key(path: Path | None = None) -> CryptoSigner:
         signer = CryptoSigner.generate_ed25519()
         key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(key_path, signer.private_bytes, mode=0o600)
+        # Its public half beside it, for the engineer to hand to auditors (`audit --key`).
+        write_atomic(public_key_path(key_path), public_key_pem(signer.public_key))
         return signer
     try:
         private = load_pem_private_key(key_path.read_bytes(), password=None)

@@ -33,7 +33,7 @@ from pathlib import Path
 from securesystemslib.signer import SSlibKey
 
 from pipeline.records import signing
-from pipeline.config import ReleaseConfig
+from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
@@ -85,6 +85,13 @@ def pins(cfg: ReleaseConfig, profile: str) -> TrustRoot:
     return TrustRoot(source=where, keyids=tuple(keyids), identity=identity, issuer=issuer)
 
 
+def own_public_key() -> Path:
+    """The public half of this machine's default release key (written beside it when it is
+    made, and by `python -m pipeline key`), relative to the checkout where it is inside."""
+    path = signing.public_key_path(signing.DEFAULT_KEY)
+    return path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+
+
 def from_auditor(*, key_file: Path | None, identity: str | None, issuer: str | None) -> TrustRoot | None:
     """The auditor's own trust root (command line), or None to use release.toml's."""
     if key_file is None and identity is None and issuer is None:
@@ -96,8 +103,9 @@ def from_auditor(*, key_file: Path | None, identity: str | None, issuer: str | N
         try:
             key = signing.key_from_pem(Path(key_file).read_bytes())
         except FileNotFoundError:
-            raise ConfigError(f"--key {key_file} does not exist", hint="pass the release's public key (PEM)") \
-                from None
+            raise ConfigError(f"--key {key_file} does not exist",
+                              hint="pass the release's public key (PEM); for this machine's release key, "
+                                   f"which it writes to {own_public_key()}, run `nox -s key` first") from None
     where = " ".join(p for p in (f"--key {key_file}" if key_file else "",
                                  f"--identity {identity} --issuer {issuer}" if identity else "") if p)
     return TrustRoot(source=f"auditor {where}", key=key, identity=identity, issuer=issuer)
@@ -143,7 +151,8 @@ def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Ve
                 f"{what} is signed by keyid {claimed}, which is not pinned ({root.source})",
                 expected=", ".join(root.keyids), actual=f"published key {key.keyid}",
                 hint="records re-signed with another key are refused; if this key is genuinely "
-                     "the release key, pin it in release.toml")
+                     "the release key, pin it in release.toml; the records of your own release: "
+                     f"`nox -s audit -- --key {own_public_key()}`")
     if key.keyid not in _envelope_keyids(data):
         raise VerificationError(f"{what} is not signed by the trusted key", expected=key.keyid,
                                 actual=f"signed by keyid {claimed}",
@@ -201,7 +210,8 @@ def unpinned_warning(pinned: TrustRoot, keyid: str) -> str | None:
     if keyid in pinned.keyids:
         return None
     return (f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
-            f"`python -m pipeline audit` will refuse these records (signed by an unpinned key). "
+            f"`python -m pipeline audit` will refuse these records (signed by an unpinned key) unless it "
+            f"is given the key: `nox -s audit -- --key {own_public_key()}`. "
             f"To trust this key, put this there (release.toml) and commit it: {pin_line(keyid)}")
 
 

@@ -1,12 +1,13 @@
 """The one adapter for the container CLI (docker or podman).
 
-Pull by digest, run detached with the server port published on a free loopback
-port, wait for `/health`, read logs, stop and remove. Every container started here
-carries the label `LABEL=owner` (`ours()`: what any pipeline process started) and the
-label `SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the
-containers this adapter started: nothing of another process, nor of a concurrent
-release. This machine's quirks (runc,
-explicit ulimits, cgroup manager) come from `[runtime]` in release.toml.
+Pull by digest (or load an OCI archive, checked by digest), run detached with the server
+port published on loopback (a free port unless one is asked for), wait for `/health`,
+read logs, stop and remove. Every container started here carries the label
+`LABEL=owner` (`ours()`: what any pipeline process started) and the label
+`SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the containers
+this adapter started: nothing of another process, nor of a concurrent release. This
+machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
+release.toml.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 import uuid
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline import _proc
 from pipeline.config import EngineArgs, RuntimeConfig, load
@@ -96,11 +98,28 @@ class ContainerRuntime:
         self._cli(*argv, reference, timeout=1800)
         return reference
 
+    def load(self, archive: Path, name: str, *, digests: Collection[str]) -> str:
+        """Load an OCI archive holding one image named `name` into the engine's store; return
+        `name` once the engine's id of it is one of `digests` (its manifest or config digest:
+        podman and docker's classic store use the config's, docker's containerd store the
+        manifest's)."""
+        say(f"loading {name} from {archive.name}")
+        self._cli("load", "--input", str(archive), timeout=1800)
+        out = self._cli("image", "inspect", "--format", "{{.Id}}", name, check=False)
+        loaded = out.stdout.decode().strip()
+        loaded = loaded if loaded.startswith("sha256:") else f"sha256:{loaded}"
+        if out.returncode != 0 or loaded not in digests:
+            raise ContainerError(f"{self.engine} did not load {name} from {archive}",
+                                 expected=" or ".join(sorted(digests)),
+                                 actual=loaded if out.returncode == 0 else out.stderr.decode(errors="replace").strip())
+        return name
+
     def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
             name: str | None = None, extra_args: Sequence[str] = (),
             command: Sequence[str] = (),
-            limits: ContainerLimits | ExternalLimits | None = None) -> Container:
-        """Start `image` detached, publishing `port` on a free 127.0.0.1 port.
+            limits: ContainerLimits | ExternalLimits | None = None,
+            host_port: int | None = None) -> Container:
+        """Start `image` detached, publishing `port` on 127.0.0.1:`host_port` (default: a free port).
 
         `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
         `limits` (the release's budget) become cgroup limits, a size-limited /workspace
@@ -108,7 +127,7 @@ class ContainerRuntime:
         """
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
                 "--label", f"{SESSION_LABEL}={self.session}",
-                "--publish", f"127.0.0.1::{port}", *self.args.run_args,
+                "--publish", f"127.0.0.1:{host_port or ''}:{port}", *self.args.run_args,
                 *(limits.run_args() if limits else ()), *extra_args]
         if name:
             argv += ["--name", name]

@@ -1,50 +1,110 @@
 """`python -m pipeline serve`: the environment as users run it, the built image in a container.
 
-By default the image of `dist/build.json` (or `--image name@sha256:...`) is pulled and
-started under the procedural budget's limits (pipeline/verify/limits.py) with its port on
-loopback; Ctrl-C stops and removes it. `--host-mode` serves on this host instead, for
-development: from a root-only copy of env/ (so UID 2000 cannot read the code or the
-task module) with its own workspace under `.release/serve-host/`; the server lists
-what it changes on the host before it starts.
+By default the image of the last build (`dist/build.json`) is served from the OCI layout
+the build wrote (`dist/oci`, the bytes the release verified): every blob is checked
+against its digest, the image is loaded into the container engine as an OCI archive, and
+the engine's id of it is checked again. No registry is involved, so it works right after
+`nox -s release`, which stops the registry it started. `--image name@sha256:...` pulls
+that image from its registry instead. The container runs under the procedural budget's
+limits (pipeline/verify/limits.py) with its port on 127.0.0.1:`--port` (release.toml's
+`port`, or `RELEASE_SERVE_PORT`); the URL is printed, Ctrl-C stops and removes it.
+`--host-mode` serves on this host instead, for development: from a root-only copy of
+env/ (so UID 2000 cannot read the code or the task module) with its own workspace under
+`.release/serve-host/`; the server lists what it changes on the host before it starts.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ReleaseError
+from pipeline.image.build import BuildRecord, load_record
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
+from pipeline.image.oci import digest as oci_digest
+from pipeline.image.oci.layout import Layout
 from pipeline.verify.limits import ContainerLimits
+from pipeline.verify.runtime import ContainerRuntime
 from pipeline.progress import say
 
 HOST_DIR = config_mod.REPO_ROOT / ".release" / "serve-host"
+PORT_VARIABLE = "RELEASE_SERVE_PORT"
 
 
-def built_image(record: Path) -> str:
-    """`repository@digest` of the last build (dist/build.json)."""
-    from pipeline.image.build import load_record
+def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None,
+               environ: Mapping[str, str] = os.environ) -> int:
+    """The loopback port to serve on: `--port`, else $RELEASE_SERVE_PORT, else release.toml's."""
+    if requested is not None:
+        return requested
+    raw = environ.get(PORT_VARIABLE)
+    if raw is None:
+        return cfg.port
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError(f"{PORT_VARIABLE} is not a port number", expected="1..65535", actual=raw,
+                          hint=f"unset it to serve on {cfg.port}")
+    return int(raw)
 
+
+def check_port_free(host_port: int) -> None:
+    """Refuse, with the command that serves elsewhere, a loopback port something else holds."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", host_port))
+        except OSError as exc:
+            raise ConfigError(f"cannot serve on 127.0.0.1:{host_port}: {exc.strerror}",
+                              hint=f"serve on another port: `nox -s serve -- --port {host_port + 1}` "
+                                   "(and give the client that URL)") from None
+
+
+def built_record(record: Path) -> BuildRecord:
+    """The record of the last build (dist/build.json)."""
     if not record.exists():
-        raise ConfigError(f"no build record at {record}", expected="dist/build.json from `nox -s build`",
-                          hint="build the image first (nox -s build) or pass --image name@sha256:...")
-    built = load_record(record)
-    return f"{built.repository}@{built.manifest_digest}"
+        raise ConfigError(f"nothing to serve: no build record at {record}", hint="run `nox -s release` first")
+    return load_record(record)
 
 
-def serve_container(image: str, cfg: config_mod.ReleaseConfig) -> int:
-    from pipeline.verify.runtime import ContainerRuntime
+def local_name(record: BuildRecord) -> str:
+    """The engine-local name the built image is loaded as: its repository (without a registry
+    host) and its manifest digest as the tag, so a name never stands for two images."""
+    first, _, rest = record.repository.partition("/")
+    path = rest if rest and ("." in first or ":" in first or first == "localhost") else record.repository
+    return f"localhost/{path}:sha256-{oci_digest.hex_of(record.manifest_digest)}"
 
-    runtime = ContainerRuntime(cfg.runtime)
-    runtime.pull(image)
-    container = runtime.start(image, port=cfg.port,
+
+def load_built(runtime: ContainerRuntime, record: BuildRecord) -> str:
+    """Load the built image from its OCI layout into the engine, checked by digest; its name."""
+    name = local_name(record)
+    scratch = config_mod.REPO_ROOT / ".release"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="serve-", dir=scratch) as tmp:
+        archive = Path(tmp) / "image.tar"
+        try:
+            Layout.open(Path(record.layout)).write_archive(record.manifest_digest, archive, name=name)
+        except ReleaseError as exc:
+            raise ConfigError(f"the built image {record.manifest_digest} is not intact in {record.layout}: "
+                              f"{exc.what}", expected=exc.expected, actual=exc.actual,
+                              hint="run `nox -s release` again") from None
+        return runtime.load(archive, name, digests=(record.manifest_digest, record.config_digest))
+
+
+def serve_container(runtime: ContainerRuntime, image: str, cfg: config_mod.ReleaseConfig, *,
+                    host_port: int, what: str) -> int:
+    """Run `image` (already in the engine) on 127.0.0.1:`host_port` until Ctrl-C or it exits."""
+    check_port_free(host_port)
+    # A service manager (or a test) stops with SIGTERM: remove the container then too.
+    signal.signal(signal.SIGTERM, _interrupt)
+    container = runtime.start(image, port=cfg.port, host_port=host_port,
                               limits=ContainerLimits.from_budgets(cfg.budgets["procedural"]))
-    say(f"serving {image} at {container.url} (container {container.id[:12]}); Ctrl-C stops it")
+    say(f"serving {what} at {container.url} (container {container.id[:12]}); Ctrl-C stops it")
     try:
         while runtime.exists(container.id):
             time.sleep(1)
@@ -53,7 +113,28 @@ def serve_container(image: str, cfg: config_mod.ReleaseConfig) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        # A second Ctrl-C (or nox's SIGTERM) must not cut the removal short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         runtime.remove(container)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def serve_built(record_path: Path, cfg: config_mod.ReleaseConfig, *, host_port: int) -> int:
+    record = built_record(record_path)
+    runtime = ContainerRuntime(cfg.runtime)
+    image = load_built(runtime, record)
+    return serve_container(runtime, image, cfg, host_port=host_port,
+                           what=f"{record.repository}@{record.manifest_digest} (from {record.layout})")
+
+
+def serve_pulled(image: str, cfg: config_mod.ReleaseConfig, *, host_port: int) -> int:
+    runtime = ContainerRuntime(cfg.runtime)
+    runtime.pull(image)
+    return serve_container(runtime, image, cfg, host_port=host_port, what=image)
 
 
 def root_only_copy(source: Path, target: Path) -> Path:

@@ -352,6 +352,7 @@ def test_sbom_not_checkable_without_the_image_fails_unless_skipped(records):
     fails = failed(records.root)
     assert set(fails) == {"sbom/components"}
     assert fails["sbom/components"].startswith("not checked: the image's layers are not here")
+    assert fails["sbom/components"].endswith("run `nox -s reproduce` first")
     rows = {c.id: c for c in audit.audit(records.root, skip=frozenset({"sbom/components"}))}
     assert all(c.ok for c in rows.values())
     assert rows["sbom/components"].status == audit.SKIPPED

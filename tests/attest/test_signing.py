@@ -22,6 +22,8 @@ def test_default_key_is_generated_once_with_mode_0600(tmp_path, monkeypatch):
     second = signing.load_or_create_key()
     assert first.public_key.keyid == second.public_key.keyid
     assert first.public_key.keytype == "ed25519"
+    published = signing.key_from_pem((tmp_path / ".release" / "keys" / "release.pub.pem").read_bytes())
+    assert published.keyid == first.public_key.keyid
 
 
 def test_key_from_environment(tmp_path, monkeypatch):
@@ -92,6 +94,21 @@ def test_key_command_prints_the_pin_and_writes_the_public_key(tmp_path, monkeypa
     assert "existing" in capsys.readouterr().out
 
 
+def test_key_public_prints_only_the_pem_an_auditor_passes_to_audit_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(signing.KEY_ENV, raising=False)
+    monkeypatch.setattr(signing, "DEFAULT_KEY", tmp_path / "keys" / "release.key.pem")
+    # Before the first release there is no key, and --public makes none: it would verify nothing.
+    assert cli.main(["key", "--public"]) == ConfigError.exit_code
+    assert capsys.readouterr().err.rstrip().endswith("run `nox -s release` first")
+    assert not (tmp_path / "keys").exists()
+    key = signing.load_or_create_key()
+    assert cli.main(["key", "--public"]) == 0
+    pem = capsys.readouterr().out
+    assert pem.startswith("-----BEGIN PUBLIC KEY-----\n") and pem.endswith("-----END PUBLIC KEY-----\n")
+    assert signing.key_from_pem(pem.encode()).keyid == key.public_key.keyid
+    assert (tmp_path / "keys" / "release.pub.pem").read_text() == pem
+
+
 def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
     from pipeline import config as config_mod, plan
     from pipeline.records import trust
@@ -106,6 +123,7 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
     warning = trust.unpinned_warning(pins, other)
     assert warning.startswith(f"WARNING: the release key {other} is not pinned in [trust.test] of release.toml")
     assert f'keyids = ["{other}"]' in warning
+    assert "`nox -s audit -- --key .release/keys/release.pub.pem`" in warning
 
 
 def test_unpinned_sigstore_identity_warning(tmp_path):

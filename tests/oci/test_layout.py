@@ -58,3 +58,39 @@ def test_not_a_layout_and_unknown_ref(tmp_path):
     layout, _ = _image(tmp_path / "oci")
     with pytest.raises(LayoutError, match="no image named 'v2'"):
         layout.image("v2")
+
+
+def test_copy_image_adds_one_image_by_digest_and_keeps_the_others(tmp_path):
+    source, img = _image(tmp_path / "src", b"rebuilt\n")
+    target, kept = _image(tmp_path / "dist", b"built\n")
+    target.copy_image(source, img.manifest_digest, ref_name="reproduce")
+    assert {d.annotations[REF_NAME]: d.digest for d in target.index().manifests} == {
+        "v1": kept.manifest_digest, "reproduce": img.manifest_digest}
+    assert target.verify_image(digest=img.manifest_digest).manifest_bytes == img.manifest_bytes
+    assert target.verify_image("v1").manifest_bytes == kept.manifest_bytes
+
+
+def test_copy_image_refuses_a_tampered_blob(tmp_path):
+    source, img = _image(tmp_path / "src")
+    path = source.blob_path(img.manifest.layers[0].digest)
+    path.write_bytes(path.read_bytes() + b"\0")
+    target = Layout.init(tmp_path / "dist")
+    with pytest.raises(DigestMismatch, match=img.manifest.layers[0].digest):
+        target.copy_image(source, img.manifest_digest, ref_name="reproduce")
+    assert target.index().manifests == ()
+
+
+def test_archive_holds_one_named_image(tmp_path):
+    import tarfile
+
+    layout, img = _image(tmp_path / "oci")
+    another, other = _image(tmp_path / "another", b"another\n")
+    layout.copy_image(another, other.manifest_digest, ref_name="other")  # stays out of the archive
+    layout.write_archive(img.manifest_digest, tmp_path / "a.tar", name="localhost/x:y")
+    with tarfile.open(tmp_path / "a.tar") as tar:
+        names = sorted(tar.getnames())
+        index = json.loads(tar.extractfile("index.json").read())
+    blobs = {img.manifest_digest, img.manifest.config.digest, img.manifest.layers[0].digest}
+    assert names == sorted(["oci-layout", "index.json", *(f"blobs/sha256/{d[7:]}" for d in blobs)])
+    assert [m["digest"] for m in index["manifests"]] == [img.manifest_digest]
+    assert index["manifests"][0]["annotations"][REF_NAME] == "localhost/x:y"

@@ -9,9 +9,11 @@ annotation of `index.json`.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import OCI_INDEX, Descriptor, Index, Manifest, parse, parse_manifest
 
 REF_NAME = "org.opencontainers.image.ref.name"
+# The name docker (containerd) gives an image it loads from an OCI archive; podman reads REF_NAME.
+CONTAINERD_NAME = "io.containerd.image.name"
 LAYOUT_VERSION = "1.0.0"
 
 
@@ -179,17 +183,54 @@ class Layout:
         names = ", ".join(sorted(d.annotations.get(REF_NAME, "?") for d in entries)) or "none"
         raise LayoutError(f"no image named {ref_name!r} in {self.root}", actual=names)
 
-    def image(self, ref_name: str | None = None) -> LayoutImage:
-        """Load one image: exact manifest bytes and config bytes, both verified."""
-        desc = self.resolve(ref_name)
+    def by_digest(self, digest: str) -> Descriptor:
+        """The index entry of the image whose manifest has `digest`, whichever ref names it."""
+        for d in self.index().manifests:
+            if d.digest == digest:
+                return d
+        held = ", ".join(sorted({d.digest for d in self.index().manifests})) or "none"
+        raise LayoutError(f"no image {digest} in {self.root}", expected=digest, actual=held)
+
+    def image(self, ref_name: str | None = None, *, digest: str | None = None) -> LayoutImage:
+        """Load one image (named `ref_name`, or with manifest `digest`): exact manifest bytes
+        and config bytes, both verified."""
+        desc = self.by_digest(digest) if digest is not None else self.resolve(ref_name)
         raw = self.read_blob(desc.digest, size=desc.size)
         manifest = parse_manifest(raw, desc.media_type)
         config = self.read_blob(manifest.config.digest, size=manifest.config.size)
         return LayoutImage(desc, raw, manifest, config)
 
-    def verify_image(self, ref_name: str | None = None) -> LayoutImage:
+    def verify_image(self, ref_name: str | None = None, *, digest: str | None = None) -> LayoutImage:
         """`image()` plus a full check of every layer blob."""
-        img = self.image(ref_name)
+        img = self.image(ref_name, digest=digest)
         for layer in img.manifest.layers:
             self.verify_blob(layer.digest, layer.size)
+        return img
+
+    # ------------------------------------------------------------ one image out of a layout
+
+    def copy_image(self, source: Layout, digest: str, *, ref_name: str) -> Descriptor:
+        """Copy image `digest` of `source` into this layout under `ref_name`: every blob is
+        checked against its digest on the way in; images already here are kept."""
+        img = source.image(digest=digest)
+        for blob in (img.manifest.config, *img.manifest.layers):
+            self.put_file(source.blob_path(blob.digest), blob.digest, link=True)
+        return self.add_manifest(img.manifest_bytes, img.descriptor.media_type, ref_name=ref_name)
+
+    def write_archive(self, digest: str, path: Path, *, name: str) -> LayoutImage:
+        """An OCI archive (a tar of a layout) holding only image `digest`, named `name` for the
+        engine that loads it; every blob is verified first."""
+        img = self.verify_image(digest=digest)
+        desc = Descriptor(img.descriptor.media_type, digest, img.descriptor.size,
+                          annotations={REF_NAME: name, CONTAINERD_NAME: name})
+        index = canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [desc.to_json()]})
+        with tarfile.open(path, "w") as tar:
+            for member, data in (("oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION})),
+                                 ("index.json", index)):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            blobs = (digest, img.manifest.config.digest, *(l.digest for l in img.manifest.layers))
+            for blob in dict.fromkeys(blobs):
+                tar.add(self.blob_path(blob), arcname=f"blobs/sha256/{_digest.hex_of(blob)}")
         return img
