@@ -136,7 +136,7 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     toml = rec.root / "release.toml"
     toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
                     "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
-                    "signing = \"sigstore\"\nexternal_tasks_required = true\ndataset = \"a/b\"\n\n[profiles.test]"))
+                    "signing = \"sigstore\"\nexternal_tasks_required = false\ndataset = \"a/b\"\n\n[profiles.test]"))
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
