@@ -98,8 +98,10 @@ for _name, _host_tools, _tags, _doc in (
                                            "any difference."),
     ("audit", False, ("release", "ci"), "Verify the committed release records offline: signatures, subjects, "
                                         "SBOM, pins."),
-    ("key", False, ("release",), "Show the release key's keyid and its release.toml pin (creating the key if "
+    ("key", False, ("release",), "Show the release key's keyid and its trust.toml pin (creating the key if "
                                  "missing); -- --public prints its public key for auditors."),
+    ("preflight", False, ("release", "ci"), "The platform's admission checks by name on a request: "
+                                            "-- [FILE] (default submission.json) [--strict]."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
 

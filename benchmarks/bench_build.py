@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, basestage, plan
+from pipeline import _proc, basestage, inputs as image_inputs, plan
 from pipeline.image import build
 from pipeline.registry import basesource
 from pipeline.registry import local as localregistry, pull, push as publish
@@ -52,7 +52,7 @@ def main() -> int:
     base_ref = record.pull_reference(ep.address)
     source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)
-    sde = provenance.source_date_epoch(REPO_ROOT)
+    sde = provenance.source_date_epoch(image_inputs.image_inputs(REPO_ROOT, "local"))
 
     with tempfile.TemporaryDirectory(prefix="bench-build-", dir=REPO_ROOT / ".release") as tmp:
         tmp = Path(tmp)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline import basestage
 from pipeline.image import base, build
 from pipeline.registry import basesource
-from pipeline import config, plan
+from pipeline import config, inputs as image_inputs, plan
 from pipeline.registry import local as localregistry
 from pipeline.records import provenance  # noqa: E402
 from pipeline.config import REPO_ROOT  # noqa: E402
@@ -46,7 +46,7 @@ def released_clone(dest: Path, registry: str) -> None:
     lock = base.load_record(dest / "locks" / "base.json")
     source = basesource.BaseSource(name=lock.name, digest=lock.digest, registry=registry,
                               repository=lock.name)
-    inputs = provenance.image_inputs(dest)
+    inputs = image_inputs.image_inputs(dest, "local")
     record = build.build(cfg, repo=dest, base=source, repository=target.image_name,
                          tag=target.tag, source_revision=inputs.commit,
                          source_date_epoch=inputs.time, out=dest / "dist")
@@ -57,7 +57,7 @@ def released_clone(dest: Path, registry: str) -> None:
         app_layers=record.app_layers, config=record.config)
     provenance.write(dest / "provenance.json", provenance.assemble(
         dest, "local", base=provenance.Base(lock.name, lock.digest), sources=(), external=(),
-        image=image))
+        inputs=inputs, image=image))
     git(dest, "add", "provenance.json")
     git(dest, "commit", "-q", "-m", "release records")
 

@@ -5,9 +5,10 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
 
     cli, commands/, __main__           one CLI: every command registered in pipeline.cli
     release, reproduce, audit/, plan,  orchestration: resolve the profile once, call the stages,
-    basestage                          push the layouts the image stage returns
-    records/                           provenance, SBOM, statements, signing, submission, VSA, the
-                                       dataset folder (card, tasks.jsonl) and its Hub publication
+    basestage, inputs                  push the layouts the image stage returns, find the image-input commit
+    records/                           provenance, SBOM, statements, signing, submission (the request),
+                                       its admission preflight, sizes, VSA, the dataset folder (card,
+                                       tasks.jsonl) and its Hub publication
     checks/                            the functional suite and its independent solvers
     verify/                            container runtime adapter, limits, serve, host tools
     registry/                          client (HTTP API), local registry, push, pull, base source
@@ -31,6 +32,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline.checks",),
     ("pipeline.records",),
     ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",
-     "pipeline.basestage"),
+     "pipeline.basestage", "pipeline.inputs"),
     ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
 )

@@ -40,9 +40,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("checks", "verify", "the check suite against running servers (--url), one shard of it "
                                 "(--shard I/N), or `checks merge` of the shards"),
     Command("submission", "verify", "write submission.json from passing check results"),
+    Command("preflight", "verify", "the platform's admission checks on a request (default submission.json)"),
     Command("sbom", "records", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
     Command("attest", "records", "sign provenance, SBOM and check-result statements into attestations/"),
-    Command("key", "records", "show (creating if missing) the release key, its keyid and the release.toml pin"),
+    Command("key", "records", "show (creating if missing) the release key, its keyid and the trust.toml pin"),
     Command("release", "release", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
     Command("reproduce", "release", "rebuild and compare with the recorded digests, explaining differences"),
     Command("audit", "release", "verify a release's records offline against a pinned trust root; writes a VSA"),

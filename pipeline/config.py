@@ -15,16 +15,23 @@ from pipeline.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "release.toml"
+TRUST_FILE = "trust.toml"
 _REV = re.compile(r"^[0-9a-f]{40}$")
 _SHORT_REV = re.compile(r"^[0-9a-fA-F]{4,39}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 
-BUDGET_FIELDS = (
+# The per-task budgets of the request, in the order of the request the platform accepted
+# (mimo.md, "The Arena request and admission").
+REQUEST_BUDGET_FIELDS = (
     "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
-    "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
-    "memory_gib", "cpu_floor_vcpus", "workspace_gib",
+    "tool_calls_per_minute", "completion_tokens", "context_tokens", "memory_gib",
+    "cpu_floor_vcpus", "workspace_gib",
 )
+# Every key of a [budgets.*] table: the request's, plus limits of the environment that are
+# not request fields (recorded in provenance.json).
+ENVIRONMENT_LIMIT_FIELDS = ("observation_tokens",)
+BUDGET_FIELDS = REQUEST_BUDGET_FIELDS + ENVIRONMENT_LIMIT_FIELDS
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,15 @@ class ExternalPolicy:
 
 
 @dataclass(frozen=True)
+class RequestIdentity:
+    """What names a release's request on the platform: its `submission_id` and the
+    `dataset` repository (a profile's, resolved by the plan)."""
+
+    submission_id: str
+    dataset: str
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -153,8 +169,9 @@ class Profile:
     tasks: str
     signing: str
     external_tasks_required: bool
-    # The dataset repository the request's `dataset` field names ("owner/name").
-    dataset: str = ""
+    # The request's `submission_id` and `dataset` (the dataset repository it names, "owner/name").
+    submission_id: str
+    dataset: str
     # Whether the release uploads dist/dataset/ to that repository (and reads it back).
     publish_dataset: bool = False
 
@@ -183,6 +200,21 @@ class EngineArgs:
 
 
 RUNTIME_ENGINES = ("auto", "podman", "docker")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """[admission]: the platform's disk rule as the preflight applies it.
+
+    A task is admitted when its image (compressed, as the platform measures it) plus its
+    `workspace_gib` plus `headroom_gib` fit `sandbox_disk_gib`. The platform does not
+    publish its headroom; its answers bound it: above 5.4 GiB (a 0.63 GB image with a
+    44 GiB workspace was refused) and below 39.3 GiB (a 0.67 GB image with 10 GiB was
+    admitted). The default lies between, with room on both sides.
+    """
+
+    sandbox_disk_gib: float = 50.0
+    headroom_gib: float = 24.0
 
 
 @dataclass(frozen=True)
@@ -250,6 +282,12 @@ class ReleaseConfig:
     dataset: DatasetConfig
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    admission: Admission = field(default_factory=Admission)
+
+    @property
+    def trust_path(self) -> Path:
+        """trust.toml beside release.toml: who may sign (not an image input)."""
+        return self.path.with_name(TRUST_FILE)
 
     def profile(self, name: str) -> Profile:
         try:
@@ -377,6 +415,25 @@ def _dataset(t: dict[str, Any], external_dataset: str) -> DatasetConfig:
         license_link=_req(t, "license_link", str, where), language=_strings(t, "language", where),
         tags=_strings(t, "tags", where), source_datasets=source_datasets,
         hub_url=t.get("hub_url", "https://huggingface.co").rstrip("/"))
+def _admission(raw: Any) -> Admission:
+    where = "admission"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where}] must be a table", actual=type(raw).__name__)
+    known = {"sandbox_disk_gib", "headroom_gib"}
+    if set(raw) - known:
+        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known), actual=sorted(set(raw) - known))
+    default = Admission()
+    values = {}
+    for key in sorted(known):
+        value = raw.get(key, getattr(default, key))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{where}.{key} must be a positive number of GiB", actual=value)
+        values[key] = float(value)
+    if values["headroom_gib"] >= values["sandbox_disk_gib"]:
+        raise ConfigError(f"{where}.headroom_gib leaves no room in the sandbox disk",
+                          expected=f"less than sandbox_disk_gib ({values['sandbox_disk_gib']:g})",
+                          actual=values["headroom_gib"])
+    return Admission(**values)
 
 
 def _repair(raw: dict[str, Any]) -> RepairConventions:
@@ -431,6 +488,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             tasks=_req(t, "tasks", str, where),
             signing=_req(t, "signing", str, where),
             external_tasks_required=_req(t, "external_tasks_required", bool, where),
+            submission_id=_req(t, "submission_id", str, where),
             dataset=_req(t, "dataset", str, where),
             publish_dataset=t.get("publish_dataset", False),
         )
@@ -485,4 +543,5 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         dataset=_dataset(_req(raw, "dataset", dict, "release.toml"), ext["dataset"]),
         raw=raw,
         runtime=_runtime(raw.get("runtime", {})),
+        admission=_admission(raw.get("admission", {})),
     )

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pipeline import config as _config
-from pipeline.config import ExternalPolicy, Source
+from pipeline.config import ExternalPolicy, RequestIdentity, Source
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
 from pipeline.image.payload import VendoredTaskFile
@@ -98,7 +98,8 @@ class ReleasePlan:
     signing: str  # "key" or "sigstore"
     external: ExternalPolicy
     dataset: HubTarget  # the dataset the request names, and whether this profile publishes it
-    # Where the trust pins are read from (release.toml's [trust.<profile>]), by `trust()`.
+    request: RequestIdentity  # the request's submission_id and dataset
+    # Where the trust pins are found (trust.toml beside its release.toml), by `trust()`.
     config: _config.ReleaseConfig = field(repr=False, compare=False)
 
     def signer(self, *, key_path: Path | None = None) -> signing.KeySigner | signing.SigstoreSigner:
@@ -108,14 +109,14 @@ class ReleasePlan:
         return signing.signer_for(self.signing, key_path=key_path)
 
     def trust(self) -> trust.TrustRoot:
-        """release.toml's pins for this profile (nothing pinned when the table is malformed:
+        """trust.toml's pins for this profile (nothing pinned when the table is malformed:
         the audit says why)."""
         from pipeline.records import trust
 
         try:
             return trust.pins(self.config, self.profile)
         except ConfigError:
-            return trust.TrustRoot(source=f"[trust.{self.profile}] of {self.config.path.name}")
+            return trust.TrustRoot(source=f"[trust.{self.profile}] of {self.config.trust_path.name}")
 
     def task_file(self, vendor_dir: Path) -> VendoredTaskFile | None:
         """The served task module, verified in `vendor_dir` (no network)."""
@@ -126,7 +127,7 @@ class ReleasePlan:
                                 license_file=vendor_dir / record.license_path)
 
     def unpinned_warning(self, signer: signing.KeySigner | signing.SigstoreSigner) -> str | None:
-        """A loud warning when `signer` is not the one release.toml pins for this profile."""
+        """A loud warning when `signer` is not the one trust.toml pins for this profile."""
         from pipeline.records import trust
 
         if signer.kind == "key":
@@ -154,6 +155,7 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
         external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
         dataset=HubTarget.of(profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset,
                              profile=profile.name),
+        request=RequestIdentity(submission_id=profile.submission_id, dataset=profile.dataset),
         config=cfg,
     )
 

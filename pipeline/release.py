@@ -1,14 +1,14 @@
 """`nox -s release`: every stage in order, then the records.
 
 lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
-the dataset's task files (published and read back: arena) -> provenance.json,
-attestations/, submission.json -> the dataset's records (published and read back: arena)
--> attach -> report.
+admission preflight of the request -> the dataset's task files (published and read back:
+arena) -> provenance.json, attestations/, submission.json -> the dataset's records
+(published and read back: arena) -> attach -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
 in-toto link while they run (pipeline.records.links); the last record written is the
 release statement that binds every other one (pipeline.records.statement). A release
-key that release.toml does not pin is announced loudly, with the line that pins it.
+key that trust.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
 exit. The records and the dataset folder are staged under `.release/staging/` and moved
@@ -30,14 +30,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.records import attest, links as intoto_links, provenance, sbom
+from pipeline.records import attest, links as intoto_links, preflight, provenance, sbom
+from pipeline.records import sizes as image_sizes, verification
 from pipeline.image import base, build
 from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
 from pipeline.records import statement as release_statement, submission
 from pipeline.records import card, dataset, hub
 from pipeline.sources import vendor as sources
-from pipeline import basestage, config as _config, plan
+from pipeline import basestage, config as _config, inputs as image_inputs, plan
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources.references import reference_scripts
 from pipeline._io import write_atomic
@@ -110,8 +111,12 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
-            suite: checks_results.SuiteResult, sub: submission.Submission,
+            suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
             timings: Timings, profile: str, published: Published) -> None:
+    def figure(n: int | None) -> str:
+        return "unknown (manifest not read)" if n is None else f"{n:,}"
+
+    request, sizes = admitted.request, admitted.sizes
     lines = [
         f"# Release report ({profile} profile)",
         "",
@@ -120,21 +125,33 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"- base: `{record.base}`",
         f"- image inputs last changed in: `{record.source_revision}` (the revision label; "
         f"SOURCE_DATE_EPOCH {record.source_date_epoch})",
+        f"- request: `{request.submission_id}`, dataset `{request.dataset}`, source {request.source}",
         f"- compressed size: {record.compressed_size:,} bytes in "
         f"{len(record.base_layers) + len(record.app_layers)} layers "
         f"(application layers {record.app_size:,} bytes)",
-        f"- release total (shared layers once): {sub.total_compressed_bytes:,} bytes",
+        f"- release total, the seed's measure ({image_sizes.SEED_MEASURE}): {sizes.seed_bytes:,} bytes",
+        f"- release total, the platform's measure ({image_sizes.PLATFORM_MEASURE}): {figure(sizes.platform_bytes)} bytes",
         "",
-        "## Application layers",
+        "## Image sizes",
         "",
-        "| layer | digest | diff_id | bytes |",
+        "| image | layers | seed measure (bytes) | platform measure (bytes) |",
         "|---|---|---|---|",
     ]
+    lines += [f"| `{s.image}` | {s.layer_count if s.layer_count is not None else '-'} | {s.seed_bytes:,}"
+              f"{'' if s.measured else ' (declared in release.toml)'} | {figure(s.platform_bytes)} |"
+              for s in sizes.images]
+    lines += ["", "## Budgets", "", "| kind | split | " + " | ".join(_config.BUDGET_FIELDS) + " |",
+              "|---|---|" + "---|" * len(_config.BUDGET_FIELDS)]
+    lines += [f"| {kind} | {b.split} | " + " | ".join(str(b.values[k]) for k in _config.BUDGET_FIELDS) + " |"
+              for kind, b in sorted(budgets.items())]
+    lines += ["", "`observation_tokens` is a limit of the environment, not a request field.", "",
+              "## Admission preflight", "", "```", admitted.admission.render(), "```", "",
+              "## Application layers", "", "| layer | digest | diff_id | bytes |", "|---|---|---|---|"]
     lines += [f"| {l.name} | `{l.digest}` | `{l.diff_id}` | {l.size:,} |" for l in record.app_layers]
     lines += ["", "## Checks", "", "```", checks_report.summary(suite), "```", "",
               "## Tasks", "", "| task | image | status | passed | failed |", "|---|---|---|---|---|"]
     lines += [f"| {t.task_id} | `{t.image.split('@')[1][:19]}` | {t.verification.status} | "
-              f"{t.verification.passed} | {t.verification.failed} |" for t in sub.tasks]
+              f"{t.verification.passed} | {t.verification.failed} |" for t in admitted.tasks]
     lines += ["", "## External repair checks", "", checks_report.external_markdown(suite)]
     lines += ["", "## Dataset", "", f"- `{dataset.FOLDER}/`: {published.files} files"]
     pub = published.task_files
@@ -162,6 +179,36 @@ def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
 
 
 @dataclass(frozen=True)
+class AdmittedRequest:
+    """The request and what it rests on, made and preflighted before any record is signed."""
+
+    request: submission.Request
+    tasks: tuple[verification.TaskRecord, ...]
+    sizes: image_sizes.Sizes
+    admission: preflight.Report
+
+
+def admitted_request(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, suite: checks_results.SuiteResult, *,
+                     image: str, source_revision: str, registry: str) -> AdmittedRequest:
+    """The request of this release, after the platform's admission checks (preflight) passed on it.
+
+    Not checked is never a pass: the arena profile stops on it; the local profile, which
+    cannot reach ghcr.io, carries on and says which checks it could not run."""
+    tasks = verification.build(cfg, rp.external, suite, image=image)
+    sizes = image_sizes.measure(image_sizes.descriptors(suite, image, cfg.external.tasks))
+    request = submission.build(cfg, rp.request, tasks, image=image, source_revision=source_revision)
+    report = preflight.run(submission.to_json(request), evidence=preflight.Evidence(suite, tasks, sizes),
+                           admission=cfg.admission,
+                           resolve=preflight.resolver({rp.target.image_name: registry}))
+    say(report.render())
+    report.enforce(strict=rp.external.required)
+    if report.not_checked:
+        say(f"WARNING: {len(report.not_checked)} admission check(s) NOT CHECKED here "
+            f"(profile {rp.profile} carries on): {', '.join(sorted({o.name for o in report.not_checked}))}")
+    return AdmittedRequest(request, tasks, sizes, report)
+
+
+@dataclass(frozen=True)
 class Published:
     """The dataset folder of a release: how many files, and where the Hub holds them."""
 
@@ -171,7 +218,7 @@ class Published:
 
 
 def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder: Path, *, repo: Path,
-                        prov: provenance.Provenance, sub: submission.Submission, vendored,
+                        prov: provenance.Provenance, sub: submission.Request, vendored,
                         vendor_dir: Path, hf_token: str | None) -> provenance.DatasetPublication:
     """The folder's task files (card, tasks.jsonl, vendor/) into `folder`; published and read back
     when the profile publishes the dataset."""
@@ -189,9 +236,9 @@ def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder
 def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path, staging: Path,
                    signer, links: intoto_links.StageRecorder, record: build.BuildRecord,
                    base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
-                   lock_text: str, revision: provenance.ProjectRevision, allow_dirty: bool,
+                   lock_text: str, inputs: provenance.ImageInputs, allow_dirty: bool,
                    sbom_bytes: bytes, started_at: datetime, vendor_dir: Path,
-                   hf_token: str | None) -> tuple[submission.Submission, Published]:
+                   hf_token: str | None, admitted: AdmittedRequest) -> Published:
     """Every record into `staging`: the dataset's task files (published first, since provenance
     records where), provenance and statements, submission.json, the links and layout, the README,
     the records copied into the dataset folder, and last the release statement that binds them all;
@@ -207,10 +254,9 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
         app_layers=record.app_layers, config=record.config)
     prov = provenance.assemble(
         repo, rp.profile, base=base_pin,
-        sources=vendored, external=tuple(externals), allow_dirty=allow_dirty,
-        image=image_rec)
-    sub = submission.build(cfg, rp.external, suite, image=f"{image_name}@{record.manifest_digest}",
-                           source_revision=revision.commit)
+        sources=vendored, external=tuple(externals), inputs=inputs, allow_dirty=allow_dirty,
+        image=image_rec, tasks=admitted.tasks, sizes=admitted.sizes, budgets=cfg.budgets)
+    sub = admitted.request
     task_files = _dataset_task_files(cfg, rp, folder, repo=repo, prov=prov, sub=sub, vendored=vendored,
                                      vendor_dir=vendor_dir, hf_token=hf_token)
     prov = replace(prov, dataset=task_files)
@@ -237,7 +283,7 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
         records_revision = hub.publish_records(
             rp.dataset, folder, dataset.record_files(everything), everything,
             token=hf_token or rp.dataset.token(), task_files=task_files)
-    return sub, Published(len(everything), task_files, records_revision)
+    return Published(len(everything), task_files, records_revision)
 
 
 def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
@@ -267,10 +313,10 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         say(unpinned)
     try:
         att_dir.mkdir(parents=True)
-        with timings.stage("preflight"):
+        with timings.stage("checkout"):
             revision = provenance.project_revision(repo, allow_dirty=allow_dirty)
-            inputs = provenance.image_inputs(repo)
-            sde = provenance.source_date_epoch(repo)
+            inputs = image_inputs.image_inputs(repo, rp.profile)
+            sde = provenance.source_date_epoch(inputs)
             say(f"    source {revision.commit} (dirty: {revision.dirty}); image inputs last "
                 f"changed in {inputs.commit[:12]}, SOURCE_DATE_EPOCH {sde}")
             if rp.base.local and not allow_dirty:
@@ -327,19 +373,22 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 [checks_external.ExternalResult.from_json(e) for e in suite.external], rp.external)
             # The committed copy of the results the checks statement is about.
             write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
+        with timings.stage("admission preflight"):
+            admitted = admitted_request(cfg, rp, suite, image=image, source_revision=revision.commit,
+                                        registry=client.registry)
         with timings.stage("records"):
-            sub, published = _write_records(
+            published = _write_records(
                 cfg, rp, repo=repo, staging=staging, signer=signer, links=links, record=record, base_pin=base_pin,
-                vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, revision=revision,
+                vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, inputs=inputs,
                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
-                hf_token=hf_token)
+                hf_token=hf_token, admitted=admitted)
             placed = _install_records(staging, repo)
         with timings.stage("attach"):
             attest.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
-                sub=sub, timings=timings, profile=rp.profile, published=published)
+                admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),

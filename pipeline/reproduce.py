@@ -35,7 +35,7 @@ from pipeline.records import provenance
 from pipeline.sources import lock as runtime_lock
 from pipeline.registry.basesource import BaseSource
 from pipeline.image.build import build
-from pipeline import plan
+from pipeline import inputs as image_inputs, plan
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
@@ -169,10 +169,9 @@ def check_commit(repo: Path, commit: str) -> None:
                       expected=f"commit {commit}", actual="absent", hint=hint)
 
 
-def staleness(repo: Path, commit: str) -> Staleness:
+def staleness(repo: Path, commit: str, profile: str) -> Staleness:
     head = git.head_commit(repo)
-    return Staleness(commit, head,
-                     tuple(git.changed_between(repo, commit, head, provenance.IMAGE_INPUTS)),
+    return Staleness(commit, head, tuple(image_inputs.differences(repo, commit, head, profile)),
                      tuple(git.changed_between(repo, commit, head, IMAGE_BUILDER)))
 
 
@@ -313,7 +312,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                                 hint="run `nox -s release` to make the records")
     commit = prov.project.commit
     check_commit(repo, commit)
-    stale = staleness(repo, commit)
+    stale = staleness(repo, commit, prov.profile)
     notes = []
     if prov.project.dirty:
         notes.append(f"the release was made from a dirty checkout ({', '.join(prov.project.dirty_paths)}); "
@@ -325,11 +324,11 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
         with worktree(repo, commit, tmp) as checkout:
             cfg = _config.load(checkout / "release.toml")
             rp = plan.resolve(cfg, prov.profile)
-            inputs = provenance.image_inputs(checkout)
+            inputs = image_inputs.image_inputs(checkout, prov.profile)
             if prov.image_inputs is not None and prov.image_inputs.commit != inputs.commit:
                 raise VerificationError(
-                    "provenance.json's image-input commit is not the last commit of "
-                    f"{', '.join(provenance.IMAGE_INPUTS)} before {commit[:12]}",
+                    "provenance.json's image-input commit is not the last commit before "
+                    f"{commit[:12]} that changed what reaches the image",
                     expected=prov.image_inputs.commit, actual=inputs.commit)
             revision = prov.image_inputs.commit if prov.image_inputs else commit
             sde = prov.source_date_epoch

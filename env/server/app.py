@@ -49,11 +49,16 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
         env_name=ENV_NAME,
         max_concurrent_envs=1,
     )
+    serve_standard_routes(app)
+    app.add_middleware(_QuietClientClose)
+    return app
+
+
+def serve_standard_routes(app: FastAPI) -> None:
+    """Narrow ``app`` (openenv-core's) to SERVED_ROUTES and answer ``POST /mcp`` with env.server.mcp."""
     keep_served_routes(app)
     app.add_api_route(mcp.MCP_PATH, mcp.endpoint(ENV_NAME), methods=["POST"],
                       summary="MCP (JSON-RPC 2.0); no tools are offered")
-    app.add_middleware(_QuietClientClose)
-    return app
 
 
 class _QuietClientClose:

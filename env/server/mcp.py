@@ -80,7 +80,9 @@ def endpoint(server_name: str):
             return _error(INVALID_REQUEST, f"Invalid Request: the body exceeds {MAX_BODY_BYTES} bytes")
         try:
             message = json.loads(body) if body.strip() else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # RecursionError: json's decoder recurses per nesting level, so a body of a few
+            # thousand "[" would otherwise be a server error.
             return _error(PARSE_ERROR, "Parse error: the body is not JSON")
         reply = answer(message, server_name)
         return Response(status_code=202) if reply is None else reply

@@ -1,6 +1,6 @@
 """Offline audit of a release's records: `python -m pipeline audit [--key FILE | --identity X --issuer Y]`.
 
-The trust root never comes from the records: release.toml's `[trust.<profile>]`
+The trust root never comes from the records: trust.toml's `[trust.<profile>]`
 pins (pipeline.records.trust), or the auditor's own `--key` / `--identity` + `--issuer`.
 Every record is bound to a signature by the release statement
 (pipeline.records.statement); a missing statement, layout or link fails, never skips.
@@ -12,8 +12,9 @@ it was not verified.
 
     records/files           the records (and pyproject.toml, dist/oci) are regular files, no links or
                             pipes (else nothing else runs)
-    config/load, provenance/load, submission/format, submission/image   the records parse
-    trust/pins              release.toml's [trust.<profile>] is well formed
+    config/load, provenance/load, submission/format, submission/image   the records parse (submission.json
+                            validates against the request's JSON Schema, pipeline/records/request.schema.json)
+    trust/pins              trust.toml's [trust.<profile>] is well formed
     trust/root              which trust root was used (information)
     release/present         exactly one release statement (DSSE or sigstore bundle)
     release/signature       the release statement, signed by the trust root (as its predicate says)
@@ -28,10 +29,10 @@ it was not verified.
                             records = last products
     intoto/expiry           the layout's expiry (information: it was valid at release)
     submission/tasks        task ids in request order (blocks, external tasks per after_block)
-    submission/budgets      each task's budgets and split = release.toml
+    submission/budgets      each task's budgets and split = release.toml's [budgets.*]
     submission/images       procedural tasks on the built image, external tasks on their pinned images
-    submission/verification each task's verification, the image sizes and source_revision = rebuilt
-                            from checks.json and provenance.json
+    submission/request      submission_id, dataset = the released profile's; source = the repository at
+                            provenance.json's project commit; name, schema, example and finish actions
     provenance/record       provenance.json = the bytes the provenance statement binds
     provenance/statement    resolvedDependencies, profile, revision, build level = provenance.json;
                             the whole predicate (builder, buildType, signing, release parameters)
@@ -41,6 +42,10 @@ it was not verified.
     provenance/wheel-lock   locks/runtime.txt = its pinned hash
     provenance/base         base = release.toml's pin (or locks/base.json)
     provenance/sources      sources = release.toml's [[sources]] pins
+    provenance/budgets      budgets (the request's and the environment's limits) = release.toml
+    provenance/tasks        each task's verification = rebuilt from checks.json (what the request leaves out)
+    provenance/sizes        both size measures of every image and the release = rebuilt from the manifests
+                            checks.json recorded (and release.toml's declared sizes)
     vendor/files            vendored files and licences re-hashed
     external/records        stored external records re-hashed and = release.toml pins (dataset, revision,
                             row, sha256, budgets); "verified" only against a pin
@@ -82,6 +87,7 @@ from pipeline.audit.content import (
     audit_external,
     audit_provenance,
     audit_registry,
+    audit_request_records,
     audit_sbom,
     audit_submission,
 )
@@ -112,6 +118,7 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     audit_intoto(r, s, now)
     audit_submission(r, s)
     audit_provenance(r, s)
+    audit_request_records(r, s)
     audit_external(r, s)
     audit_sbom(r, s, registry)
     audit_checks(r, s)

@@ -9,11 +9,12 @@ import tempfile
 from pathlib import Path
 
 from pipeline import plan
-from pipeline.records import attest, sbom as sbom_mod, signing, statement as release_statement
+from pipeline.records import attest, provenance as provenance_mod, sbom as sbom_mod, signing
+from pipeline.records import statement as release_statement
 from pipeline.sources import dataset as external, vendor as sources
 from pipeline._io import canonical_json, sha256_bytes, sha256_file
 from pipeline.audit.rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
-from pipeline.config import BUDGET_FIELDS
+from pipeline.config import REQUEST_BUDGET_FIELDS
 from pipeline.errors import ReleaseError, VerificationError
 from pipeline.image.base import BASE_LOCK_FILE as BASE_LOCK
 
@@ -43,7 +44,7 @@ def audit_submission(r: Rows, s: State) -> None:
             pinned = s.cfg.budgets.get(kinds.get(t.task_id, "procedural"))
             if pinned is None:
                 raise VerificationError(f"release.toml has no [budgets.{kinds.get(t.task_id)}]")
-            diff = sorted(k for k in BUDGET_FIELDS if t.budgets.get(k) != pinned.values[k])
+            diff = sorted(k for k in REQUEST_BUDGET_FIELDS if t.budgets.get(k) != pinned.values[k])
             equal(f"budgets of task {t.task_id} ({', '.join(diff) or 'split'}) vs release.toml",
                    {**{k: pinned.values[k] for k in diff}, "split": pinned.split},
                    {**{k: t.budgets.get(k) for k in diff}, "split": t.split})
@@ -61,31 +62,73 @@ def audit_submission(r: Rows, s: State) -> None:
 
     r.run("submission/images", "submission.json", images)
     if s.plan is None or s.prov is None:
-        r.not_checked("submission/verification", "submission.json",
+        r.not_checked("submission/request", "submission.json",
                       "provenance.json or the release statement's profile did not load")
         return
-    r.run("submission/verification", "submission.json", lambda: _verification_matches(s))
+    r.run("submission/request", "submission.json", lambda: _request_matches(s))
 
 
-def _verification_matches(s: State) -> None:
-    """submission.json's per-task verification, image sizes and revision = rebuilt from checks.json."""
+def _request_matches(s: State) -> None:
+    """Everything else of the request = what release.toml, the released profile and provenance.json give:
+    submission_id, dataset, name, source (the recorded commit), the one schema and the actions."""
+    from pipeline.checks import schema as release_schema
     from pipeline.records import submission as submission_mod
+
+    want = {"submission_id": s.plan.request.submission_id, "dataset": s.plan.request.dataset,
+            "name": s.cfg.name, "source": submission_mod.source_at(s.cfg.source_url, s.prov.project.commit),
+            "schema": release_schema.declared(), "example_actions": release_schema.example_actions(),
+            "finish_action": release_schema.finish_action()}
+    got = {k: getattr(s.sub, k) for k in want}
+    diff = [k for k in want if want[k] != got[k]]
+    equal(f"{', '.join(diff) or 'fields'} of submission.json vs release.toml (profile {s.plan.profile}) and "
+          "provenance.json's project commit", {k: want[k] for k in diff}, {k: got[k] for k in diff})
+
+
+def audit_request_records(r: Rows, s: State) -> None:
+    """What the request leaves out, in provenance.json: each task's verification and both size
+    measures rebuilt from checks.json, the budgets = release.toml's tables."""
+    if s.prov is None or s.cfg is None:
+        return
+    r.run("provenance/budgets", "provenance.json", lambda: equal(
+        "budgets of provenance.json vs release.toml's [budgets.*] tables",
+        json.loads(json.dumps(provenance_mod.budgets_record(s.cfg.budgets))), s.prov.budgets))
+    if s.plan is None or s.sub is None:
+        for cid in ("provenance/tasks", "provenance/sizes"):
+            r.not_checked(cid, "provenance.json", "submission.json or the release statement's profile did not load")
+        return
+    r.run("provenance/tasks", "provenance.json", lambda: _tasks_match(s))
+    r.run("provenance/sizes", "provenance.json", lambda: _sizes_match(s))
+
+
+def _suite(s: State):
     from pipeline.checks import results as results_mod
 
-    def plain(sub) -> dict:
-        return json.loads(json.dumps(submission_mod.to_json(sub)))
+    return results_mod.load(s.att_dir / attest.CHECKS_FILE)
 
-    suite = results_mod.load(s.att_dir / attest.CHECKS_FILE)
-    rebuilt = plain(submission_mod.build(s.cfg, s.plan.external, suite, image=s.sub.image,
-                                         source_revision=s.prov.project.commit))
-    actual = plain(s.sub)
-    for want, got in zip(rebuilt["tasks"], actual["tasks"]):
-        equal(f"verification of task {got['task_id']} in submission.json vs checks.json",
-              want["verification"], got["verification"], hint="submission.json claims what the checks did not show")
-    equal("source_revision of submission.json vs provenance.json's project commit",
-          rebuilt["source_revision"], actual["source_revision"])
-    for field in ("images", "total_compressed_bytes"):
-        equal(f"{field} of submission.json vs the layers checks.json recorded", rebuilt[field], actual[field])
+
+def _tasks_match(s: State) -> None:
+    """provenance.json's per-task verification = rebuilt from checks.json, for submission.json's tasks."""
+    from pipeline.records import verification
+
+    rebuilt = verification.build(s.cfg, s.plan.external, _suite(s), image=s.sub.image)
+    equal("tasks of provenance.json vs submission.json's (id and image, in request order)",
+          [(t.task_id, t.image) for t in s.sub.tasks], [(t.task_id, t.image) for t in s.prov.tasks])
+    equal("tasks of provenance.json vs release.toml's (id, image and kind, in request order)",
+          [(t.task_id, t.image, t.kind) for t in rebuilt], [(t.task_id, t.image, t.kind) for t in s.prov.tasks])
+    for want, got in zip(rebuilt, s.prov.tasks):
+        equal(f"verification of task {got.task_id} in provenance.json vs checks.json",
+              want.verification.to_json(), got.verification.to_json(),
+              hint="provenance.json claims what the checks did not show")
+
+
+def _sizes_match(s: State) -> None:
+    """provenance.json's sizes = both measures of the manifests checks.json recorded."""
+    from pipeline.records import sizes as sizes_mod
+
+    rebuilt = sizes_mod.measure(sizes_mod.descriptors(_suite(s), s.sub.image, s.cfg.external.tasks))
+    equal("sizes of provenance.json vs the manifests checks.json recorded",
+          json.loads(json.dumps(rebuilt.to_json())),
+          json.loads(json.dumps(s.prov.sizes.to_json())) if s.prov.sizes is not None else None)
 
 
 def _base_pin(root: Path, base: plan.BaseChoice) -> str:

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline import plan
+from pipeline import config as config_mod, plan
 from pipeline.records import (
     attest,
     links as intoto_links,
@@ -50,9 +50,9 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
     if auditor is not None:
         s.trust_root = auditor
     elif s.cfg is not None:
-        s.trust_root = r.run("trust/pins", "release.toml", lambda: trust.pins(s.cfg, profile_name))
+        s.trust_root = r.run("trust/pins", config_mod.TRUST_FILE, lambda: trust.pins(s.cfg, profile_name))
     if s.trust_root is not None:
-        r.run("trust/root", "release.toml" if auditor is None else "(auditor)", s.trust_root.describe, info=True)
+        r.run("trust/root", config_mod.TRUST_FILE if auditor is None else "(auditor)", s.trust_root.describe, info=True)
     if rel_path is None or s.trust_root is None:
         r.not_checked("release/signature", "attestations/release.*", "no release statement or no trust root")
         return

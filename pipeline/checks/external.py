@@ -44,6 +44,8 @@ class ExternalResult:
     reason: str = ""
     media_type: str = ""
     config_digest: str = ""
+    # The config blob's size as the manifest declares it (0: the manifest was not read).
+    config_size: int = 0
     layers: tuple[tuple[str, int], ...] = ()
     schema_equal: bool | None = None
     notes: tuple[str, ...] = field(default=())
@@ -79,6 +81,7 @@ class ExternalResult:
     def to_json(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "image": self.image, "status": self.status,
                 "media_type": self.media_type, "config_digest": self.config_digest,
+                "config_size": self.config_size,
                 "layers": [{"digest": d, "size": s} for d, s in self.layers],
                 "compressed_bytes": self.compressed_bytes, "layer_count": len(self.layers),
                 "schema_equal": self.schema_equal, "notes": list(self.notes),
@@ -91,6 +94,7 @@ class ExternalResult:
         return cls(task_id=d["task_id"], image=d["image"],
                    reason="" if status == "verified" else status.removeprefix("not verified: "),
                    media_type=d.get("media_type", ""), config_digest=d.get("config_digest", ""),
+                   config_size=int(d.get("config_size", 0)),
                    layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers", [])),
                    schema_equal=d.get("schema_equal"), notes=tuple(d.get("notes", ())),
                    checks=tuple(CheckResult.from_json(c) for c in d.get("checks", ())),
@@ -116,7 +120,8 @@ def registry_facts(image: str, task_id: str, client: RegistryClient | None = Non
     missing = [d.digest for d in manifest.layers if not client.has_blob(ref.repository, d.digest)]
     layers = tuple((d.digest, d.size) for d in manifest.layers)
     result = ExternalResult(task_id=task_id, image=image, media_type=manifest.media_type,
-                            config_digest=manifest.config.digest, layers=layers)
+                            config_digest=manifest.config.digest, config_size=manifest.config.size,
+                            layers=layers)
     if len(config.diff_ids) != len(layers):
         return _fail(result, f"config lists {len(config.diff_ids)} layers, manifest {len(layers)}")
     if missing:

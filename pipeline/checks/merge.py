@@ -106,6 +106,7 @@ def merge(parts: Sequence[SuiteResult]) -> SuiteResult:
     records = [part for _, part in pairs]
     _same([p.image for p in records], "the image they verified")
     _same([p.layers for p in records if p.layers], "the layers of the pulled image")
+    _same([p.config for p in records if p.config], "the config blob of the pulled image")
     schemas = [p.schema for p in records if p.schema]
     _same(schemas, "the served schema")
     externals = [(shard.index, part.external) for shard, part in pairs if part.external]
@@ -115,4 +116,5 @@ def merge(parts: Sequence[SuiteResult]) -> SuiteResult:
     return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs),
                    seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
                    external=externals[0][1] if externals else (),
-                   layers=next((p.layers for p in records if p.layers), ()), shard=None)
+                   layers=next((p.layers for p in records if p.layers), ()),
+                   config=next((p.config for p in records if p.config), None), shard=None)

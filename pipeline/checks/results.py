@@ -80,6 +80,8 @@ class SuiteResult:
     external: tuple[dict[str, Any], ...] = ()
     # (digest, compressed size) of the verified image's layers, when it was pulled.
     layers: tuple[tuple[str, int], ...] = ()
+    # (digest, size) of its config blob, as its manifest declares it, when it was pulled.
+    config: tuple[str, int] | None = None
     # Set on the result of one shard of a sharded run (`--shard I/N`), until merged.
     shard: Shard | None = None
 
@@ -117,6 +119,7 @@ class SuiteResult:
             "schema": self.schema,
             "external": list(self.external),
             "layers": [{"digest": d, "size": n} for d, n in self.layers],
+            "config": {"digest": self.config[0], "size": self.config[1]} if self.config else None,
             "checks": [c.to_json() for c in self.checks],
         }
         if self.shard is not None:
@@ -132,6 +135,7 @@ class SuiteResult:
                    seconds=float(d["seconds"]), schema=d.get("schema") or {},
                    external=tuple(d.get("external") or ()),
                    layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()),
+                   config=(d["config"]["digest"], int(d["config"]["size"])) if d.get("config") else None,
                    shard=Shard.from_json(d["shard"]) if d.get("shard") else None)
 
 

@@ -110,6 +110,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
                    external=tuple(e.to_json() for e in externals),
                    layers=tuple((d.digest, d.size) for d in pulled.layers),
+                   config=(pulled.config_digest, pulled.config_size),
                    seconds=time.monotonic() - started)
 
 

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline import basestage, config as config_mod, plan
+from pipeline import basestage, config as config_mod, inputs as image_inputs, plan
 from pipeline.image import base as base_mod, build as build_mod
 from pipeline.registry.basesource import BaseSource
 from pipeline.records import provenance
@@ -80,8 +80,8 @@ def build(args: argparse.Namespace) -> int:
     target = rp.target
     repo = args.repo.resolve()
     provenance.project_revision(repo, allow_dirty=args.allow_dirty)
-    inputs = provenance.image_inputs(repo)
-    sde = provenance.source_date_epoch(repo)
+    inputs = image_inputs.image_inputs(repo, rp.profile)
+    sde = provenance.source_date_epoch(inputs)
     source = (BaseSource.from_registry(args.base) if args.base else
               rp.base.source(layout=args.base_layout))
     record = build_mod.build(

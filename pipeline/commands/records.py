@@ -99,19 +99,19 @@ def key_arguments(p: argparse.ArgumentParser) -> None:
                      "print its public key (also written beside it, as .pub.pem)")
     p.add_argument("--key", type=Path,
                    help=f"private key (default: ${signing.KEY_ENV} or {signing.DEFAULT_KEY})")
-    p.add_argument("--profile", default="local", help="the release.toml profile to pin it for")
+    p.add_argument("--profile", default="local", help="the profile to pin it for (trust.toml)")
     p.add_argument("--public", action="store_true",
                    help="print only the public key (PEM), what an auditor's `audit --key` takes; never "
                         "creates a key")
 
 
 def _pinned_here(keyid: str, profile: str) -> str:
-    """Whether this checkout's release.toml already pins `keyid` for `profile`."""
+    """Whether this checkout's trust.toml already pins `keyid` for `profile`."""
     try:
         pinned = trust.pins(config_mod.load(config_mod.DEFAULT_CONFIG), profile).keyids
     except ConfigError as exc:
         return f"unknown ({exc.one_line()})"
-    return f"yes, in [trust.{profile}]" if keyid in pinned else f"NO: release.toml [trust.{profile}] does not pin it"
+    return f"yes, in [trust.{profile}]" if keyid in pinned else f"NO: trust.toml [trust.{profile}] does not pin it"
 
 
 def key(args: argparse.Namespace) -> int:
@@ -134,6 +134,6 @@ def key(args: argparse.Namespace) -> int:
     print(f"public key:  {pub}")
     print(f"keyid:       {signer.public_key.keyid}")
     print(f"pinned:      {_pinned_here(signer.public_key.keyid, args.profile)}")
-    print(f"pin it in release.toml (and commit it):\n\n[trust.{args.profile}]\n"
+    print(f"pin it in trust.toml (and commit it; it moves no image digest):\n\n[trust.{args.profile}]\n"
           f'keyids = ["{signer.public_key.keyid}"]')
     return 0

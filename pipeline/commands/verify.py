@@ -5,12 +5,15 @@ pulled digest, run the whole suite, verify the external tasks, write dist/checks
 and print the per-family table. `checks --url URL`: the suite against servers already
 running. Both take `--shard I/N` (run shard I of the plan; a CI matrix runs the N
 shards) and `checks merge SHARD.json...` joins the shards into one checks.json and can
-sign its test-result statement. `submission`: submission.json from passing results.
+sign its test-result statement. `submission`: submission.json from passing results, after
+the admission preflight passed on it. `preflight [FILE]`: the platform's admission checks
+on a request.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +24,8 @@ from pipeline.checks.results import load, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.progress import say
-from pipeline.records import attest, signing, submission as submission_mod
+from pipeline.records import attest, preflight as preflight_mod, signing, submission as submission_mod
+from pipeline.registry import local as localregistry
 from pipeline.sources.references import reference_scripts
 from pipeline.sources.git import head_commit
 from pipeline.verify import hosttools, serve as serve_mod
@@ -165,11 +169,61 @@ def submission_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
 
 
+def _local_registry() -> str:
+    """The running local registry's address ("" when it is not running)."""
+    state = localregistry.status()
+    return state.address if state is not None else ""
+
+
 def submission(args: argparse.Namespace) -> int:
+    from pipeline import release as release_mod  # the signing libraries load only for this command
+
     cfg = config_mod.load(args.config)
     checks_result = load(args.checks)
-    sub = submission_mod.build(cfg, plan.resolve(cfg, args.profile).external, checks_result, image=checks_result.image,
-                               source_revision=head_commit(config_mod.REPO_ROOT))
-    submission_mod.write_submission(args.out, sub)
-    say(f"wrote {args.out}: {len(sub.tasks)} tasks, release total {sub.total_compressed_bytes:,} compressed bytes")
+    rp = plan.resolve(cfg, args.profile)
+    admitted = release_mod.admitted_request(cfg, rp, checks_result, image=checks_result.image,
+                                            source_revision=head_commit(config_mod.REPO_ROOT),
+                                            registry=_local_registry())
+    submission_mod.write_submission(args.out, admitted.request)
+    say(f"wrote {args.out}: {len(admitted.request.tasks)} tasks; release total {admitted.sizes.seed_bytes:,} "
+        f"compressed bytes (seed measure), "
+        f"{admitted.sizes.platform_bytes if admitted.sizes.platform_bytes is not None else 'unknown'} "
+        "(platform measure)")
+    return 0
+
+
+def preflight_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("The platform's admission checks on a request (default submission.json), by their "
+                     "names; the image and task checks read the release records beside it.")
+    p.add_argument("file", nargs="?", type=Path, default=config_mod.REPO_ROOT / "submission.json",
+                   help="the request (default: submission.json)")
+    p.add_argument("--records", type=Path, default=None,
+                   help="where provenance.json and attestations/checks.json are (default: FILE's directory)")
+    p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG,
+                   help="release.toml giving the disk rule's headroom ([admission])")
+    p.add_argument("--strict", action="store_true",
+                   help="a check that could not run (offline, image not started) fails too")
+    p.add_argument("--registry", default=None,
+                   help="host:port serving images named without a registry (default: the local "
+                        "registry, when it runs)")
+
+
+def preflight(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.config)
+    data = preflight_mod.read_request(args.file)
+    records = (args.records or args.file.resolve().parent).resolve()
+    evidence = preflight_mod.evidence_from(records)
+    registry = args.registry if args.registry is not None else _local_registry()
+    name = data.get("image", "").partition("@")[0] if isinstance(data, dict) and isinstance(data.get("image"), str) \
+        else ""
+    report = preflight_mod.run(data, evidence=evidence, admission=cfg.admission,
+                               resolve=preflight_mod.resolver({name: registry} if registry and name else None))
+    print(report.render())
+    if not report.ok(strict=args.strict):
+        bad = report.failures or report.not_checked
+        print(f"preflight: FAILED ({', '.join(dict.fromkeys(o.name for o in bad))})", file=sys.stderr)
+        return 1
+    if report.not_checked:
+        print(f"preflight: passed, but {len(report.not_checked)} check(s) could not run here (not a pass; "
+              "--strict fails on them)", file=sys.stderr)
     return 0

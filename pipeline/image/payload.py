@@ -48,6 +48,17 @@ class LayerSpec:
     entries: tuple[FileEntry, ...]
 
 
+def packed(path: str, *, first_party_tasks: bool) -> bool:
+    """Whether the checkout file at `path` (relative to the checkout) goes into an image whose
+    tasks are first-party (`env/families`) or vendored: the rule `app_layers` packs by."""
+    if path == "LICENSE":
+        return True
+    parts = PurePosixPath(path).parts
+    if parts[:1] != ("env",) or any(p in _SKIP_DIRS for p in parts) or not path.endswith(_CODE_SUFFIXES):
+        return False
+    return first_party_tasks or parts[1:2] != ("families",)
+
+
 def _dirs_for(paths: list[str], stop: str) -> list[FileEntry]:
     """Root-only directory entries for every parent of `paths` at or below `stop`.
 

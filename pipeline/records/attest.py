@@ -220,10 +220,10 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
         "",
         "Signing: " + (f"DSSE envelopes signed with the release key, keyid `{signer_id}` "
                        "(`release.pub.pem` is a copy for other tools; trust the keyid pinned in "
-                       "release.toml `[trust.<profile>]`, not this copy)."
+                       "trust.toml `[trust.<profile>]`, not this copy)."
                        if signing == "key" else
                        f"sigstore keyless bundles signed by `{signer_id}` (issuer `{issuer}`); "
-                       "release.toml `[trust.<profile>]` pins who may sign."),
+                       "trust.toml `[trust.<profile>]` pins who may sign."),
         "",
         "`release" + (".dsse.json" if signing == "key" else ".sigstore.json") + "` is the release statement: "
         "its subjects are the image and the sha256 of every record (provenance.json, submission.json, "
@@ -236,7 +236,7 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
     ]
     lines += [f"| `{f.path.name}` | `{f.predicate_type}` | `{f.statement_sha256}` |" for f in files]
     lines += ["", "## Verify", "", "From the repository root, offline, against the trust root pinned in "
-              "release.toml (or your own: `--key FILE`, `--identity X --issuer Y`):", "", "```sh",
+              "trust.toml (or your own: `--key FILE`, `--identity X --issuer Y`):", "", "```sh",
               "python -m pipeline audit            # table; --json for machines; writes dist/vsa.json",
               "```", "", "### With other tools", ""]
     if signing == "key":
@@ -281,7 +281,7 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
         lines += [
             "A keyless release (the arena profile, signed in CI) writes `*.sigstore.json` bundles instead; "
             "verify each with the `sigstore` CLI, offline, for the release workflow's identity at the "
-            "released tag (release.toml `[trust.arena]`):", "",
+            "released tag (trust.toml `[trust.arena]`):", "",
             "```sh",
             f"sigstore verify identity --offline --cert-identity '{workflow}' --cert-oidc-issuer "
             "'https://token.actions.githubusercontent.com' --bundle attestations/provenance.sigstore.json "

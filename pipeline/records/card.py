@@ -20,8 +20,8 @@ from pipeline.records.dataset import CARD, FEATURES, SPLIT, TASKS, TaskLine, tas
 from pipeline.records.hub import HubTarget
 from pipeline.records.provenance import Provenance
 
-if TYPE_CHECKING:  # read through request_order and sizes only
-    from pipeline.records.submission import Submission
+if TYPE_CHECKING:  # read through request_order only
+    from pipeline.records.submission import Request
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,14 @@ class Sizes:
     total_platform_bytes: int | None
 
 
-def sizes(prov: Provenance, sub: Submission) -> Sizes:
-    """The images' sizes as the records state them.
-
-    The one place the card reads sizes: today submission.json carries the layer sums and
-    the release total, and no record carries the platform's measure (config + layers);
-    once provenance.json records both measures, they are read from `prov` here.
-    """
-    images = tuple(ImageSize(i.image, i.compressed_bytes if i.layer_sizes_known else None, None)
-                   for i in sub.images)
-    return Sizes(images=images, total_layer_bytes=sub.total_compressed_bytes, total_platform_bytes=None)
+def sizes(prov: Provenance) -> Sizes:
+    """The images' sizes as provenance.json records them, in both measures (an image whose manifest
+    was not read has no recorded measure: only the size release.toml declares for it)."""
+    if prov.sizes is None:
+        return Sizes(images=(), total_layer_bytes=0, total_platform_bytes=None)
+    images = tuple(ImageSize(i.image, i.seed_bytes if i.measured else None, i.platform_bytes)
+                   for i in prov.sizes.images)
+    return Sizes(images=images, total_layer_bytes=prov.sizes.seed_bytes, total_platform_bytes=prov.sizes.platform_bytes)
 
 
 def card_data(cfg: ReleaseConfig):
@@ -121,7 +119,8 @@ def _files(prov: Provenance) -> list[str]:
     for rel in vendor_digests(prov.sources):
         out.append(f"| `{rel}` | vendored upstream file (see Provenance and Licences) |")
     out += ["| `provenance.json` | what went in: upstream revisions and hashes, the project commit, the base, "
-            "the image, the external records, where this dataset was published |",
+            "the image, the external records, where this dataset was published; and what the request leaves out: "
+            "each task's check results, both size measures, the budgets |",
             "| `submission.json` | the request: every task with its image by digest and budgets |",
             "| `attestations/` | the signed release statement (`release.*`: its subjects are the image and the "
             "sha256 of every record and of every file of this dataset), the signed provenance, SBOM and "
@@ -185,7 +184,7 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
         "The records bind every file here: `attestations/release.*` is a signed in-toto statement whose "
         "subjects are the image and the sha256 of each record and of each file of this dataset (named "
         "`dist/dataset/<path>`). The audit checks the signatures against the signer the project's "
-        "`release.toml` pins, regenerates this card and `tasks.jsonl` from the records, and re-hashes "
+        "`trust.toml` pins, regenerates this card and `tasks.jsonl` from the records, and re-hashes "
         "every file of `dist/dataset/` when it is there:",
         "",
         "```sh",
@@ -203,7 +202,7 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
     ]
 
 
-def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[TaskLine, ...], *,
+def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[TaskLine, ...], *,
            project_license: str | None, target: HubTarget) -> bytes:
     """The card's bytes. `lines` are tasks.jsonl's (records.dataset.task_lines); `prov` is read
     without its publication (the card is published in the commit that names it); `target`: the
@@ -227,7 +226,7 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[T
         "## Images and sizes", "",
         "Compressed bytes as the registry manifests declare them: the sum of the layer sizes (the seed "
         "release's measure), and config blob plus layers (the platform's measure).", "",
-        *_images(sizes(prov, sub), lines), "",
+        *_images(sizes(prov), lines), "",
         "## Budgets", "", "Every task of a kind declares the same budgets (`release.toml`):", "",
         *_budgets(cfg, kinds), "",
         "## How to verify", "", *_verify(cfg, prov), "",
@@ -239,7 +238,7 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Submission, lines: tuple[T
     return str(card).encode()
 
 
-def generate(cfg: ReleaseConfig, prov: Provenance, sub: Submission, *, project_license: str | None,
+def generate(cfg: ReleaseConfig, prov: Provenance, sub: Request, *, project_license: str | None,
              target: HubTarget) -> dict[str, bytes]:
     """The folder's generated files, the card and tasks.jsonl, from the typed records (provenance
     read without its publication)."""

@@ -30,7 +30,7 @@ from pipeline.sources.dataset import ExternalRecord
 from pipeline.sources.vendor import VendoredFile
 
 if TYPE_CHECKING:  # read through request_order only
-    from pipeline.records.submission import Submission
+    from pipeline.records.submission import Request
 
 FOLDER = "dist/dataset"  # relative to the checkout; the statement's names for its files start with it
 CARD = "README.md"
@@ -71,7 +71,7 @@ FEATURES = (("task_id", "string"), ("image", "string"), ("family", "string"), ("
             ("row", "int64"), ("record_sha256", "string"), ("reference", "string"))
 
 
-def request_order(sub: Submission) -> tuple[tuple[str, str], ...]:
+def request_order(sub: Request) -> tuple[tuple[str, str], ...]:
     """(task id, image) of every task of the request, in request order.
 
     The one place the dataset reads submission.json's tasks.
@@ -79,7 +79,7 @@ def request_order(sub: Submission) -> tuple[tuple[str, str], ...]:
     return tuple((t.task_id, t.image) for t in sub.tasks)
 
 
-def task_lines(cfg: ReleaseConfig, prov: Provenance, sub: Submission) -> tuple[TaskLine, ...]:
+def task_lines(cfg: ReleaseConfig, prov: Provenance, sub: Request) -> tuple[TaskLine, ...]:
     """tasks.jsonl's lines: the request's tasks in order, each described by the records."""
     records: dict[str, ExternalRecord] = {r.task_id: r for r in prov.external}
     pinned = {t.task_id: t for t in cfg.external.tasks}

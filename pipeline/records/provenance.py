@@ -6,10 +6,14 @@ the image-input commit, the builder, the profile, SOURCE_DATE_EPOCH and every va
 written into the image config. It holds no wall-clock time, so the same inputs give
 byte-identical files.
 
-The image-input commit is the last commit that changed a path of `IMAGE_INPUTS`: the
-image's revision label and (unless SOURCE_DATE_EPOCH is set explicitly, which is then
-recorded as such) its SOURCE_DATE_EPOCH come from it, so a commit that only adds
-release records moves no digest.
+The image-input commit is the last commit that changed what reaches the image
+(pipeline.inputs): the image's revision label and (unless SOURCE_DATE_EPOCH is set
+explicitly, which is then recorded as such) its SOURCE_DATE_EPOCH come from it, so a
+commit that only adds release records, pins a key or edits budgets moves no digest.
+
+Beside what went in, it records what the request (submission.json) leaves out: each
+task's check results, the images' sizes in both measures, the budgets with the
+environment's own limits, and the project revision the request's `source` points at.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.config import BUDGET_FIELDS, Budgets
 from pipeline.sources import git, lock as runtime_lock
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
 from pipeline.errors import ConfigError, ReleaseError, SourceError
@@ -29,13 +34,13 @@ from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer
 from pipeline.image.oci.layer import zlib_version
 from pipeline.sources.vendor import VendoredFile
+from pipeline.records.sizes import Sizes
+from pipeline.records.verification import TaskRecord
 
-SCHEMA = "openenv-arena-release/provenance/v1"
+SCHEMA = "openenv-arena-release/provenance/v2"
 WHEEL_LOCK = runtime_lock.LOCK_FILE
 # The release writes these records itself, so their changes do not make the checkout dirty.
 RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
-# Every path of the checkout that the derived image is built from (the one list).
-IMAGE_INPUTS = ("env/", "LICENSE", "locks/", "release.toml")
 
 
 @dataclass(frozen=True)
@@ -51,11 +56,13 @@ class ProjectRevision:
 
 @dataclass(frozen=True)
 class ImageInputs:
-    """The last commit that changed an image input, and its committer time."""
+    """The last commit that changed what reaches the image, its committer time, what
+    counts (`paths`, in words) and the sha256 of those values at that commit."""
 
     commit: str
     time: int
-    paths: tuple[str, ...] = IMAGE_INPUTS
+    paths: tuple[str, ...]
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -138,10 +145,20 @@ class Provenance:
     sources: tuple[VendoredFile, ...]
     external: tuple[ExternalRecord, ...]
     image: Image | None = None
-    # None only in records written before image inputs were recorded.
     image_inputs: ImageInputs | None = None
     # None only in records written before the release was a dataset.
     dataset: DatasetPublication | None = None
+    # What the request leaves out: every task's verification (request order), both size
+    # measures of every image, and each [budgets.*] table whole (split, the request's
+    # budgets and the environment's own limits such as observation_tokens).
+    tasks: tuple[TaskRecord, ...] = ()
+    sizes: Sizes | None = None
+    budgets: dict[str, dict[str, Any]] | None = None
+
+
+def budgets_record(budgets: dict[str, Budgets]) -> dict[str, dict[str, Any]]:
+    """release.toml's [budgets.*] tables as provenance.json records them."""
+    return {kind: {"split": b.split, **{k: b.values[k] for k in BUDGET_FIELDS}} for kind, b in sorted(budgets.items())}
 
 
 def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRevision:
@@ -168,17 +185,7 @@ def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRev
                            allow_dirty=allow_dirty)
 
 
-def image_inputs(repo_dir: Path) -> ImageInputs:
-    """The last commit of `repo_dir` that changed an image input, and its time."""
-    try:
-        commit, time = git.last_change(repo_dir, IMAGE_INPUTS)
-    except ReleaseError as exc:
-        raise SourceError(f"{repo_dir} has no commit of the image inputs",
-                          expected="a committed git checkout", actual=exc.one_line()) from None
-    return ImageInputs(commit=commit, time=time)
-
-
-def source_date_epoch(repo_dir: Path) -> int:
+def source_date_epoch(inputs: ImageInputs) -> int:
     """SOURCE_DATE_EPOCH from the environment if set (recorded in provenance.json beside
     the image-input commit's time), else the time of the image-input commit."""
     value = os.environ.get("SOURCE_DATE_EPOCH")
@@ -187,7 +194,7 @@ def source_date_epoch(repo_dir: Path) -> int:
             raise ConfigError("SOURCE_DATE_EPOCH is not a number of seconds",
                               expected="a non-negative integer", actual=value)
         return int(value)
-    return image_inputs(repo_dir).time
+    return inputs.time
 
 
 def wheel_lock(repo_dir: Path) -> WheelLock:
@@ -206,14 +213,18 @@ def builder() -> Builder:
 
 
 def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
-             external: tuple[ExternalRecord, ...], allow_dirty: bool = False,
-             image: Image | None = None, dataset: DatasetPublication | None = None) -> Provenance:
-    """Collect the provenance of a release made from `repo_dir` with the profile named `profile`."""
+             external: tuple[ExternalRecord, ...], inputs: ImageInputs, allow_dirty: bool = False,
+             image: Image | None = None, dataset: DatasetPublication | None = None,
+             tasks: tuple[TaskRecord, ...] = (), sizes: Sizes | None = None,
+             budgets: dict[str, Budgets] | None = None) -> Provenance:
+    """Collect the provenance of a release made from `repo_dir` with the profile named `profile`
+    (`inputs`: pipeline.inputs' image-input commit of that profile)."""
     return Provenance(
-        schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(repo_dir),
+        schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(inputs),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external), image=image, image_inputs=image_inputs(repo_dir), dataset=dataset,
+        external=tuple(external), image=image, image_inputs=inputs, dataset=dataset, tasks=tuple(tasks),
+        sizes=sizes, budgets=budgets_record(budgets) if budgets is not None else None,
     )
 
 
@@ -222,6 +233,8 @@ def to_json(record: Provenance) -> bytes:
     data = asdict(record)
     if record.image is not None:
         data["image"] = record.image.to_json()
+    data["tasks"] = [t.to_json() for t in record.tasks]
+    data["sizes"] = record.sizes.to_json() if record.sizes is not None else None
     return pretty_json(data)
 
 
@@ -270,5 +283,7 @@ def load(path: Path) -> Provenance:
         image=Image.from_json(data["image"]) if data.get("image") is not None else None,
         image_inputs=_image_inputs(data.get("image_inputs")),
         dataset=_build(DatasetPublication, data["dataset"], "dataset") if data.get("dataset") is not None else None,
+        tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks") or []),
+        sizes=Sizes.from_json(data["sizes"]) if data.get("sizes") is not None else None,
     )
     return _build(Provenance, fields, str(path))

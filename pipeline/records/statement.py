@@ -84,7 +84,7 @@ def dataset_subjects(stmt: Mapping[str, Any]) -> dict[str, Any]:
 
 # What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
 # the project licence the SBOM names and the built image it regenerates the SBOM from.
-READ_FILES = RECORD_FILES + ("release.toml", "pyproject.toml")
+READ_FILES = RECORD_FILES + ("release.toml", "trust.toml", "pyproject.toml")
 READ_TREES = ("attestations", "vendor", "locks", "dist/oci", DATASET_FOLDER)
 
 

@@ -1,190 +1,134 @@
-"""submission.json: the release request (pipeline.md stage 8).
+"""submission.json: the Arena request, exactly as the platform accepted it.
 
-Every task in request order (block 1, the first external task, block 2, block 3, the
-second external task, block 4 — as `after_block` in release.toml says) with its image
-by digest, split, declared budgets and verification status; the schema, example and
-finish actions, the source revision; each image's compressed bytes and layer count and
-the release total with layers shared between images counted once. Built only from
-check results without a single failure: a failed check stops the release here.
+Its fields are those of the accepted request (mimo.md, "The Arena request and
+admission"), no more: `submission_id`, `name`, `image`, `schema` {`action`,
+`observation`}, `tasks`, `example_actions`, `finish_action`, `dataset`, `source`; each
+task `task_id`, `image`, `split` and the eleven budgets. `request.schema.json` (beside
+this module) is that contract as a JSON Schema: the release validates the request
+against it before writing it, and the audit validates it again.
+
+`submission_id` and `dataset` come from the profile in release.toml; `source` is the
+project repository at the recorded commit, `<source_url>/tree/<commit>` (the form the
+platform recorded as the claimed source). Each task's `split` is its budgets table's
+split (`[budgets.<kind>] split`), the split the request trains on, never the dataset
+split an external record comes from. What the records need beyond the request (check
+results per task, image sizes and totals, the environment's own limits, the source
+revision) is in provenance.json (pipeline.records.provenance) and the report.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from pipeline._io import pretty_json, write_atomic
 from pipeline.checks import schema as release_schema
-from pipeline.checks.cases import blocks
-from pipeline.checks.external import ExternalResult
-from pipeline.checks.results import SuiteResult
-from pipeline.config import BUDGET_FIELDS, ExternalPolicy, ReleaseConfig
-from pipeline.errors import CheckFailure, ConfigError, VerificationError
+from pipeline.config import REQUEST_BUDGET_FIELDS, ReleaseConfig, RequestIdentity
+from pipeline.errors import VerificationError
+from pipeline.records.verification import TaskRecord
 
-FORMAT = "openenv-arena-submission/v1"
-
-
-@dataclass(frozen=True)
-class Verification:
-    status: str
-    passed: int
-    failed: int
-    # External tasks whose image was started: the repair checks by outcome,
-    # {"passed": [...], "failed": [...], "not_applicable": {check: reason}}.
-    checks: dict[str, Any] | None = None
+SCHEMA_FILE = Path(__file__).with_name("request.schema.json")
+FIELDS = ("submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
+          "dataset", "source")
+TASK_FIELDS = ("task_id", "image", "split", *REQUEST_BUDGET_FIELDS)
 
 
 @dataclass(frozen=True)
-class TaskEntry:
+class RequestTask:
     task_id: str
     image: str
     split: str
     budgets: dict[str, int]
-    verification: Verification
 
 
 @dataclass(frozen=True)
-class ImageEntry:
-    image: str
-    compressed_bytes: int
-    layers: int | None  # None: the layer list could not be read (registry unreachable)
-    layer_sizes_known: bool
-
-
-@dataclass(frozen=True)
-class Submission:
+class Request:
+    submission_id: str
     name: str
     image: str
     schema: dict[str, Any]
+    tasks: tuple[RequestTask, ...]
     example_actions: list[dict[str, Any]]
     finish_action: dict[str, Any]
-    source_revision: str
-    tasks: tuple[TaskEntry, ...]
-    images: tuple[ImageEntry, ...]
-    total_compressed_bytes: int
+    dataset: str
+    source: str
 
 
-def release_total(images: Iterable[Sequence[tuple[str, int]]]) -> int:
-    """Compressed bytes of several images, each distinct layer digest counted once."""
-    sizes: dict[str, int] = {}
-    for layers in images:
-        for digest, size in layers:
-            if sizes.setdefault(digest, size) != size:
-                raise VerificationError(f"layer {digest} is listed with two sizes",
-                                        expected=sizes[digest], actual=size)
-    return sum(sizes.values())
+def source_at(repository_url: str, commit: str) -> str:
+    """The request's `source`: the repository at one commit."""
+    return f"{repository_url.rstrip('/')}/tree/{commit}"
 
 
-def _case_verification(checks: SuiteResult, case_id: str) -> Verification:
-    """A case is verified by its own checks and the image's; the image's alone prove nothing
-    about the case (a run that skipped it is not a pass)."""
-    own = checks.for_prefix(case_id + "/")
-    mine = own + checks.for_prefix("image/")
-    failed = sum(not c.passed for c in mine)
-    status = "verified" if own and not failed else "failed"
-    return Verification(status, len(mine) - failed, failed)
-
-
-def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *, image: str,
-          source_revision: str) -> Submission:
-    """Assemble the record; CheckFailure when any check failed or is missing."""
-    if not checks.ok:
-        failed = [c.id for c in checks.failures]
-        raise CheckFailure("the check suite has failures: the release stops before submission.json",
-                           expected="0 failed checks", actual=f"{len(failed)} failed: {', '.join(failed[:8])}",
-                           hint="fix the image and run `python -m pipeline verify` again")
-    if "@sha256:" not in image:
-        raise ConfigError("the submitted image must be pinned by digest", actual=image)
-    externals = {e["task_id"]: ExternalResult.from_json(e) for e in checks.external}
-    unverified = [t.task_id for t in cfg.external.tasks
-                  if t.task_id not in externals or not externals[t.task_id].fully_checked]
-    if policy.required and unverified:
-        raise CheckFailure(f"profile {policy.profile} requires every external task verified",
-                           expected="verified", actual=f"not verified: {', '.join(unverified)}")
-    procedural = cfg.budgets["procedural"]
-    external_budgets = cfg.budgets["external"]
-    tasks: list[TaskEntry] = []
-    for number, block in enumerate(blocks(), start=1):
-        for case in block:
-            tasks.append(TaskEntry(case.id, image, procedural.split,
-                                   {k: procedural.values[k] for k in BUDGET_FIELDS},
-                                   _case_verification(checks, case.id)))
-        for ext in (t for t in cfg.external.tasks if t.after_block == number):
-            result = externals.get(ext.task_id)
-            status = result.status if result else "not verified: not checked in this run"
-            ran = result.outcomes() if result and result.checks else None
-            verification = (Verification(status, len(ran["passed"]), len(ran["failed"]), ran) if ran
-                            else Verification(status, 0, 0))
-            # The request's split is the budgets table's: `ext.split` is the dataset split
-            # that holds the task's record, which the platform never sees.
-            tasks.append(TaskEntry(ext.task_id, ext.image, external_budgets.split,
-                                   {k: external_budgets.values[k] for k in BUDGET_FIELDS}, verification))
-    unchecked = [t.task_id for t in tasks if t.image == image and t.verification.status != "verified"]
-    if unchecked:
-        raise CheckFailure("some procedural cases have no checks of their own in this run",
-                           expected="every case checked", actual=", ".join(unchecked[:8]),
-                           hint="run the whole suite (a shard's record must be merged first)")
-    images = [ImageEntry(image, sum(n for _, n in checks.layers), len(checks.layers), bool(checks.layers))]
-    layer_lists: list[Sequence[tuple[str, int]]] = [checks.layers]
-    unknown_sizes = 0
-    for ext in cfg.external.tasks:
-        result = externals.get(ext.task_id)
-        if result and result.layers:
-            images.append(ImageEntry(ext.image, result.compressed_bytes, len(result.layers), True))
-            layer_lists.append(result.layers)
-        else:
-            # Without the layer list the declared size stands in; nothing can be deduplicated.
-            images.append(ImageEntry(ext.image, ext.compressed_bytes, None, False))
-            unknown_sizes += ext.compressed_bytes
-    return Submission(
-        name=cfg.name, image=image, schema=checks.schema or release_schema.declared(),
-        example_actions=release_schema.example_actions(), finish_action=release_schema.finish_action(),
-        source_revision=source_revision, tasks=tuple(tasks), images=tuple(images),
-        total_compressed_bytes=release_total(layer_lists) + unknown_sizes,
+def build(cfg: ReleaseConfig, identity: RequestIdentity, tasks: Sequence[TaskRecord], *,
+          image: str, source_revision: str) -> Request:
+    """The request for `tasks` (in request order, verification.build's), on `image`."""
+    entries = []
+    for task in tasks:
+        budgets = cfg.budgets[task.kind]
+        entries.append(RequestTask(task.task_id, task.image, budgets.split,
+                                   {k: budgets.values[k] for k in REQUEST_BUDGET_FIELDS}))
+    return Request(
+        submission_id=identity.submission_id, name=cfg.name, image=image, schema=release_schema.declared(),
+        tasks=tuple(entries), example_actions=release_schema.example_actions(),
+        finish_action=release_schema.finish_action(), dataset=identity.dataset,
+        source=source_at(cfg.source_url, source_revision),
     )
 
 
-def to_json(sub: Submission) -> dict[str, Any]:
-    out = asdict(sub)
-    out["format"] = FORMAT
-    out["tasks"] = [{**{k: v for k, v in asdict(t).items() if k != "budgets"}, **t.budgets}
-                    for t in sub.tasks]
-    for task in out["tasks"]:
-        if task["verification"]["checks"] is None:
-            # Procedural cases (and externals never started) carry counts only.
-            del task["verification"]["checks"]
+def to_json(req: Request) -> dict[str, Any]:
+    out = {k: getattr(req, k) for k in FIELDS if k != "tasks"}
+    out["tasks"] = [{"task_id": t.task_id, "image": t.image, "split": t.split, **t.budgets} for t in req.tasks]
     return out
 
 
-def write_submission(path: Path | str, sub: Submission) -> None:
-    """Write submission.json atomically; refuses a record carrying any failed check."""
-    bad = [t.task_id for t in sub.tasks if t.verification.failed or t.verification.status == "failed"]
-    if bad:
-        raise CheckFailure("refusing to write submission.json with failed checks",
-                           expected="no failed checks", actual=", ".join(bad))
-    write_atomic(Path(path), pretty_json(to_json(sub)))
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
-def load(path: Path | str) -> Submission:
-    """Read submission.json back into the typed record."""
+def contract_errors(data: Any) -> list[str]:
+    """Every way `data` breaks request.schema.json, each as "<path>: <message>" (path order)."""
+    errors = sorted(_validator().iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    return [f"/{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in errors]
+
+
+def validate(data: Any) -> None:
+    """VerificationError naming the first break of the request contract, if any."""
+    errors = contract_errors(data)
+    if errors:
+        raise VerificationError(f"submission.json is not the request the platform accepts ({SCHEMA_FILE.name})",
+                                expected="no contract error", actual="; ".join(errors[:3]) +
+                                (f" and {len(errors) - 3} more" if len(errors) > 3 else ""))
+
+
+def write_submission(path: Path | str, req: Request) -> None:
+    """Write submission.json atomically; refuses a request that breaks the contract."""
+    data = to_json(req)
+    validate(data)
+    write_atomic(Path(path), pretty_json(data))
+
+
+def from_json(data: Any) -> Request:
+    """The typed request from its JSON (validated against the contract first)."""
+    validate(data)
+    return Request(**{k: data[k] for k in FIELDS if k != "tasks"},
+                   tasks=tuple(RequestTask(t["task_id"], t["image"], t["split"],
+                                           {k: t[k] for k in REQUEST_BUDGET_FIELDS}) for t in data["tasks"]))
+
+
+def load(path: Path | str) -> Request:
+    """Read submission.json back into the typed request."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise VerificationError(f"{path} not found") from None
-    if data.get("format") != FORMAT:
-        raise VerificationError("not a submission record", expected=FORMAT, actual=data.get("format"))
-    tasks = []
-    for t in data["tasks"]:
-        v = t["verification"]
-        tasks.append(TaskEntry(t["task_id"], t["image"], t["split"], {k: t[k] for k in BUDGET_FIELDS},
-                               Verification(v["status"], v["passed"], v["failed"], v.get("checks"))))
-    return Submission(
-        name=data["name"], image=data["image"], schema=data["schema"],
-        example_actions=data["example_actions"], finish_action=data["finish_action"],
-        source_revision=data["source_revision"], tasks=tuple(tasks),
-        images=tuple(ImageEntry(**i) for i in data["images"]),
-        total_compressed_bytes=data["total_compressed_bytes"],
-    )
+    return from_json(data)

@@ -1,6 +1,6 @@
 """Who may sign a release: the audit's trust root, never taken from the records themselves.
 
-release.toml pins it per profile:
+trust.toml (beside release.toml) pins it per profile:
 
     [trust.local]
     keyids = ["<64 hex>"]            # Ed25519 release keys (`python -m pipeline key` prints the line)
@@ -9,7 +9,8 @@ release.toml pins it per profile:
     identity = "https://github.com/<owner>/<repo>/.github/workflows/release.yml@refs/tags/*"
     issuer = "https://token.actions.githubusercontent.com"
 
-The auditor can replace it (`audit --key FILE`, or `--identity X --issuer Y`), as
+It is not in release.toml because it never reaches the image: pinning a new key is a
+commit that moves no image digest. The auditor can replace it (`audit --key FILE`, or `--identity X --issuer Y`), as
 `cosign verify` and `slsa-verifier` require. The public key published beside the
 records (`attestations/release.pub.pem`) is used only as key material whose keyid,
 computed from the key itself, must be one of the pinned ones; the published
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,10 +70,22 @@ class TrustRoot:
         return f"{'; '.join(parts) or 'nothing pinned'} [{self.source}]"
 
 
+def load(path: Path) -> dict:
+    """The tables of a trust file (trust.toml); ConfigError when it is missing or not TOML."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found: it pins who may sign a release",
+                          hint="restore trust.toml (`python -m pipeline key` prints the pin line)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
 def pins(cfg: ReleaseConfig, profile: str) -> TrustRoot:
-    """The trust root release.toml pins for `profile` (`[trust.<profile>]`)."""
-    table = ((cfg.raw.get("trust") or {}).get(profile)) or {}
-    where = f"[trust.{profile}] of {cfg.path.name}"
+    """The trust root trust.toml (beside `cfg`'s release.toml) pins for `profile` (`[trust.<profile>]`)."""
+    path = cfg.trust_path
+    table = ((load(path).get("trust") or {}).get(profile)) or {}
+    where = f"[trust.{profile}] of {path.name}"
     if not isinstance(table, dict):
         raise ConfigError(f"{where} is not a table", actual=type(table).__name__)
     keyids = table.get("keyids", [])
@@ -93,7 +107,7 @@ def own_public_key() -> Path:
 
 
 def from_auditor(*, key_file: Path | None, identity: str | None, issuer: str | None) -> TrustRoot | None:
-    """The auditor's own trust root (command line), or None to use release.toml's."""
+    """The auditor's own trust root (command line), or None to use trust.toml's."""
     if key_file is None and identity is None and issuer is None:
         return None
     if (identity is None) != (issuer is None):
@@ -132,7 +146,7 @@ def _envelope_keyids(data: bytes) -> list[str]:
 
 
 def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Verified:
-    """A DSSE envelope signed by the auditor's key or by a key whose keyid release.toml pins."""
+    """A DSSE envelope signed by the auditor's key or by a key whose keyid trust.toml pins."""
     claimed = ", ".join(_envelope_keyids(data)) or "no signature"
     if root.key is not None:
         key = root.key
@@ -140,7 +154,7 @@ def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Ve
         if not root.keyids:
             raise VerificationError(f"{what}: no release key is pinned ({root.source})",
                                     expected="keyids = [...]", actual=f"signed by keyid {claimed}",
-                                    hint="pin the release keyid in release.toml, or audit with --key FILE")
+                                    hint="pin the release keyid in trust.toml, or audit with --key FILE")
         try:
             key = signing.load_published_key(att_dir)
         except VerificationError as exc:
@@ -151,7 +165,7 @@ def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Ve
                 f"{what} is signed by keyid {claimed}, which is not pinned ({root.source})",
                 expected=", ".join(root.keyids), actual=f"published key {key.keyid}",
                 hint="records re-signed with another key are refused; if this key is genuinely "
-                     "the release key, pin it in release.toml; the records of your own release: "
+                     "the release key, pin it in trust.toml; the records of your own release: "
                      f"`nox -s audit -- --key {own_public_key()}`")
     if key.keyid not in _envelope_keyids(data):
         raise VerificationError(f"{what} is not signed by the trusted key", expected=key.keyid,
@@ -212,7 +226,7 @@ def unpinned_warning(pinned: TrustRoot, keyid: str) -> str | None:
     return (f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
             f"`python -m pipeline audit` will refuse these records (signed by an unpinned key) unless it "
             f"is given the key: `nox -s audit -- --key {own_public_key()}`. "
-            f"To trust this key, put this there (release.toml) and commit it: {pin_line(keyid)}")
+            f"To trust this key, put this there (trust.toml) and commit it: {pin_line(keyid)}")
 
 
 def unpinned_identity_warning(pinned: TrustRoot, policy: signing.SigstorePolicy) -> str | None:
@@ -222,4 +236,4 @@ def unpinned_identity_warning(pinned: TrustRoot, policy: signing.SigstorePolicy)
     return (f"WARNING: the signing identity {policy.identity} ({policy.issuer}) is not the one pinned in "
             f"{pinned.source} ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
             "`python -m pipeline audit` will refuse these records. Sign from the pinned release workflow, "
-            "or pin this identity (identity = ..., issuer = ...) in release.toml.")
+            "or pin this identity (identity = ..., issuer = ...) in trust.toml.")

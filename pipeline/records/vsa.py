@@ -1,7 +1,7 @@
 """The audit's verdict as a SLSA Verification Summary Attestation (VSA v1) about the image.
 
 What was verified (the input attestations with their sha256), against which policy
-(release.toml and the trust root, by sha256), the result and the SLSA level verified.
+(release.toml, and trust.toml holding the trust root, by sha256), the result and the SLSA level verified.
 Checks the auditor skipped are listed, so a summary never claims more than was checked.
 Signed as a DSSE envelope with the auditor's key when one is given (`--vsa-key`);
 otherwise written as the plain statement.
@@ -32,20 +32,24 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
         # Regular files only: a pipe or a link to /dev/zero (the audit fails on them) is never read.
         if p.name.endswith((signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)) and p.is_file() and not p.is_symlink():
             inputs.append({"uri": f"attestations/{p.name}", "digest": {"sha256": sha256_file(p)}})
-    policy = records / "release.toml"
+    def described(name: str) -> dict[str, Any]:
+        path = records / name
+        return {"uri": name, "digest": {"sha256": sha256_file(path)} if path.is_file() and not path.is_symlink() else {}}
+
     skipped = sorted(c.id for c in rows if c.status == "skipped")
     return {
         "verifier": {"id": VERIFIER_ID, "version": {"pipeline": __version__}},
         "timeVerified": verified_on.astimezone(timezone.utc).strftime(release_statement.TIME_FORMAT),
         "resourceUri": f"oci://{image}",
-        "policy": {"uri": "release.toml",
-                   "digest": {"sha256": sha256_file(policy)} if policy.is_file() and not policy.is_symlink() else {}},
+        "policy": described("release.toml"),
         "inputAttestations": inputs,
         "verificationResult": "PASSED" if passed else "FAILED",
         "verifiedLevels": [SLSA_LEVEL] if passed else [],
         "dependencyLevels": {},
         "slsaVersion": "1.0",
-        # Beyond the VSA fields: which checks ran, so "PASSED" can be read precisely.
+        # Beyond the VSA fields: the pins of who may sign (unless the auditor gave their own), and
+        # which checks ran, so "PASSED" can be read precisely.
+        "trustPolicy": described("trust.toml"),
         "checks": {c.id: c.status for c in rows},
         "notVerified": skipped,
     }

@@ -27,6 +27,7 @@ class PullResult:
     manifest_digest: str
     media_type: str
     config_digest: str
+    config_size: int
     layers: tuple[Descriptor, ...]
     compressed_size: int
     layout: Path
@@ -106,7 +107,7 @@ def pull(reference: str | Reference, dest: Path, *,
     layout.verify_image(ref.digest)
     result = PullResult(
         reference=str(ref), manifest_digest=stored.digest, media_type=media_type,
-        config_digest=manifest.config.digest, layers=manifest.layers,
+        config_digest=manifest.config.digest, config_size=manifest.config.size, layers=manifest.layers,
         compressed_size=manifest.compressed_size, layout=dest, index_digest=index_digest,
     )
     say(f"  pulled {ref}: {result.layer_count} layers, {result.compressed_size:,} compressed "

@@ -187,14 +187,49 @@ def changed_paths(repo: Path) -> list[str]:
     return paths
 
 
-def last_change(repo: Path, paths: tuple[str, ...]) -> tuple[str, int]:
-    """The last commit (id, committer time) reachable from HEAD that changed any of `paths`."""
-    out = _git("-C", repo, "log", "-1", "--format=%H %ct", "HEAD", "--", *paths).stdout.decode()
-    if not out.strip():
-        raise SourceError(f"no commit in {repo} touches {', '.join(paths)}",
-                          hint="commit the image inputs first")
-    commit, time = out.split()
-    return commit, int(time)
+@dataclass(frozen=True)
+class LoggedCommit:
+    """A commit of a history walk: its id, first parent (None for a root) and committer time."""
+
+    commit: str
+    parent: str | None
+    time: int
+
+
+def history(repo: Path, paths: tuple[str, ...]) -> list[LoggedCommit]:
+    """The commits reachable from HEAD that changed any of `paths`, newest first."""
+    out = _git("-C", repo, "log", "--format=%H %ct %P", "HEAD", "--", *paths).stdout.decode()
+    commits = []
+    for line in out.splitlines():
+        commit, time, *parents = line.split()
+        commits.append(LoggedCommit(commit, parents[0] if parents else None, int(time)))
+    return commits
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One file of a commit's tree: its mode, object id and path."""
+
+    mode: str
+    oid: str
+    path: str
+
+
+def tree_files(repo: Path, commit: str, paths: tuple[str, ...]) -> list[TreeEntry]:
+    """Every file at or under `paths` in `commit` (recursively; links and submodules included)."""
+    out = _git("-C", repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths).stdout
+    entries = []
+    for record in out.decode(errors="surrogateescape").split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            mode, _kind, oid = meta.split()
+            entries.append(TreeEntry(mode, oid, path))
+    return entries
+
+
+def blob(repo: Path, oid: str) -> bytes:
+    """The bytes of the blob `oid` of `repo`."""
+    return _git("-C", repo, "cat-file", "blob", oid).stdout
 
 
 def changed_between(repo: Path, old: str, new: str, paths: tuple[str, ...]) -> list[str]:

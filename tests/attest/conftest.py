@@ -130,13 +130,26 @@ DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
-# One check of the image and one of every case: a case is verified by checks of its own.
-CHECKS = (("image/health", True), *((f"{c.id}/correct", True) for c in all_cases()))
+# Checks of the image (those the admission preflight reads among them) and one of every case:
+# a case is verified by checks of its own.
+CHECKS = (("image/health", True), ("image/schema", True), ("image/openenv-validate", True),
+          *((f"{c.id}/correct", True) for c in all_cases()))
 COMMAND = ("python", "-m", "pipeline", "release", "--profile", "test")
 RELEASED_ON = (2024, 1, 1)
 
 
-def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str, *, keyid: str,
+def trust_toml(keyid: str) -> str:
+    return f'''
+[trust.test]
+keyids = ["{keyid}"]
+
+[trust.arena]
+identity = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml@refs/tags/*"
+issuer = "https://token.actions.githubusercontent.com"
+'''
+
+
+def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str, *,
                  record_sha256: str) -> str:
     def budgets(value: int) -> str:
         return "\n".join(f"{k} = {value}" for k in (
@@ -159,14 +172,8 @@ base = "{BASE}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = false
+submission_id = "openenv-data-workflows-test"
 dataset = "arena/openenv-data-workflows"
-
-[trust.test]
-keyids = ["{keyid}"]
-
-[trust.arena]
-identity = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml@refs/tags/*"
-issuer = "https://token.actions.githubusercontent.com"
 
 [intoto]
 layout_valid_days = 365
@@ -263,10 +270,13 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         statement as release_statement,
         sbom,
         signing,
+        sizes as sizes_mod,
         submission,
+        verification,
     )
     from pipeline.sources import dataset as external
     from pipeline import config as config_mod, plan
+    from pipeline.checks import schema as release_schema
     from pipeline._io import write_atomic
     from pipeline.checks.external import ExternalResult
     from pipeline.checks.results import CheckResult, SuiteResult
@@ -276,8 +286,9 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     root.mkdir(parents=True, exist_ok=True)
-    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE), keyid=signer.keyid,
+    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE),
                                                     record_sha256=sha(EXTERNAL_RECORD.encode())))
+    (root / "trust.toml").write_text(trust_toml(signer.keyid))
     (root / "pyproject.toml").write_text('[project]\nname = "x"\nlicense = "MIT"\n')
     (root / "env").mkdir(exist_ok=True)
     (root / "env" / "__init__.py").write_bytes(b"")
@@ -313,11 +324,20 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         checks = SuiteResult(
             image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
             checks=tuple(CheckResult(id=i, passed=ok, seconds=0.1) for i, ok in CHECKS), layers=layers,
-            external=(ExternalResult("format-code-task-000666", EXTERNAL_IMAGE, layers=((("sha256:" + "8" * 64), 900),)
-                                     ).to_json(),
+            config=(manifest["config"]["digest"], manifest["config"]["size"]), schema=release_schema.declared(),
+            external=(ExternalResult("format-code-task-000666", EXTERNAL_IMAGE, layers=((("sha256:" + "8" * 64), 900),),
+                                     config_digest="sha256:" + "6" * 64, config_size=100).to_json(),
                       ExternalResult("format-code-task-001926", EXTERNAL_IMAGE, reason="not pulled").to_json()))
         checks_bytes = json.dumps(checks.to_json()).encode()
         write_atomic(att / attest.CHECKS_FILE, checks_bytes)
+    # A failing suite stops a release before its records; a signer could still sign the failed
+    # results, which the audit must refuse: the records are then made from the same checks, all passed.
+    ok = checks if checks.ok else SuiteResult(
+        image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers, config=checks.config,
+        schema=checks.schema, checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
+        external=checks.external)
+    tasks = verification.build(cfg, rp.external, ok, image=f"{name}@{image.digest}")
+    sizes = sizes_mod.measure(sizes_mod.descriptors(ok, f"{name}@{image.digest}", cfg.external.tasks))
     src = cfg.sources[0]
     last = manifest["layers"][-1]
     app = AppLayer(name="app", digest=last["digest"], diff_id="sha256:" + "9" * 64, size=last["size"], members=())
@@ -337,17 +357,11 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         image=provenance.Image(name=name, digest=image.digest, media_type=manifest["mediaType"],
                                config_digest=manifest["config"]["digest"],
                                compressed_size=sum(n for _, n in layers), layer_count=len(layers), app_layers=(app,)),
+        tasks=tasks, sizes=sizes, budgets=provenance.budgets_record(cfg.budgets),
     )
     t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
     subject = attest.Subject(name=name, digest=image.digest)
-    # A failing suite stops a release before submission.json; a signer could still sign the
-    # failed results (below), which the audit must refuse: submission.json is then made
-    # from the same checks, all passed.
-    ok = checks if checks.ok else SuiteResult(
-        image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers,
-        checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
-        external=checks.external)
-    sub = submission.build(cfg, rp.external, ok, image=f"{name}@{image.digest}", source_revision="1" * 40)
+    sub = submission.build(cfg, rp.request, tasks, image=f"{name}@{image.digest}", source_revision="1" * 40)
     # The dataset folder as the release writes it (the test profile does not publish it).
     folder = root / dataset.FOLDER
     generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),

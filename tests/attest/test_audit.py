@@ -103,6 +103,15 @@ def dataset_copy_of_statement(root) -> None:
     dataset.add_records(root / dataset.FOLDER, root)
 
 
+def resign_provenance(rec) -> None:
+    """An insider with the release key binds an edited provenance.json again: the provenance
+    statement's byproduct digest, then the links and the release statement."""
+    digest = sha256_file(rec.root / "provenance.json")
+    _resign_statement(rec, "provenance", lambda s: s["predicate"]["runDetails"]["byproducts"][0]["digest"].update(
+        sha256=digest))
+    resign(rec)
+
+
 def forge_all(root):
     """The attacker's move: every statement re-signed by a fresh key, published beside the records."""
     forger = signing.KeySigner(CryptoSigner.generate_ed25519())
@@ -243,7 +252,7 @@ def test_forged_signer_with_its_own_key_published(records):
     fails = failed(root)
     assert "release/signature" in fails
     assert (f"attestations/release.dsse.json is signed by keyid {forger.keyid}, which is not pinned "
-            f"([trust.test] of release.toml); expected {records.signer.keyid}") in fails["release/signature"]
+            f"([trust.test] of trust.toml); expected {records.signer.keyid}") in fails["release/signature"]
     # the same verdict from the auditor's own trust root (the genuine public key)
     genuine, auditor = genuine_key(records)
     fails = failed(root, trust_root=auditor)
@@ -252,16 +261,16 @@ def test_forged_signer_with_its_own_key_published(records):
 
 
 def test_forger_who_also_rewrites_the_pins_is_refused_by_the_auditors_key(records):
-    """The limit of release.toml's trust root: whoever may edit release.toml may pin their own key,
+    """The limit of trust.toml's trust root: whoever may edit trust.toml may pin their own key,
     and the audit against it passes (the trust/root row and the VSA's policy digest say which pins
     were used). An auditor's own trust root (--key, --identity) is what such an attacker cannot
     change: it refuses the same records, naming the signer."""
     root = records.root
     forger = forge_all(root)
-    toml = root / "release.toml"
+    toml = root / "trust.toml"
     toml.write_text(toml.read_text().replace(records.signer.keyid, forger.keyid))
     rows = {c.id: c for c in audit.audit(root)}
-    assert rows["trust/root"].detail == f"keyids {forger.keyid} [[trust.test] of release.toml]"
+    assert rows["trust/root"].detail == f"keyids {forger.keyid} [[trust.test] of trust.toml]"
     genuine, auditor = genuine_key(records)
     fails = failed(root, trust_root=auditor)
     assert fails["release/signature"] == (
@@ -418,41 +427,98 @@ def test_task_order_changed_and_resigned(records):
     _edit_json(records.root / "submission.json", swap)
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"submission/tasks"}
+    assert set(fails) == {"submission/tasks", "provenance/tasks"}
     assert fails["submission/tasks"].startswith("task ids of submission.json, in request order")
+    assert fails["provenance/tasks"].startswith("tasks of provenance.json vs submission.json's")
 
 
 def test_external_task_claimed_verified_and_resigned(records):
-    """An insider's submission.json says the external task the check suite never pulled was verified;
+    """An insider's provenance.json says the external task the check suite never pulled was verified;
     ids, budgets and images are untouched, so only checks.json can contradict it."""
     def claim(d):
         task = next(t for t in d["tasks"] if t["task_id"] == "format-code-task-001926")
         task["verification"] = {"failed": 0, "passed": 3, "status": "verified"}
 
-    _edit_json(records.root / "submission.json", claim)
-    resign(records)
+    _edit_json(records.root / "provenance.json", claim)
+    resign_provenance(records)
     fails = failed(records.root)
-    assert set(fails) == {"submission/verification"}
-    assert fails["submission/verification"] == (
-        "verification of task format-code-task-001926 in submission.json vs checks.json; "
+    assert set(fails) == {"provenance/tasks", "readme"}
+    assert fails["provenance/tasks"] == (
+        "verification of task format-code-task-001926 in provenance.json vs checks.json; "
         "expected {'status': 'not verified: not pulled', 'passed': 0, 'failed': 0}, "
-        "got {'status': 'verified', 'passed': 3, 'failed': 0}; submission.json claims what the checks did not show")
+        "got {'status': 'verified', 'passed': 3, 'failed': 0}; provenance.json claims what the checks did not show")
 
 
-def test_source_revision_of_another_commit_resigned(records):
-    _edit_json(records.root / "submission.json", lambda d: d.update(source_revision="3" * 40))
+def test_provenance_edited_without_resigning_the_provenance_statement(records):
+    _edit_json(records.root / "provenance.json", lambda d: d["sizes"].update(seed_bytes=1))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"submission/verification"}
-    assert fails["submission/verification"] == (
-        f"source_revision of submission.json vs provenance.json's project commit; expected {'1' * 40}, got {'3' * 40}")
+    assert {"provenance/record", "provenance/sizes"} <= set(fails)
+    assert "provenance.json was edited after signing" in fails["provenance/record"]
+
+
+@pytest.mark.parametrize("mutate,owner,fragment", [
+    (lambda d: d["sizes"].update(seed_bytes=d["sizes"]["seed_bytes"] - 32), "provenance/sizes",
+     "sizes of provenance.json vs the manifests checks.json recorded"),
+    (lambda d: d["sizes"]["images"][1].update(platform_bytes=d["sizes"]["images"][1]["platform_bytes"] + 1),
+     "provenance/sizes",
+     "sizes of provenance.json vs the manifests checks.json recorded"),
+    (lambda d: d["budgets"]["external"].update(observation_tokens=999), "provenance/budgets",
+     "budgets of provenance.json vs release.toml's [budgets.*] tables"),
+    (lambda d: d["tasks"][3]["verification"].update(passed=99), "provenance/tasks",
+     "verification of task"),
+], ids=["seed-total", "platform-figure", "observation-budget", "case-passed-count"])
+def test_what_the_request_leaves_out_edited_and_resigned(records, mutate, owner, fragment):
+    """What moved out of the request (sizes, budgets, check results) is bound and checked in provenance.json."""
+    _edit_json(records.root / "provenance.json", mutate)
+    resign_provenance(records)
+    fails = failed(records.root)
+    assert set(fails) == {owner, "readme"}  # the README names the re-signed statement's hash
+    assert fragment in fails[owner]
+
+
+def test_source_of_another_commit_resigned(records):
+    other = "https://github.com/akseljoonas/openenv-arena-release/tree/" + "3" * 40
+    _edit_json(records.root / "submission.json", lambda d: d.update(source=other))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/request"}
+    assert fails["submission/request"] == (
+        "source of submission.json vs release.toml (profile test) and provenance.json's project commit; "
+        "expected {'source': 'https://github.com/akseljoonas/openenv-arena-release/tree/" + "1" * 40 + "'}, "
+        "got {'source': '" + other + "'}")
+
+
+@pytest.mark.parametrize("field,value", [("submission_id", "someone-elses-id"), ("dataset", "someone/else"),
+                                         ("example_actions", [{"operation": "shell", "command": "cat /opt/arena/*"}])])
+def test_request_identity_changed_and_resigned(records, field, value):
+    _edit_json(records.root / "submission.json", lambda d: d.update({field: value}))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"submission/request"}
+    assert fails["submission/request"].startswith(f"{field} of submission.json vs release.toml (profile test)")
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(total_compressed_bytes=1),
+    lambda d: d["tasks"][8].update(observation_tokens=32768),
+    lambda d: d["tasks"][8].update(verification={"status": "verified", "passed": 12, "failed": 0}),
+    lambda d: d.pop("dataset"),
+], ids=["old-total", "observation-budget", "task-verification", "no-dataset"])
+def test_request_beyond_the_contract_and_resigned(records, mutate):
+    """A field the accepted request does not have (or lacks) fails the request's JSON Schema."""
+    _edit_json(records.root / "submission.json", mutate)
+    resign(records)
+    fails = failed(records.root)
+    assert fails["submission/format"].startswith(
+        "submission.json is not the request the platform accepts (request.schema.json)")
 
 
 def test_task_image_changed_and_resigned(records):
     _edit_json(records.root / "submission.json", lambda d: d["tasks"][8].update(image=d["image"]))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"submission/images"}
+    assert set(fails) == {"submission/images", "provenance/tasks"}
     assert "image of task format-code-task-000666" in fails["submission/images"]
 
 
@@ -643,7 +709,7 @@ def test_release_statement_binding_a_file_outside_the_records(records):
 
 
 def test_unpinned_profile_fails_naming_the_signer(records):
-    toml = records.root / "release.toml"
+    toml = records.root / "trust.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', "keyids = []"))
     fails = failed(records.root)
     assert fails["release/signature"].startswith("attestations/release.dsse.json: no release key is pinned")
@@ -654,7 +720,7 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     """The release key is pinned only for profile `dev`; the records name profile `test`, whose pins
     name another key. An unsigned `dsseEnvelope` beside the payload (where a sigstore bundle keeps
     it) named `dev`, so the pins of `dev` verified a release of `test`: the audit passed."""
-    toml = records.root / "release.toml"
+    toml = records.root / "trust.toml"
     other = CryptoSigner.generate_ed25519().public_key.keyid
     toml.write_text(toml.read_text().replace(
         f'[trust.test]\nkeyids = ["{records.signer.keyid}"]',
@@ -667,15 +733,16 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
     path.write_text(json.dumps(env))
     fails = failed(records.root)
-    # sbom/components, submission/verification and the dataset: not checked without a profile
-    assert set(fails) == {"release/profile", "sbom/components", "submission/verification", "dataset/subjects"}
+    # sbom/components, the request, what it leaves out and the dataset: not checked without a profile
+    assert set(fails) == {"release/profile", "sbom/components", "submission/request", "provenance/tasks",
+                          "provenance/sizes", "dataset/subjects"}
     assert fails["release/profile"] == (
         "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
         "expected dev, got test; a signer is trusted only for the profile it is pinned for")
 
 
 def test_malformed_trust_table(records):
-    toml = records.root / "release.toml"
+    toml = records.root / "trust.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', 'keyids = ["short"]'))
     assert "keyids must be a list of 64-hex key ids" in failed(records.root)["trust/pins"]
 
@@ -704,7 +771,7 @@ def test_checks_results_edited_and_resigned(records):
                       lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/results", "checks/passed", "submission/verification", "readme"}
+    assert set(fails) == {"checks/results", "checks/passed", "provenance/tasks", "readme"}
     assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
 
 
@@ -712,7 +779,7 @@ def test_checks_results_edited_and_resigned(records):
     (lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]), "predicate.warnedTests", "[]",
      '["format-code-task-000666/reference-repair"]'),
     (lambda p: p["configuration"][0]["annotations"].update(total=40), "predicate.configuration[0].annotations.total",
-     "33", "40"),
+     "35", "40"),
 ])
 def test_checks_statement_claims_beyond_checks_json_and_resigned(records, mutate, where, expected, actual):
     _resign_statement(records, "checks", lambda s: mutate(s["predicate"]))
@@ -730,10 +797,10 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     monkeypatch.setattr(conftest, "CHECKS", (*conftest.CHECKS, ("image/uid", False)))
     rec = conftest.make_records(tmp_path / "r")
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed", "submission/verification"}
+    assert set(fails) == {"checks/passed", "provenance/tasks"}
     assert "image/uid" in fails["checks/passed"]
-    assert fails["submission/verification"].startswith("the check suite has failures: the release stops before "
-                                                       "submission.json; expected 0 failed checks, got 1 failed: image/uid")
+    assert fails["provenance/tasks"].startswith("the check suite has failures: the release stops before "
+                                                "submission.json; expected 0 failed checks, got 1 failed: image/uid")
 
 
 def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
@@ -747,7 +814,7 @@ def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
     _resign_statement(rec, "checks", lambda s: s["predicate"].update(result="PASSED"))
     resign(rec)
     fails = failed(rec.root)
-    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
+    assert set(fails) == {"checks/passed", "checks/results", "provenance/tasks", "readme"}
     assert fails["checks/results"] == ('checks statement predicate.result vs attestations/checks.json; '
                                        'expected "FAILED", got "PASSED"')
     assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
@@ -765,7 +832,7 @@ def test_empty_suite_signed_as_passed(records):
         s["predicate"].update(passedTests=[], failedTests=[])))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/passed", "checks/results", "submission/verification", "readme"}
+    assert set(fails) == {"checks/passed", "checks/results", "provenance/tasks", "readme"}
     assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
                                       "got 0 check(s)")
 
@@ -908,12 +975,16 @@ def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
     assert capsys.readouterr().out.startswith("AUDIT FAILED")
 
 
-@pytest.mark.parametrize("rel,owner", [("submission.json", "submission/format"),
-                                       ("attestations/checks.json", "checks/results")])
-def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner):
+@pytest.mark.parametrize("rel,owner,detail", [
+    ("submission.json", "submission/format", "submission.json is not the request the platform accepts "
+                                             "(request.schema.json); expected no contract error, got /: [] is not of "
+                                             "type 'object'"),
+    ("attestations/checks.json", "checks/results",
+     "attestations/checks.json is malformed: AttributeError: 'list' object has no attribute 'get'")])
+def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner, detail):
     (records.root / rel).write_text("[]")
     fails = failed(records.root)
-    assert fails[owner] == f"{rel} is malformed: AttributeError: 'list' object has no attribute 'get'"
+    assert fails[owner] == detail
 
 
 def test_provenance_profile_that_is_not_a_name(records):
@@ -961,7 +1032,8 @@ def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, caps
     _edit_json(records.root / "submission.json", lambda d: d.update(image="arena/x@not-a-digest"))
     assert cli.main(["audit", "--records", str(records.root)]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("AUDIT FAILED") and "submission/image: digest of arena/x@not-a-digest" in out
+    assert out.startswith("AUDIT FAILED") and "submission/format: submission.json is not the request" in out
+    assert "'arena/x@not-a-digest' does not match" in out
 
 
 def _resign_layout(rec, mutate):

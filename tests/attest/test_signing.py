@@ -121,7 +121,7 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
     assert trust.unpinned_warning(pins, rec.signer.keyid) is None
     other = signing.CryptoSigner.generate_ed25519().public_key.keyid
     warning = trust.unpinned_warning(pins, other)
-    assert warning.startswith(f"WARNING: the release key {other} is not pinned in [trust.test] of release.toml")
+    assert warning.startswith(f"WARNING: the release key {other} is not pinned in [trust.test] of trust.toml")
     assert f'keyids = ["{other}"]' in warning
     assert "`nox -s audit -- --key .release/keys/release.pub.pem`" in warning
 
@@ -136,7 +136,7 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     toml = rec.root / "release.toml"
     toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
                     "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
-                    "signing = \"sigstore\"\nexternal_tasks_required = false\ndataset = \"a/b\"\n\n[profiles.test]"))
+                    "signing = \"sigstore\"\nexternal_tasks_required = false\nsubmission_id = \"x\"\ndataset = \"a/b\"\n\n[profiles.test]"))
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")

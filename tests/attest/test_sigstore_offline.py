@@ -124,10 +124,10 @@ def test_audit_refuses_a_bundle_from_another_identity(records):
     assert rows["release/signature"].detail.startswith(
         f"attestations/release.sigstore.json is signed by {POLICY.identity}, which is not the pinned identity; "
         f"expected {pinned}")
-    # release.toml pins only keys for this profile: a bundle is refused, naming its signer
+    # trust.toml pins only keys for this profile: a bundle is refused, naming its signer
     rows = {c.id: c for c in audit.audit(records.root)}
     assert rows["release/signature"].detail.startswith(
-        "attestations/release.sigstore.json: no sigstore identity is pinned ([trust.test] of release.toml)")
+        "attestations/release.sigstore.json: no sigstore identity is pinned ([trust.test] of trust.toml)")
     assert POLICY.identity in rows["release/signature"].detail
     (att / "release.sigstore.json").write_bytes(_tampered(
         lambda d: d["dsseEnvelope"].update(payload=_flip_b64_char(d["dsseEnvelope"]["payload"], 400))))

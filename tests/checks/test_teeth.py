@@ -45,3 +45,49 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
         failed = _failed(target)
     assert must_fail <= failed, f"{fault}: these checks should have failed: {sorted(must_fail - failed)}"
     assert not (must_pass & failed), f"{fault}: collateral failures {sorted(must_pass & failed)}"
+
+
+def _run(target):
+    return run_suite([target], cases=CASES, with_timeout=False, quiet=True)
+
+
+def test_a_server_without_mcp_fails_openenv_validate_and_only_it(broken_server):
+    """openenv-core's own validator, run as image/openenv-validate, catches a server that does not
+    answer POST /mcp; nothing else of the suite depends on it."""
+    with broken_server("no-mcp") as target:
+        result = _run(target)
+    assert {c.id for c in result.failures} == {"image/openenv-validate"}
+    check = next(c for c in result.checks if c.id == "image/openenv-validate")
+    assert check.observed["criteria"]["mcp_endpoint"] is False and check.observed["exit_code"] != 0
+    assert "mcp_endpoint" in check.detail
+
+
+def test_a_drifted_schema_fails_image_schema_naming_the_first_difference(broken_server):
+    with broken_server("schema-drift") as target:
+        result = _run(target)
+    assert {c.id for c in result.failures} == {"image/schema"}
+    check = next(c for c in result.checks if c.id == "image/schema")
+    assert check.observed["first_difference"] == (
+        '/action/properties/command/description: expected "Bash command; each call starts in the task '
+        'repository.", got "A bash command."')
+
+
+def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_server):
+    """Teeth of tests/env/route_attacks.py: openenv-core's stateless /reset reaches the live
+    episode's workspace and processes, its /mcp answers otherwise; the battery says so."""
+    from urllib.parse import urlsplit
+
+    from tests.env import route_attacks
+
+    with broken_server("openenv-core-routes") as target:
+        found = route_attacks.attack(target.url, CASES[0].id, port=urlsplit(target.url).port)
+    text = "\n".join(found)
+    # The stateless /reset wiped the workspace and killed every UID 2000 process, the probe too.
+    assert "the probe was killed in the middle of the battery" in text
+    assert "the episode's files are gone after the battery" in text
+    assert "the episode's background process was killed by the battery" in text
+    # Its /mcp answers tools/list with something other than an empty tool list, and its
+    # OpenAPI paths are those of simulation mode.
+    assert "/mcp tools/list offers something" in text
+    assert "/openapi.json: HTTP 200, paths ['/health', '/mcp', '/metadata', '/reset', '/schema', '/state', '/step']" \
+        in text

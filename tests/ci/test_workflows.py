@@ -1,7 +1,7 @@
 """The GitHub Actions workflows, checked offline: zizmor (the security linter) finds
 nothing, the workflow JSON schema accepts every file, and the project's rules hold
 (actions pinned by SHA, explicit least permissions per job, no expression in a shell
-line, the release identity equal to the one release.toml pins). Each checker is also
+line, the release identity equal to the one trust.toml pins). Each checker is also
 shown a broken workflow, which it must reject."""
 
 from __future__ import annotations
@@ -142,9 +142,9 @@ def test_write_permissions_are_only_where_they_are_used():
 # ------------------------------------------------------------------ what each workflow does
 
 
-def test_release_signs_as_the_identity_release_toml_pins():
+def test_release_signs_as_the_identity_trust_toml_pins():
     config = tomllib.loads((REPO / "release.toml").read_text())
-    pin = config["trust"]["arena"]
+    pin = tomllib.loads((REPO / "trust.toml").read_text())["trust"]["arena"]
     doc = rules.load(WORKFLOWS["release.yml"])
     # Keyless signing in this workflow on a tag push: Fulcio certifies the workflow's
     # ref, `<repository>/.github/workflows/release.yml@refs/tags/<tag>`.

@@ -159,6 +159,7 @@ base = "{base}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = true
+submission_id = "openenv-data-workflows-standin"
 dataset = "akseljoonas/mimo-openenv-software"
 publish_dataset = true
 
@@ -245,13 +246,18 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
 
     sub = json.loads((clone / "submission.json").read_text())
     assert sub["image"].startswith(f"{local_registry.address}/arena/openenv-data-workflows@sha256:")
-    externals = [t for t in sub["tasks"] if t["task_id"] in TASKS]
+    assert (sub["submission_id"], sub["dataset"]) == ("openenv-data-workflows-standin", DATASET_REPO)
+    # The request's split is the budgets table's, not the dataset's "code".
+    assert [t["split"] for t in sub["tasks"] if t["task_id"] in TASKS] == ["train", "train"]
+    # The admission preflight ran strict (arena): every check passed, none "not checked".
+    assert "PREFLIGHT PASSED: " in proc.stderr and ", 0 failed, 0 not checked" in proc.stderr
+    prov = json.loads((clone / "provenance.json").read_text())
+    externals = [t for t in prov["tasks"] if t["task_id"] in TASKS]
     assert [t["verification"]["status"] for t in externals] == ["verified", "verified"]
     for task in externals:
         outcomes = task["verification"]["checks"]
         assert outcomes["passed"] == expected_passed and outcomes["failed"] == []
         assert not outcomes["not_applicable"]
-        assert task["split"] == "train"  # the budgets table's, not the dataset's "code"
     statement = json.loads((clone / "attestations" / "checks.dsse.json").read_text())
     predicate = json.loads(base64.b64decode(statement["payload"]))["predicate"]
     passed_ids = {f"{t}/{n}" for t in TASKS for n in expected_passed}
@@ -259,15 +265,17 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     report = (clone / "dist" / "report.md").read_text()
     assert "## External repair checks" in report
 
-    prov = json.loads((clone / "provenance.json").read_text())
     assert prov["base"]["digest"] == base.reference.split("@")[1]
     assert {s["source"]: s["revision"] for s in prov["sources"]} == {
         "metaharness-tasks": tasks_rev, "mimo-reference-000666": seed_rev, "mimo-reference-001926": seed_rev}
     assert [(e["task_id"], e["split"], e["row"], e["sha256"], e["reference"], e["status"]) for e in prov["external"]] \
         == [(t, "code", ROWS[t], records[t], f"mimo-reference-{t[-6:]}", "verified") for t in TASKS]
-    # The derived image reuses every layer of the base; 000666's image adds its own on top.
-    images_by_ref = {i["image"]: i for i in sub["images"]}
-    assert images_by_ref[first.reference]["compressed_bytes"] == first.compressed_bytes
+    # Both measures of every image, read from their manifests: the seed's (layers) and the
+    # platform's (config blob + layers).
+    sizes = {i["image"]: i for i in prov["sizes"]["images"]}
+    assert sizes[first.reference]["seed_bytes"] == first.compressed_bytes
+    assert all(i["measured"] and i["platform_bytes"] > i["seed_bytes"] for i in sizes.values())
+    assert prov["sizes"]["platform_bytes"] is not None
     # Published to the Hub stand-in: the task files' commit is the revision provenance.json
     # records, the signed records are the commit on top of it, and every byte read back.
     commits = hub_standin.commits(DATASET_REPO)

@@ -37,8 +37,16 @@ def test_committed_records_are_a_complete_local_release():
     assert (REPO / "attestations" / "provenance.dsse.json").is_file()
 
 
+def test_the_committed_request_passes_the_admission_preflight():
+    """`nox -s preflight` on the committed submission.json: every admission check passes or,
+    offline (ghcr.io, the local registry not running), says it could not run; none fails."""
+    proc = pipeline(REPO, "preflight", "--registry", "")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert proc.stdout.startswith("PREFLIGHT PASSED: ") and "\nFAIL " not in proc.stdout
+
+
 def test_audit_passes_on_the_committed_records(tmp_path):
-    """Against release.toml's pinned trust root. A clean checkout has no image layers, so the
+    """Against trust.toml's pinned trust root. A clean checkout has no image layers, so the
     SBOM-against-layers check is skipped by name, and the table and the VSA say so."""
     vsa = tmp_path / "vsa.json"
     proc = pipeline(REPO, "audit", "--skip", "sbom/components", "--vsa", str(vsa))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -77,10 +78,21 @@ def clone(tmp_path_factory) -> Path:
     localregistry.stop(dest / ".release" / "registry")
 
 
-def _left_behind(before: set[str]) -> list[str]:
-    """Our-labelled containers that were not there before: those a release left running.
-    (Containers other processes on this host started before it are not its to remove.)"""
-    return sorted(set(ContainerRuntime().ours()) - before)
+def _left_behind(before: set[str], output: str) -> list[str]:
+    """Our-labelled containers that were not there before and run an image from this clone's
+    loopback registry (its address is in the release's `output`): those a release left running.
+    Other processes on this host start and stop containers of their own meanwhile."""
+    found = re.search(r"local registry at (\S+)", output)
+    assert found, "the release did not say where its registry is"
+    runtime = ContainerRuntime()
+    new = sorted(set(runtime.ours()) - before)
+    return [c for c in new if _image_of(runtime, c).startswith(found.group(1) + "/")]
+
+
+def _image_of(runtime: ContainerRuntime, container: str) -> str:
+    proc = subprocess.run([runtime.engine, *runtime.args.global_args, "inspect", "--format", "{{.Config.Image}}",
+                           container], capture_output=True, text=True)
+    return proc.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +107,9 @@ def first_release(clone):
 def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(clone, first_release):
     # ghcr.io is unreachable here (as in CI): nothing is started, nothing claims a pass.
     assert "external task(s) NOT VERIFIED" in first_release.stderr
-    sub = json.loads((clone / "submission.json").read_text())
-    externals = [t for t in sub["tasks"] if t["task_id"].startswith("format-code-task-")]
-    assert len(externals) == 2
+    prov = json.loads((clone / "provenance.json").read_text())
+    externals = [t for t in prov["tasks"] if t["task_id"].startswith("format-code-task-")]
+    assert len(externals) == 2 and {t["kind"] for t in externals} == {"external"}
     for task in externals:
         assert task["verification"]["status"].startswith("not verified: ")
         assert "checks" not in task["verification"] and task["verification"]["passed"] == 0
@@ -105,15 +117,25 @@ def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(c
     assert not [c for c in checks["checks"] if c["id"].startswith("format-code-task-")]
     table = (clone / "dist" / "report.md").read_text().split("## External repair checks", 1)[1]
     assert "| format-code-task-000666 | " + " | ".join(["-"] * 12) + " |" in table
+    # The admission preflight could not resolve ghcr.io: said, never a pass.
+    assert "admission check(s) NOT CHECKED here (profile local carries on): image_resolved" in first_release.stderr
+    # Their sizes are the declared ones: the platform's measure is unknown without their manifests.
+    assert prov["sizes"]["platform_bytes"] is None
+    assert [i["measured"] for i in prov["sizes"]["images"]] == [True, False, False]
 
 
 def test_release_writes_verified_signed_records_and_stops_what_it_started(clone, first_release):
     sub = json.loads((clone / "submission.json").read_text())
+    # Exactly the request the platform accepted.
+    assert set(sub) == {"submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
+                        "dataset", "source"}
     assert len(sub["tasks"]) == 34
     assert [t["task_id"] for t in sub["tasks"]][8] == "format-code-task-000666"
-    ours = [t for t in sub["tasks"] if t["task_id"].count("-") == 2]
-    assert len(ours) == 32 and all(t["verification"]["status"] == "verified" for t in ours)
+    assert {t["workspace_gib"] for t in sub["tasks"]} == {10} and sub["finish_action"] == {"operation": "finish"}
     prov = json.loads((clone / "provenance.json").read_text())
+    assert sub["source"].endswith("/tree/" + prov["project"]["commit"])
+    ours = [t for t in prov["tasks"] if t["kind"] == "procedural"]
+    assert len(ours) == 32 and all(t["verification"]["status"] == "verified" for t in ours)
     assert sub["image"] == f"{prov['image']['name']}@{prov['image']['digest']}"
     for name in ("release.dsse.json", "provenance.dsse.json", "sbom.dsse.json", "checks.dsse.json",
                  "sbom.cdx.json", "checks.json", "layout.json", "release.pub.pem", "keyid"):
@@ -121,7 +143,21 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
     assert localregistry.status(clone / ".release" / "registry") is None
-    assert _left_behind(first_release.containers_before) == []
+    assert _left_behind(first_release.containers_before, first_release.stderr) == []
+
+
+def test_preflight_passes_the_request_and_fails_its_44_gib_copy(clone, first_release):
+    proc = pipeline(clone, "preflight")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("PREFLIGHT PASSED: ") and "FAIL " not in proc.stdout
+    data = json.loads((clone / "submission.json").read_text())
+    data["tasks"][8]["workspace_gib"] = 44
+    copied = clone / "dist" / "submission-44.json"
+    copied.write_text(json.dumps(data))
+    proc = pipeline(clone, "preflight", str(copied), "--records", str(clone))
+    assert proc.returncode == 1
+    assert "FAIL         sandbox_disk: ENVIRONMENT_TOO_LARGE_FOR_SANDBOX" in proc.stdout
+    assert "preflight: FAILED (sandbox_disk)" in proc.stderr
 
 
 def _dataset_bytes(clone: Path) -> dict[str, bytes]:
@@ -157,7 +193,7 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, 
 
 
 def test_audit_passes_on_the_release_records(clone, first_release):
-    # The clone's fresh key is not pinned in release.toml: the release says so, and how to pin it.
+    # The clone's fresh key is not pinned in trust.toml: the release says so, and how to pin it.
     assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
     key = pipeline(clone, "key")
     assert key.returncode == 0, key.stderr
@@ -219,11 +255,11 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, f
         if "checks: " in line and "done in" in line:  # the suite is running in containers
             break
         assert time.monotonic() < deadline, "".join(seen[-20:])
-    assert _left_behind(containers), "containers should be running mid-suite"
+    assert _left_behind(containers, "".join(seen)), "containers should be running mid-suite"
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=180)
     assert proc.returncode != 0
-    assert _left_behind(containers) == []
+    assert _left_behind(containers, "".join(seen)) == []
     assert localregistry.status(clone / ".release" / "registry") is None
     assert records_digest(clone) == before
 
@@ -237,7 +273,9 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
                             cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    seen = []
     for line in proc.stderr:
+        seen.append(line)
         if line.startswith("==> push"):
             state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
             os.kill(state["registry_pid"], signal.SIGKILL)
@@ -246,7 +284,7 @@ def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release
     assert proc.returncode != 0, err[-3000:]
     assert "previous records are untouched" in err
     assert records_digest(clone) == before
-    assert _left_behind(containers) == []
+    assert _left_behind(containers, "".join(seen)) == []
     rerun = pipeline(clone, "release", "--allow-dirty")
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     assert json.loads((clone / "submission.json").read_text())["image"] == image
@@ -280,5 +318,5 @@ def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone,
     assert "image/output-cap" in proc.stderr
     assert "previous records are untouched" in proc.stderr
     assert records_digest(clone) == before
-    assert _left_behind(containers) == []
+    assert _left_behind(containers, proc.stderr) == []
 

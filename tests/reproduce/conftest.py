@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.image import base, build
 from pipeline.registry import basesource
-from pipeline import config, plan
+from pipeline import config, inputs as image_inputs, plan
 from pipeline.records import provenance
 from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
@@ -36,6 +36,7 @@ base = "local"
 tasks = "vendor:test-tasks"
 signing = "key"
 external_tasks_required = false
+submission_id = "vendored-test"
 dataset = "arena/vendored"
 
 [[sources]]
@@ -83,8 +84,8 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
     lock = base.load_record(clone / "locks" / "base.json")
     source = base_source or basesource.BaseSource(name=lock.name, digest=lock.digest,
                                              registry=registry, repository=lock.name)
-    inputs = provenance.image_inputs(clone)
-    sde = provenance.source_date_epoch(clone)
+    inputs = image_inputs.image_inputs(clone, rp.profile)
+    sde = provenance.source_date_epoch(inputs)
     vendored = rp.task_file(vendor_dir) if vendor_dir else None
     record = build.build(cfg, repo=clone, base=source, repository=rp.target.image_name,
                          tag=rp.target.tag, source_revision=inputs.commit, source_date_epoch=sde,
@@ -95,7 +96,7 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
         layer_count=len(record.base_layers) + len(record.app_layers),
         app_layers=record.app_layers, config=record.config)
     prov = provenance.assemble(clone, rp.profile, base=provenance.Base(source.name, source.digest),
-                               sources=(), external=(), image=image)
+                               sources=(), external=(), inputs=inputs, image=image)
     provenance.write(clone / "provenance.json", prov)
     if push:
         client = RegistryClient(registry, credentials=credentials)

@@ -28,6 +28,7 @@ base = "{base}"
 tasks = "first-party"
 signing = "key"
 external_tasks_required = false
+submission_id = "remote-test"
 dataset = "arena/remote"
 """
 

@@ -1,17 +1,21 @@
-"""The attack battery of tests/env/test_server_reset_attacks.py against the server in a
-container under limits, as the image runs: every shape and trace, then a reset, then
-the next episode must be clean, seen from inside by the sandbox user itself."""
+"""The attack batteries against the server in a container under limits, as the image runs:
+tests/env/test_server_reset_attacks.py (every shape and trace, then a reset, then the next
+episode must be clean, seen from inside by the sandbox user itself) and tests/env/route_attacks.py
+(the OpenEnv standard's routes, /mcp and /openapi.json, from inside and from a client outside)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
 from pipeline.checks.cases import all_cases
-from pipeline.checks.client import Session
+from pipeline.checks.client import Session, http_get
 from pipeline.verify.limits import ContainerLimits
-from tests.env import test_server_reset_attacks as battery
+from tests.env import route_attacks, test_server_reset_attacks as battery
 
 from .conftest import checkout_servers
 
@@ -97,3 +101,47 @@ def test_processes_and_ipc_are_gone_after_reset_in_the_container(server):
         assert len(before["procs"]) >= 2 and sum(before["ipc"].values()) == 3
         session.reset(CASE.id, seed=4)
         assert _clean(session) == CLEAN
+
+
+def test_route_attacks_from_inside_the_container(server):
+    """tests/env/route_attacks.py as the image runs: the agent, UID 2000 in the container, on
+    127.0.0.1:8000 (the image's port): nothing on /mcp or the dropped routes touches its episode."""
+    assert route_attacks.attack(server.url, CASE.id, port=8000, secrets=("/opt/arena", "expected")) == []
+
+
+def test_a_flood_from_outside_leaves_the_episode_and_its_budget(server):
+    """A client outside floods POST /mcp (valid, malformed, oversized) while an episode runs: every
+    reply is JSON-RPC, the episode ends at its 16th action, the server stays healthy."""
+    bodies = [json.dumps(m).encode() for _, m in route_attacks.MCP_CALLS]
+    bodies += [b"{", b"[" * 5000, b"x" * (70 * 1024)]
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def flood() -> None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        i = 0
+        while not stop.is_set():
+            request = urllib.request.Request(server.url + "/mcp", data=bodies[i % len(bodies)], method="POST",
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with opener.open(request, timeout=30) as reply:
+                    statuses.append(reply.status)
+            except urllib.error.HTTPError as exc:
+                statuses.append(exc.code)
+            i += 1
+
+    threads = [threading.Thread(target=flood) for _ in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        with Session(server.url) as session:
+            session.reset(CASE.id, seed=5)
+            replies = [session.shell(f"echo {n} >> count && wc -l < count") for n in range(1, 17)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert len(statuses) > 50 and set(statuses) <= {200, 202}
+    assert [r.done for r in replies] == [False] * 15 + [True]
+    assert [r.output.strip() for r in replies[:15]] == [str(n) for n in range(1, 16)]
+    assert http_get(server.url, "/health") == (200, {"status": "healthy"})

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from pipeline import config, plan
+from pipeline import config, inputs as image_inputs, plan
 from pipeline.sources import dataset as external, vendor as sources
 from pipeline.records import provenance
 from pipeline._io import sha256_bytes
@@ -81,24 +81,28 @@ def test_not_a_checkout_is_refused(tmp_path):
         provenance.project_revision(tmp_path / "plain")
 
 
+def _inputs(repo):
+    return image_inputs.image_inputs(repo, "local")
+
+
 def test_source_date_epoch_is_the_image_input_commit_time_unless_overridden(project, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    assert provenance.source_date_epoch(project) == 1_700_000_000
+    assert provenance.source_date_epoch(_inputs(project)) == 1_700_000_000
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1234")
-    assert provenance.source_date_epoch(project) == 1234
+    assert provenance.source_date_epoch(_inputs(project)) == 1234
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
-        provenance.source_date_epoch(project)
+        provenance.source_date_epoch(_inputs(project))
 
 
 def test_image_inputs_are_the_last_commit_of_an_input_so_records_move_nothing(project):
-    first = provenance.image_inputs(project)
+    first = _inputs(project)
     assert first.commit == run_git("rev-parse", "HEAD", cwd=project)
-    assert first.paths == ("env/", "LICENSE", "locks/", "release.toml")
+    assert first.paths == image_inputs.COUNTED
     commit_files(project, {"provenance.json": b"{}\n", "README.md": b"notes\n"}, "records")
-    assert provenance.image_inputs(project) == first
+    assert _inputs(project) == first
     changed = commit_files(project, {"env/app.py": b"print('bye')\n"}, "an input changes")
-    assert provenance.image_inputs(project).commit == changed
+    assert _inputs(project).commit == changed
 
 
 def test_missing_wheel_lock_is_refused(project):
@@ -111,9 +115,11 @@ def test_provenance_is_complete_deterministic_and_round_trips(project, upstream,
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     cfg, vendored, ext = _records(upstream, tmp_path)
     profile = "arena"
-    first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
+    first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext,
+                                 inputs=_inputs(project))
     provenance.write(tmp_path / "a.json", first)
-    second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext)
+    second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext,
+                                 inputs=_inputs(project))
     provenance.write(tmp_path / "b.json", second)
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert provenance.load(tmp_path / "a.json") == first
@@ -136,9 +142,10 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
     (project / "env/app.py").write_bytes(b"print('changed')\n")
     with pytest.raises(SourceError, match="dirty"):
-        provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext)
+        provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext,
+                                     inputs=_inputs(project))
     record = provenance.assemble(project, "local", base=BASE, sources=vendored,
-                                 external=ext, allow_dirty=True)
+                                 external=ext, allow_dirty=True, inputs=_inputs(project))
     provenance.write(tmp_path / "p.json", record)
     data = json.loads((tmp_path / "p.json").read_bytes())
     assert data["project"]["dirty"] is True and data["project"]["allow_dirty"] is True
@@ -147,7 +154,8 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
 
 def test_load_refuses_a_foreign_or_edited_record(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
-    record = provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext)
+    record = provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext,
+                                     inputs=_inputs(project))
     path = tmp_path / "p.json"
     provenance.write(path, record)
     data = json.loads(path.read_bytes())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import uvicorn
 from openenv.core.env_server.http_server import create_app
+from pydantic import Field
 
 from env.loader import load_task_module
 from env.server import answer as answer_mod
@@ -87,6 +88,12 @@ class TwoSessions(env_mod.ShellEnvironment):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
 
+# The action schema with another description of `command` (a comment, not a docstring:
+# pydantic would publish a docstring as one more difference).
+class DriftedAction(ShellAction):
+    command: str = Field(default="", max_length=16_000, description="A bash command.")
+
+
 def _follow_symlinks() -> None:
     original = answer_mod.read_answer
     env_mod.read_answer = lambda path: original(Path(path).resolve())
@@ -125,7 +132,13 @@ PATCHES = {
 CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone,
            "runs-after-done-quietly": RunsAfterDoneQuietly, "grades-without-reason": GradesWithoutReason,
            "loses-output-with-background": LosesOutputWithBackground, "two-sessions": TwoSessions}
-FAULTS = sorted({*PATCHES, *CLASSES})
+# How the routes are served: the real server's (the OpenEnv standard, `/mcp` offering no tools),
+# without `/mcp` (the validator's mcp_endpoint criterion fails), or openenv-core's own: its
+# stateless /reset, /step, /state and its /mcp (session create/close, tools), which the real
+# server drops because they reach the one workspace around the live session.
+ROUTES = {"no-mcp": "no-mcp", "openenv-core-routes": "openenv-core"}
+ACTIONS = {"schema-drift": DriftedAction}
+FAULTS = sorted({*PATCHES, *CLASSES, *ROUTES, *ACTIONS})
 
 
 def build(fault: str):
@@ -135,10 +148,14 @@ def build(fault: str):
     environment = CLASSES.get(fault, env_mod.ShellEnvironment)
     curriculum = env_mod.Curriculum(load_task_module(None))
     shell_mod.ensure_sandbox_identity(shell_mod.SANDBOX_UID, shell_mod.SANDBOX_GID)
-    app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ShellAction,
+    app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ACTIONS.get(fault, ShellAction),
                      ShellObservation, env_name="openenv-arena",
                      max_concurrent_envs=2 if fault == "two-sessions" else 1)
-    app_mod.keep_served_routes(app)
+    routes = ROUTES.get(fault, "standard")
+    if routes == "standard":
+        app_mod.serve_standard_routes(app)
+    elif routes == "no-mcp":
+        app_mod.keep_served_routes(app)
     return app
 
 
