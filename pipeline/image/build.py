@@ -120,7 +120,7 @@ def build(
 ) -> BuildRecord:
     """Build the derived image into `out/oci` and return its record (not yet written).
 
-    `source_revision` is the image-input commit (`provenance.image_inputs`)."""
+    `source_revision` is the image-input commit (`pipeline.inputs.image_inputs`)."""
     layout = Layout.init(Path(out) / "oci")
     base_image = base.read(layout)
     blobs_dir = layout.root / "blobs" / "sha256"
