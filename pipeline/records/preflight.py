@@ -129,13 +129,18 @@ class Report:
 Resolver = Callable[[str], None]
 
 
+def _names_a_host(image: str) -> bool:
+    host = image.partition("/")[0]
+    return "." in host or ":" in host or host == "localhost"
+
+
 def resolver(registries: dict[str, str] | None = None) -> Resolver:
     """Anonymous resolution by digest; `registries` maps an image name without a registry host
-    (the local profile's) to the host:port that serves it."""
+    (the local profile's) to the host:port that serves it (a name with its host is resolved there)."""
 
     def resolve(image: str) -> None:
         name, _, digest = image.partition("@")
-        host = (registries or {}).get(name)
+        host = None if _names_a_host(image) else (registries or {}).get(name)
         ref = Reference.parse(f"{host}/{image}" if host else image)
         RegistryClient(ref.registry, attempts=1).get_manifest(ref.repository, digest)
 
@@ -148,8 +153,7 @@ def _resolved(image: str, resolve: Resolver) -> Outcome:
     except RegistryUnavailable as exc:
         return Outcome("image_resolved", image, NOT_CHECKED, f"registry not reachable: {exc.one_line()}")
     except ReleaseError as exc:
-        host = image.partition("/")[0]
-        if isinstance(exc, ConfigError) and not ("." in host or ":" in host or host == "localhost"):
+        if isinstance(exc, ConfigError) and not _names_a_host(image):
             # The local profile names its image without the loopback registry's address.
             return Outcome("image_resolved", image, NOT_CHECKED,
                            "the name has no registry host (a local-profile image: its registry is not running)")

@@ -216,6 +216,16 @@ def test_an_image_without_a_recorded_size_fails_image_sizes(pushed, local_regist
     assert ("image_sizes", preflight.FAIL) in {(o.name, o.status) for o in report.outcomes}
 
 
+def test_an_image_named_with_its_registry_resolves_there(pushed, local_registry):
+    """The arena profile names its image with the registry (the local profile without): a mapping
+    for the name changes nothing then."""
+    named = f"{local_registry.address}/{pushed}"
+    data, evidence = _release(named, _suite(named))
+    report = preflight.run(data, evidence=evidence, admission=Admission(),
+                           resolve=preflight.resolver({named.partition("@")[0]: local_registry.address}))
+    assert next(o for o in report.outcomes if o.subject == named).status == preflight.PASS
+
+
 def test_an_image_the_registry_does_not_hold_fails_image_resolved(pushed, local_registry):
     data, evidence = _release(pushed)
     absent = pushed.partition("@")[0] + "@sha256:" + "0" * 64
