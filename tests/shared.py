@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 
 def shared_result(func):
@@ -71,6 +72,27 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
                 raise
             done.touch()
     return target
+
+
+@contextmanager
+def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int) -> Iterator[None]:
+    """Hold one of `count` slots called `name` for this run: at most `count` holders at
+    once, whatever the worker (for work that must not all start at once on two cores)."""
+    root = run_root(tmp_path_factory) / "slots"
+    root.mkdir(exist_ok=True)
+    while True:
+        for index in range(count):
+            lock = FileLock(str(root / f"{name}.{index}.lock"))
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            try:
+                yield
+            finally:
+                lock.release()
+            return
+        time.sleep(0.5)
 
 
 def copy_tree(source: Path, dest: Path) -> Path:
