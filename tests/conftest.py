@@ -12,6 +12,22 @@ accepts; `create_repo(id)` makes the dataset repository a release publishes to.
 `host_untouched` (autouse, session): the environment server adds the sandbox user and
 rebuilds /workspace wherever it runs, so every test must run it in a container or a
 namespace. The whole session fails if the host's user database or /workspace changed.
+
+The suite runs in pytest-xdist workers (pyproject.toml's addopts: `-n`, `--dist
+loadgroup`); `-n 0` runs it in this process. Each worker is a session of its own, with
+its own registry, temporary directories and container labels; what several workers
+read is made once per run (tests/shared.py). `pytest_collection_modifyitems` decides
+where and when tests run, from what they declare, not from a list of names:
+
+- the tests of a module that use a module-scoped fixture run in one worker (an
+  `xdist_group` named after the module), so that the fixture (a server, a container,
+  a pull) is made once, as its scope says; a fixture that may be made in several
+  workers is session-scoped (once per worker) or shared (tests/shared.py);
+- a test that needs the base image (`base_image`: mmdebstrap, minutes in a fresh clone)
+  is marked `slow`, whatever its own module says;
+- the long waits start first: the end-to-end releases, then the other slow tests, then
+  the container and root tests, then the rest (a test finds its place by being marked
+  honestly).
 """
 
 from __future__ import annotations
@@ -59,3 +75,63 @@ def host_untouched():
     changed = sorted(k for k in before if before[k] != after[k])
     assert not changed, (f"the tests changed the host: {', '.join(changed)} (run the environment "
                          "server contained: tests/contained.py)")
+
+
+_PER_MODULE = ("module", "class", "package")
+
+
+def _fixture_defs(item: pytest.Item) -> list:
+    info = getattr(item, "_fixtureinfo", None)
+    return [defs[-1] for defs in info.name2fixturedefs.values() if defs] if info is not None else []
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    return any(d.scope in _PER_MODULE for d in _fixture_defs(item))
+
+
+def _shared_results(item: pytest.Item) -> set[tuple[str, str]]:
+    """The `@shared_result` fixtures (tests/shared.py) this test needs, by the function
+    that makes each (a fixture imported into several modules is still one result)."""
+    return {(d.func.__module__, d.func.__qualname__) for d in _fixture_defs(item)
+            if getattr(d.func, "shared_result", False)}
+
+
+def _start_ranks(items: list[pytest.Item]) -> dict[str, int]:
+    """When each test starts, the longest waits first:
+
+    0. the first test that needs each shared result (it starts making it);
+    1. slow tests that need no shared result (nothing to wait for);
+    2. slow tests that need a shared release (the longest chain: the base, a release,
+       then the test; they wait for the release a test of rank 0 is making);
+    3. slow tests that need the base image only;
+    4. container and root tests; 5. the rest.
+    Within a rank, end-to-end tests first, then the collection order (modules put their
+    longest tests first).
+    """
+    ranks: dict[str, tuple[int, bool]] = {}
+    started: set[tuple[str, str]] = set()
+    for item in items:
+        needs = _shared_results(item)
+        if needs - started:
+            started |= needs
+            rank = 0
+        elif item.get_closest_marker("slow"):
+            rank = 1 if not needs else 3 if {name for _, name in needs} == {"base_image"} else 2
+        elif item.get_closest_marker("container") or item.get_closest_marker("root"):
+            rank = 4
+        else:
+            rank = 5
+        ranks[item.nodeid] = (rank, item.get_closest_marker("e2e") is None)
+    return ranks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "base_image" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if _shares_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    ranks = _start_ranks(items)
+    # A stable sort: within a rank, the collection order (module by module) is kept.
+    items.sort(key=lambda item: ranks[item.nodeid])

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -338,7 +339,9 @@ class RegistryClient:
         unless the bytes verify.
         """
         dest = Path(dest)
-        tmp = dest.with_name(f".{dest.name}.part")
+        # A temporary name of its own: another process (or thread) may be fetching the
+        # same blob into a shared cache at the same time.
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{threading.get_ident()}.part")
         for attempt in range(1, self.attempts + 1):
             h, count = hashlib.sha256(), 0
             try:

@@ -2,7 +2,9 @@
 
 `base_image` builds the local base once (the mmdebstrap rootfs is cached in
 `.release/base/rootfs` across runs, the layout in `.release/test-base`), pushes it to
-the session's real local registry and yields its BaseRecord. `lock_venv` is a fresh
+the session's real local registry and yields its BaseRecord. The build holds a file
+lock: the first xdist worker builds, the others wait and then only push the cached
+layout to their own registry. `lock_venv` is a fresh
 venv of Debian's python3.11 with exactly locks/runtime.txt installed by pip with
 --require-hashes.
 """
@@ -21,6 +23,8 @@ from pipeline.sources import lock
 from pipeline.config import REPO_ROOT
 from pipeline.registry.client import Credentials, RegistryClient
 
+from ..shared import locked, shared_result
+
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"
 PYTHON311 = Path("/usr/bin/python3.11")
@@ -30,7 +34,11 @@ def wheel_dir(tmp: Path) -> Path:
     """A --find-links directory holding exactly the locked (hash-checked) wheels."""
     out = tmp / "wheels"
     out.mkdir()
-    for wheel in lock.fetch(lock.load_lock()):
+    # The checkout's wheel cache is shared by the xdist workers (and the base build):
+    # one fetch at a time, so that no two write the same wheel at once.
+    with locked(lock.WHEEL_CACHE):
+        wheels = lock.fetch(lock.load_lock())
+    for wheel in wheels:
         (out / wheel.name).symlink_to(wheel)
     return out
 
@@ -64,17 +72,18 @@ def registry_client(state) -> RegistryClient:
     return state.client()
 
 
-@pytest.fixture(scope="session")
+@shared_result
 def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
     record_path = tmp_path_factory.mktemp("base-record") / "base.json"
     cached = TEST_STATE / "base.json"
-    if cached.exists():
-        record_path.write_bytes(cached.read_bytes())
-        try:
-            base.load_record(record_path)
-        except base.ConfigError:
-            record_path.unlink()  # written by an older format: rebuilt below
-    record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
-                            state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
-    cached.write_bytes(record_path.read_bytes())
+    with locked(TEST_STATE), locked(lock.WHEEL_CACHE):
+        if cached.exists():
+            record_path.write_bytes(cached.read_bytes())
+            try:
+                base.load_record(record_path)
+            except base.ConfigError:
+                record_path.unlink()  # written by an older format: rebuilt below
+        record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
+                                     state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
+        cached.write_bytes(record_path.read_bytes())
     return record

@@ -18,7 +18,8 @@ from pipeline.verify.runtime import ContainerRuntime
 
 from .basefixtures import TEST_STATE, registry_client
 
-pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.container]
+# `slow` where the base image is needed (tests/conftest.py marks those).
+pytestmark = [pytest.mark.root, pytest.mark.container]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,16 @@ def _members(layout: Path, digest: str) -> list[tarfile.TarInfo]:
     blob = Layout.open(layout).blob_path(digest)
     with gzip.open(blob) as gz, tarfile.open(fileobj=gz) as tar:
         return tar.getmembers()
+
+
+def test_two_builds_give_identical_layers(base_image, tmp_path):
+    """A second, uncached mmdebstrap run gives the same layer digests (same mirror content)."""
+    lock = base.runtime_lock.load_lock()
+    again = base.build(base.BaseSpec(), lock, python=base_image.python, state_dir=tmp_path,
+                       rootfs_cache=tmp_path / "rootfs", use_cache=False)
+    assert [(l.role, l.digest, l.diff_id) for l in again.layers] == \
+        [(l.role, l.digest, l.diff_id) for l in base_image.layers]
+    assert again.manifest_digest == base_image.digest
 
 
 def test_record_pins_the_pushed_image(base_image, local_registry):
@@ -133,13 +144,3 @@ def test_malformed_record_is_refused(tmp_path):
     path.write_text('{"name": "x"}')
     with pytest.raises(base.ConfigError, match="not a base record"):
         base.load_record(path)
-
-
-def test_two_builds_give_identical_layers(base_image, tmp_path):
-    """A second, uncached mmdebstrap run gives the same layer digests (same mirror content)."""
-    lock = base.runtime_lock.load_lock()
-    again = base.build(base.BaseSpec(), lock, python=base_image.python, state_dir=tmp_path,
-                       rootfs_cache=tmp_path / "rootfs", use_cache=False)
-    assert [(l.role, l.digest, l.diff_id) for l in again.layers] == \
-        [(l.role, l.digest, l.diff_id) for l in base_image.layers]
-    assert again.manifest_digest == base_image.digest

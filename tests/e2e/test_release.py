@@ -1,40 +1,52 @@
 """The release engineer's command end to end, in a fresh clone: a real local registry,
 the real base, podman, the full check suite, signatures; then the auditor's and CI's
 commands on its records, a second run that must reproduce the digest, and the faults:
-Ctrl-C mid-release and a failing check."""
+Ctrl-C mid-release and a failing check.
+
+The first release is made once for the whole run (tests/shared.py) and only read; each
+test that runs something more in the released checkout does it in its own copy, so the
+tests run side by side in the xdist workers instead of one after another."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pipeline.registry import local as localregistry
-from pipeline.verify.runtime import ContainerRuntime
+
+from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
+from ..containers import ContainerScope
+from ..shared import copy_tree, once, shared_result, slot
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = ("provenance.json", "submission.json", "attestations")
+# Each release starts two containers that must answer /health within release.toml's 60 s;
+# more releases than this starting at once on two cores leave them too little CPU.
+RELEASES_AT_ONCE = 2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 
 
-def _env(clone: Path) -> dict[str, str]:
+def _env(clone: Path, scope: ContainerScope) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
-    env.update(PYTHONDONTWRITEBYTECODE="1", HOME=str(clone / ".release" / "home"))
+    env.update(PYTHONDONTWRITEBYTECODE="1", HOME=str(clone / ".release" / "home"), **scope.env())
     return env
 
 
-def pipeline(clone: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=clone, env=_env(clone),
+def pipeline(clone: Path, *args: str, scope: ContainerScope | None = None,
+             timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=clone,
+                          env=_env(clone, scope or ContainerScope.new()),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,17 +61,20 @@ def records_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def _dataset_bytes(clone: Path) -> dict[str, bytes]:
+    folder = clone / "dist" / "dataset"
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                    env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
                         "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
+def _clone(dest: Path) -> Path:
     """A fresh clone of this checkout; the base's build caches are shared (they are
     caches: every blob is digest-checked when used)."""
-    dest = tmp_path_factory.mktemp("e2e") / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
     state = dest / ".release"
     (state / "base").mkdir(parents=True)
@@ -74,39 +89,63 @@ def clone(tmp_path_factory) -> Path:
                         (REPO / ".release" / "wheels", state / "wheels")):
         if cache.is_dir():
             link.symlink_to(cache)
-    yield dest
-    localregistry.stop(dest / ".release" / "registry")
+    return dest
 
 
-def _left_behind(before: set[str], output: str) -> list[str]:
-    """Our-labelled containers that were not there before and run an image from this clone's
-    loopback registry (its address is in the release's `output`): those a release left running.
-    Other processes on this host start and stop containers of their own meanwhile."""
-    found = re.search(r"local registry at (\S+)", output)
-    assert found, "the release did not say where its registry is"
-    runtime = ContainerRuntime()
-    new = sorted(set(runtime.ours()) - before)
-    return [c for c in new if _image_of(runtime, c).startswith(found.group(1) + "/")]
+@dataclass(frozen=True)
+class Released:
+    """The checkout after `python -m pipeline release`, what it printed, and the label its
+    containers carried."""
+
+    checkout: Path
+    stdout: str
+    stderr: str
+    scope: ContainerScope
 
 
-def _image_of(runtime: ContainerRuntime, container: str) -> str:
-    proc = subprocess.run([runtime.engine, *runtime.args.global_args, "inspect", "--format", "{{.Config.Image}}",
-                           container], capture_output=True, text=True)
-    return proc.stdout.strip()
+@shared_result
+def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
+    """One local release in a fresh clone, made once per run (base_image: the pinned base's
+    layout is there to copy). Read it only; run more in `release_copy`."""
+    def make(root: Path) -> None:
+        clone = _clone(root / "checkout")
+        scope = ContainerScope.new()
+        try:
+            with slot(tmp_path_factory, "release", RELEASES_AT_ONCE):
+                proc = pipeline(clone, "release", scope=scope)
+        finally:
+            localregistry.stop(clone / ".release" / "registry")
+        for name in ("stdout", "stderr"):
+            (root / name).write_text(getattr(proc, name))
+        (root / "scope").write_text(scope.label)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+    root = once(tmp_path_factory, "e2e-release", make)
+    return Released(checkout=root / "checkout", stdout=(root / "stdout").read_text(),
+                    stderr=(root / "stderr").read_text(), scope=ContainerScope((root / "scope").read_text()))
 
 
-@pytest.fixture(scope="module")
-def first_release(clone):
-    before = set(ContainerRuntime().ours())
-    proc = pipeline(clone, "release")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    proc.containers_before = before
-    return proc
+@pytest.fixture
+def releasing(tmp_path_factory):
+    """`with releasing():` around a release a test runs: at most RELEASES_AT_ONCE in the run."""
+    return lambda: slot(tmp_path_factory, "release", RELEASES_AT_ONCE)
 
 
-def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(clone, first_release):
+@pytest.fixture
+def release_copy(released, tmp_path):
+    """A private copy of the released checkout (git history, records, dist/, .release/)."""
+    copy = copy_tree(released.checkout, tmp_path / "checkout")
+    # The registry prefers its previous port on a restart: copies started side by side
+    # would all prefer the same one.
+    (copy / ".release" / "registry" / "ports.json").unlink(missing_ok=True)
+    yield copy
+    localregistry.stop(copy / ".release" / "registry")
+
+
+def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(released):
     # ghcr.io is unreachable here (as in CI): nothing is started, nothing claims a pass.
-    assert "external task(s) NOT VERIFIED" in first_release.stderr
+    clone = released.checkout
+    assert "external task(s) NOT VERIFIED" in released.stderr
     prov = json.loads((clone / "provenance.json").read_text())
     externals = [t for t in prov["tasks"] if t["task_id"].startswith("format-code-task-")]
     assert len(externals) == 2 and {t["kind"] for t in externals} == {"external"}
@@ -118,13 +157,167 @@ def test_local_release_offline_says_loudly_the_external_tasks_are_not_verified(c
     table = (clone / "dist" / "report.md").read_text().split("## External repair checks", 1)[1]
     assert "| format-code-task-000666 | " + " | ".join(["-"] * 12) + " |" in table
     # The admission preflight could not resolve ghcr.io: said, never a pass.
-    assert "admission check(s) NOT CHECKED here (profile local carries on): image_resolved" in first_release.stderr
+    assert "admission check(s) NOT CHECKED here (profile local carries on): image_resolved" in released.stderr
     # Their sizes are the declared ones: the platform's measure is unknown without their manifests.
     assert prov["sizes"]["platform_bytes"] is None
     assert [i["measured"] for i in prov["sizes"]["images"]] == [True, False, False]
 
 
-def test_release_writes_verified_signed_records_and_stops_what_it_started(clone, first_release):
+def test_preflight_passes_the_request_and_fails_its_44_gib_copy(release_copy):
+    clone = release_copy
+    proc = pipeline(clone, "preflight")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("PREFLIGHT PASSED: ") and "FAIL " not in proc.stdout
+    data = json.loads((clone / "submission.json").read_text())
+    data["tasks"][8]["workspace_gib"] = 44
+    copied = clone / "dist" / "submission-44.json"
+    copied.write_text(json.dumps(data))
+    proc = pipeline(clone, "preflight", str(copied), "--records", str(clone))
+    assert proc.returncode == 1
+    assert "FAIL         sandbox_disk: ENVIRONMENT_TOO_LARGE_FOR_SANDBOX" in proc.stdout
+    assert "preflight: FAILED (sandbox_disk)" in proc.stderr
+
+
+def test_committed_records_reproduce_from_scratch_in_a_fresh_clone(release_copy, tmp_path):
+    """The release engineer commits the records; CI clones that commit and reproduces with
+    nothing else present: no registry runs, so the base is rebuilt from locks/base.json."""
+    clone = release_copy
+    _git(clone, "add", "provenance.json", "submission.json", "attestations")
+    _git(clone, "commit", "-q", "-m", "release records")
+    fresh = tmp_path / "ci" / "clone"
+    subprocess.run(["git", "clone", "-q", f"file://{clone}", str(fresh)], check=True)
+    proc = pipeline(fresh, "reproduce")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    prov = json.loads((fresh / "provenance.json").read_text())
+    assert "base  same" in proc.stdout and "rebuilt from locks/base.json" in proc.stdout
+    assert f"image same: recorded {prov['image']['digest']}" in proc.stdout
+    assert "records are current" in proc.stdout
+
+
+def test_registry_killed_mid_release_then_a_rerun_completes(release_copy, releasing):
+    clone = release_copy
+    before = records_digest(clone)
+    dataset_before = _dataset_bytes(clone)
+    scope = ContainerScope.new()
+    image = json.loads((clone / "submission.json").read_text())["image"]
+    with releasing():
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                                cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        for line in proc.stderr:
+            if line.startswith("==> push"):
+                state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
+                os.kill(state["registry_pid"], signal.SIGKILL)
+                break
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode != 0, err[-3000:]
+    assert "previous records are untouched" in err
+    assert records_digest(clone) == before
+    assert scope.containers() == []
+    with releasing():
+        rerun = pipeline(clone, "release", "--allow-dirty")
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert json.loads((clone / "submission.json").read_text())["image"] == image
+    assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
+    # Two releases of one commit: the same dataset bytes, but for what records clock time (the signed
+    # statements, the links and layout, checks.json's timings) and, in provenance.json, whether the
+    # release was allowed a dirty checkout (this rerun is; the release before it may not have been).
+    again = _dataset_bytes(clone)
+    assert sorted(again) == sorted(dataset_before)
+    for name in ("README.md", "tasks.jsonl", "submission.json"):
+        assert again[name] == dataset_before[name], name
+    unclocked = [json.loads(files["provenance.json"]) for files in (again, dataset_before)]
+    for prov in unclocked:
+        prov["project"]["allow_dirty"] = True
+    assert unclocked[0] == unclocked[1]
+
+
+def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(release_copy, releasing):
+    clone = release_copy
+    before = records_digest(clone)
+    scope = ContainerScope.new()
+    shell = clone / "env" / "server" / "shell.py"
+    text = shell.read_text()
+    assert "12_000" in text or "12000" in text
+    shell.write_text(text.replace("12_000", "24_000").replace("12000", "24000"))
+    _git(clone, "commit", "-q", "-m", "break the output cap", "--", "env/server/shell.py")
+    try:
+        with releasing():
+            proc = pipeline(clone, "release", scope=scope)
+    finally:
+        _git(clone, "revert", "--no-edit", "HEAD")
+    assert proc.returncode != 0
+    assert "image/output-cap" in proc.stderr
+    assert "previous records are untouched" in proc.stderr
+    assert records_digest(clone) == before
+    assert scope.containers() == []
+
+
+def test_second_release_reuses_the_base_and_reproduces_the_digest(release_copy, releasing):
+    clone = release_copy
+    before = json.loads((clone / "submission.json").read_text())["image"]
+    with releasing():
+        proc = pipeline(clone, "release", "--allow-dirty")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "base up to date" in proc.stderr
+    assert json.loads((clone / "submission.json").read_text())["image"] == before
+
+
+def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_copy, releasing):
+    clone = release_copy
+    before = records_digest(clone)
+    scope = ContainerScope.new()
+    with releasing():
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                                cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        seen = []
+        deadline = time.monotonic() + 600
+        for line in proc.stderr:
+            seen.append(line)
+            if "checks: " in line and "done in" in line:  # the suite is running in containers
+                break
+            assert time.monotonic() < deadline, "".join(seen[-20:])
+        assert scope.containers(), "containers should be running mid-suite"
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert scope.containers() == []
+    assert localregistry.status(clone / ".release" / "registry") is None
+    assert records_digest(clone) == before
+
+
+def test_audit_passes_on_the_release_records(released, release_copy):
+    clone = release_copy
+    # The clone's fresh key is not pinned in trust.toml: the release says so, and how to pin it.
+    assert "WARNING: the release key" in released.stderr and "keyids = [" in released.stderr
+    key = pipeline(clone, "key")
+    assert key.returncode == 0, key.stderr
+    keyid = next(l.split()[-1] for l in key.stdout.splitlines() if l.startswith("keyid:"))
+    assert f'keyids = ["{keyid}"]' in released.stderr
+    refused = pipeline(clone, "audit")
+    assert refused.returncode != 0 and keyid in refused.stdout and "pinned" in refused.stdout
+    # With the auditor's own copy of that key (`pipeline key` wrote the public half) it passes,
+    # SBOM against the image's layers (dist/oci) included.
+    proc = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
+
+
+def test_reproduce_whole_image_digest_when_the_base_is_available(release_copy):
+    clone = release_copy
+    localregistry.start(clone / ".release" / "registry")
+    try:
+        proc = pipeline(clone, "reproduce")
+    finally:
+        localregistry.stop(clone / ".release" / "registry")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digest = json.loads((clone / "provenance.json").read_text())["image"]["digest"]
+    assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
+
+
+def test_release_writes_verified_signed_records_and_stops_what_it_started(released):
+    clone = released.checkout
     sub = json.loads((clone / "submission.json").read_text())
     # Exactly the request the platform accepted.
     assert set(sub) == {"submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
@@ -142,30 +335,13 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(clone,
         assert (clone / "attestations" / name).is_file(), name
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
+    assert "checks: " in released.stderr  # the suite ran in containers that carried the label
     assert localregistry.status(clone / ".release" / "registry") is None
-    assert _left_behind(first_release.containers_before, first_release.stderr) == []
+    assert released.scope.containers() == []
 
 
-def test_preflight_passes_the_request_and_fails_its_44_gib_copy(clone, first_release):
-    proc = pipeline(clone, "preflight")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("PREFLIGHT PASSED: ") and "FAIL " not in proc.stdout
-    data = json.loads((clone / "submission.json").read_text())
-    data["tasks"][8]["workspace_gib"] = 44
-    copied = clone / "dist" / "submission-44.json"
-    copied.write_text(json.dumps(data))
-    proc = pipeline(clone, "preflight", str(copied), "--records", str(clone))
-    assert proc.returncode == 1
-    assert "FAIL         sandbox_disk: ENVIRONMENT_TOO_LARGE_FOR_SANDBOX" in proc.stdout
-    assert "preflight: FAILED (sandbox_disk)" in proc.stderr
-
-
-def _dataset_bytes(clone: Path) -> dict[str, bytes]:
-    folder = clone / "dist" / "dataset"
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, first_release, tmp_path):
+def test_release_writes_the_dataset_folder_and_says_it_was_not_published(released, tmp_path):
+    clone = released.checkout
     folder = clone / "dist" / "dataset"
     files = _dataset_bytes(clone)
     lines = files["tasks.jsonl"].decode().splitlines()
@@ -182,7 +358,7 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, 
     assert prov["dataset"] == {"repository": "arena/openenv-data-workflows", "published": False,
                                "revision": None, "url": None, "files_read_back": 0,
                                "reason": "not published: the local profile does not publish the dataset"}
-    assert "NOT PUBLISHED: the local profile does not upload it" in first_release.stderr
+    assert "NOT PUBLISHED: the local profile does not upload it" in released.stderr
     # a consumer's own reader, offline
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     proc = subprocess.run([sys.executable, "-c", "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
@@ -190,133 +366,3 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(clone, 
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["34", "format-code-task-000666"]
-
-
-def test_audit_passes_on_the_release_records(clone, first_release):
-    # The clone's fresh key is not pinned in trust.toml: the release says so, and how to pin it.
-    assert "WARNING: the release key" in first_release.stderr and "keyids = [" in first_release.stderr
-    key = pipeline(clone, "key")
-    assert key.returncode == 0, key.stderr
-    keyid = next(l.split()[-1] for l in key.stdout.splitlines() if l.startswith("keyid:"))
-    assert f'keyids = ["{keyid}"]' in first_release.stderr
-    refused = pipeline(clone, "audit")
-    assert refused.returncode != 0 and keyid in refused.stdout and "pinned" in refused.stdout
-    # With the auditor's own copy of that key (`pipeline key` wrote the public half) it passes,
-    # SBOM against the image's layers (dist/oci) included.
-    proc = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
-
-
-def test_reproduce_whole_image_digest_when_the_base_is_available(clone, first_release):
-    localregistry.start(clone / ".release" / "registry")
-    try:
-        proc = pipeline(clone, "reproduce")
-    finally:
-        localregistry.stop(clone / ".release" / "registry")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    digest = json.loads((clone / "provenance.json").read_text())["image"]["digest"]
-    assert f"image same: recorded {digest}  rebuilt {digest}" in proc.stdout
-
-
-def test_committed_records_reproduce_from_scratch_in_a_fresh_clone(clone, first_release, tmp_path):
-    """The release engineer commits the records; CI clones that commit and reproduces with
-    nothing else present: no registry runs, so the base is rebuilt from locks/base.json."""
-    _git(clone, "add", "provenance.json", "submission.json", "attestations")
-    _git(clone, "commit", "-q", "-m", "release records")
-    fresh = tmp_path / "ci" / "clone"
-    subprocess.run(["git", "clone", "-q", f"file://{clone}", str(fresh)], check=True)
-    proc = pipeline(fresh, "reproduce")
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    prov = json.loads((fresh / "provenance.json").read_text())
-    assert "base  same" in proc.stdout and "rebuilt from locks/base.json" in proc.stdout
-    assert f"image same: recorded {prov['image']['digest']}" in proc.stdout
-    assert "records are current" in proc.stdout
-
-
-def test_second_release_reuses_the_base_and_reproduces_the_digest(clone, first_release):
-    before = json.loads((clone / "submission.json").read_text())["image"]
-    proc = pipeline(clone, "release", "--allow-dirty")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "base up to date" in proc.stderr
-    assert json.loads((clone / "submission.json").read_text())["image"] == before
-
-
-def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(clone, first_release):
-    before = records_digest(clone)
-    containers = set(ContainerRuntime().ours())
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
-                            cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    deadline = time.monotonic() + 600
-    for line in proc.stderr:
-        seen.append(line)
-        if "checks: " in line and "done in" in line:  # the suite is running in containers
-            break
-        assert time.monotonic() < deadline, "".join(seen[-20:])
-    assert _left_behind(containers, "".join(seen)), "containers should be running mid-suite"
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=180)
-    assert proc.returncode != 0
-    assert _left_behind(containers, "".join(seen)) == []
-    assert localregistry.status(clone / ".release" / "registry") is None
-    assert records_digest(clone) == before
-
-
-def test_registry_killed_mid_release_then_a_rerun_completes(clone, first_release):
-    # (before the next test, which moves HEAD and so SOURCE_DATE_EPOCH and the digest)
-    before = records_digest(clone)
-    dataset_before = _dataset_bytes(clone)
-    containers = set(ContainerRuntime().ours())
-    image = json.loads((clone / "submission.json").read_text())["image"]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
-                            cwd=clone, env=_env(clone), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if line.startswith("==> push"):
-            state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
-            os.kill(state["registry_pid"], signal.SIGKILL)
-            break
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode != 0, err[-3000:]
-    assert "previous records are untouched" in err
-    assert records_digest(clone) == before
-    assert _left_behind(containers, "".join(seen)) == []
-    rerun = pipeline(clone, "release", "--allow-dirty")
-    assert rerun.returncode == 0, rerun.stderr[-4000:]
-    assert json.loads((clone / "submission.json").read_text())["image"] == image
-    assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
-    # Two releases of one commit: the same dataset bytes, but for what records clock time (the signed
-    # statements, the links and layout, checks.json's timings) and, in provenance.json, whether the
-    # release was allowed a dirty checkout (this rerun is; the release before it may not have been).
-    again = _dataset_bytes(clone)
-    assert sorted(again) == sorted(dataset_before)
-    for name in ("README.md", "tasks.jsonl", "submission.json"):
-        assert again[name] == dataset_before[name], name
-    unclocked = [json.loads(files["provenance.json"]) for files in (again, dataset_before)]
-    for prov in unclocked:
-        prov["project"]["allow_dirty"] = True
-    assert unclocked[0] == unclocked[1]
-
-
-def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(clone, first_release):
-    before = records_digest(clone)
-    containers = set(ContainerRuntime().ours())
-    shell = clone / "env" / "server" / "shell.py"
-    text = shell.read_text()
-    assert "12_000" in text or "12000" in text
-    shell.write_text(text.replace("12_000", "24_000").replace("12000", "24000"))
-    _git(clone, "commit", "-q", "-m", "break the output cap", "--", "env/server/shell.py")
-    try:
-        proc = pipeline(clone, "release")
-    finally:
-        _git(clone, "revert", "--no-edit", "HEAD")
-    assert proc.returncode != 0
-    assert "image/output-cap" in proc.stderr
-    assert "previous records are untouched" in proc.stderr
-    assert records_digest(clone) == before
-    assert _left_behind(containers, proc.stderr) == []
-

@@ -21,6 +21,7 @@ from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
 
 from ..base.basefixtures import base_image  # noqa: F401
+from ..shared import once, shared_result
 
 REPO = Path(__file__).resolve().parents[2]
 VENDORED = b"# a one-file task module standing in for an upstream one\nTASKS = []\n"
@@ -120,11 +121,15 @@ def reproduce(clone: Path, *args: str, env_extra: dict[str, str] | None = None,
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
+@shared_result
 def released(tmp_path_factory, local_registry, base_image) -> Path:
-    """A clone of this checkout with the local base in the registry and committed records."""
-    clone = fresh_clone(REPO, tmp_path_factory.mktemp("released") / "checkout")
-    assert base.load_record(clone / "locks" / "base.json").digest == base_image.digest, \
-        "the base built from locks/base.json's inputs is not the pinned one"
-    make_records(clone, local_registry.address)
-    return clone
+    """A clone of this checkout with the local base in the registry and committed records,
+    made once per run (tests/shared.py); tests clone it, never change it. The records
+    name no registry address, so the worker that made them does not matter."""
+    def make(root: Path) -> None:
+        clone = fresh_clone(REPO, root / "checkout")
+        assert base.load_record(clone / "locks" / "base.json").digest == base_image.digest, \
+            "the base built from locks/base.json's inputs is not the pinned one"
+        make_records(clone, local_registry.address)
+
+    return once(tmp_path_factory, "reproduce-released", make) / "checkout"

@@ -48,6 +48,41 @@ def test_fresh_clone_reproduces_the_whole_image_digest(released, local_registry,
     assert labels["org.opencontainers.image.base.name"] == "arena/base"
 
 
+def test_no_registry_at_all_rebuilds_the_base_from_the_lock(released, tmp_path):
+    """What CI runs: a fresh clone, no registry anywhere; mmdebstrap and the wheel lock
+    rebuild the base into an OCI layout and the whole image digest is compared."""
+    clone = fresh_clone(released, tmp_path / "ci" / "clone")
+    proc = reproduce(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "no local registry runs here" in proc.stdout
+    assert "base  same" in proc.stdout and "rebuilt from locks/base.json" in proc.stdout
+    assert "image same" in proc.stdout
+
+
+def test_drifted_base_names_the_debs_that_changed(released, tmp_path):
+    """A lock whose digest and one .deb no longer match what the snapshot gives: the base
+    rebuild differs and reproduce names the package."""
+    clone = fresh_clone(released, tmp_path / "clone")
+    lock_path = clone / "locks" / "base.json"
+    lock = json.loads(lock_path.read_text())
+    bash = next(d for d in lock["debs"] if d["name"] == "bash")
+    bash["sha256"] = "0" * 64
+    lock["digest"] = "sha256:" + "1" * 64
+    lock_path.write_text(json.dumps(lock, indent=2, sort_keys=True))
+    git(clone, "commit", "-q", "-am", "a lock that drifted")
+    prov = json.loads((clone / "provenance.json").read_text())
+    head = git(clone, "rev-parse", "HEAD")
+    prov["project"]["commit"] = prov["image_inputs"]["commit"] = head
+    prov["base"]["digest"] = lock["digest"]
+    (clone / "provenance.json").write_text(json.dumps(prov, indent=2, sort_keys=True))
+    git(clone, "commit", "-q", "-am", "records of the drifted lock")
+    proc = reproduce(clone)
+    assert proc.returncode != 0
+    assert "base  DIFFERS" in proc.stdout
+    assert f"bash: recorded bash_{bash['version']}_amd64.deb sha256 0000000000000000" in proc.stdout
+    assert "image NOT REBUILT" in proc.stdout
+
+
 def test_later_input_change_is_reported_as_stale_records(released, local_registry, tmp_path):
     clone = fresh_clone(released, tmp_path / "clone")
     target = clone / "env" / "server" / "app.py"
@@ -158,38 +193,3 @@ def test_shallow_clone_is_told_to_unshallow(released, tmp_path):
     proc = reproduce(shallow)
     assert proc.returncode != 0
     assert "is not in the history" in proc.stderr and "git fetch --unshallow" in proc.stderr
-
-
-def test_no_registry_at_all_rebuilds_the_base_from_the_lock(released, tmp_path):
-    """What CI runs: a fresh clone, no registry anywhere; mmdebstrap and the wheel lock
-    rebuild the base into an OCI layout and the whole image digest is compared."""
-    clone = fresh_clone(released, tmp_path / "ci" / "clone")
-    proc = reproduce(clone)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "no local registry runs here" in proc.stdout
-    assert "base  same" in proc.stdout and "rebuilt from locks/base.json" in proc.stdout
-    assert "image same" in proc.stdout
-
-
-def test_drifted_base_names_the_debs_that_changed(released, tmp_path):
-    """A lock whose digest and one .deb no longer match what the snapshot gives: the base
-    rebuild differs and reproduce names the package."""
-    clone = fresh_clone(released, tmp_path / "clone")
-    lock_path = clone / "locks" / "base.json"
-    lock = json.loads(lock_path.read_text())
-    bash = next(d for d in lock["debs"] if d["name"] == "bash")
-    bash["sha256"] = "0" * 64
-    lock["digest"] = "sha256:" + "1" * 64
-    lock_path.write_text(json.dumps(lock, indent=2, sort_keys=True))
-    git(clone, "commit", "-q", "-am", "a lock that drifted")
-    prov = json.loads((clone / "provenance.json").read_text())
-    head = git(clone, "rev-parse", "HEAD")
-    prov["project"]["commit"] = prov["image_inputs"]["commit"] = head
-    prov["base"]["digest"] = lock["digest"]
-    (clone / "provenance.json").write_text(json.dumps(prov, indent=2, sort_keys=True))
-    git(clone, "commit", "-q", "-am", "records of the drifted lock")
-    proc = reproduce(clone)
-    assert proc.returncode != 0
-    assert "base  DIFFERS" in proc.stdout
-    assert f"bash: recorded bash_{bash['version']}_amd64.deb sha256 0000000000000000" in proc.stdout
-    assert "image NOT REBUILT" in proc.stdout

@@ -41,10 +41,12 @@ exec /usr/bin/sudo "$@"
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def world(base_image) -> Path:
     """A world-readable directory (the unprivileged build user must read it): the source
-    tree, the pinned base as an OCI layout, the build's packages and the sudo wrapper."""
+    tree, the pinned base as an OCI layout, the build's packages and the sudo wrapper.
+    Read only (reprotest builds in copies of it); once per xdist worker, so that the
+    reprotest runs spread over the workers (tests/conftest.py)."""
     if os.geteuid() != 0:
         pytest.skip("reprotest's user_group and disorderfs variations need root")
     missing = [t for t in TOOLS if shutil.which(t) is None] + \
@@ -90,6 +92,20 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0 and "Reproduction successful" in out, out[-6000:]
 
 
+def test_base_build_once_under_every_root_variation(world):
+    cache = Path(tempfile.mkdtemp(prefix="reprotest-base-cache-"))
+    try:
+        wheels = REPO / ".release" / "wheels"
+        if wheels.is_dir():
+            shutil.copytree(wheels, cache / "wheels")
+        command = (f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
+                   f"--cache-dir {cache}")
+        _ok(reprotest(world, command, "base-out/oci/index.json",
+                      "+all,-user_group,-domain_host,-kernel", timeout=1200))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def test_derived_build_with_file_ordering_and_every_variation_but_the_user(world):
     _ok(reprotest(world, derived_build(world), "dist/oci/index.json",
                   "+all,-user_group,-domain_host"))
@@ -105,17 +121,3 @@ def test_harness_catches_a_build_path_in_the_output(world):
     proc = reprotest(world, derived_build(world, " && pwd > dist/oci/where"), "dist/oci/where",
                      "+build_path")
     assert proc.returncode != 0 and "Reproduction successful" not in proc.stdout + proc.stderr
-
-
-def test_base_build_once_under_every_root_variation(world):
-    cache = Path(tempfile.mkdtemp(prefix="reprotest-base-cache-"))
-    try:
-        wheels = REPO / ".release" / "wheels"
-        if wheels.is_dir():
-            shutil.copytree(wheels, cache / "wheels")
-        command = (f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
-                   f"--cache-dir {cache}")
-        _ok(reprotest(world, command, "base-out/oci/index.json",
-                      "+all,-user_group,-domain_host,-kernel", timeout=1200))
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)

@@ -19,7 +19,8 @@ from pipeline.verify.limits import GIB, ContainerLimits
 
 from .conftest import checkout_servers
 
-pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
+# `slow` where the base image is needed (tests/conftest.py marks those).
+pytestmark = [pytest.mark.root, pytest.mark.container]
 
 MIB = 1 << 20
 LIMITS = ContainerLimits(memory_bytes=512 * MIB, pids=600, cpus=1.0, workspace_bytes=64 * MIB)

@@ -1,0 +1,82 @@
+"""Two runs of the whole suite at once on this machine, as CI runs it: two fresh clones of
+HEAD, `CI=true bash .ci/run` in each, started together. Both must pass, and neither may
+leave a process, a registry or a container behind (the suite's parallel safety, README
+"Two runs on one machine"). Prints each run's wall time and its last lines.
+
+Usage: python benchmarks/bench_concurrent.py   (as root, like the suite; ~2x one run's CPU)
+Each run gets its own temporary root (PYTEST_DEBUG_TEMPROOT), so that what it left
+behind can be found by path: a process whose command line or working directory lies in
+a run's clone or temporary root is that run's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline.config import REPO_ROOT  # noqa: E402
+from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime  # noqa: E402
+
+RUNS = ("a", "b")
+
+
+def pipeline_containers() -> set[str]:
+    rt = ContainerRuntime()
+    out = rt._cli("ps", "--all", "--no-trunc", "--filter", f"label={LABEL}={OWNER}", "--format", "{{.ID}}")
+    return set(out.stdout.decode().split())
+
+
+def processes_under(roots: list[Path]) -> list[str]:
+    """`pid: command line` of every process that runs in or names one of `roots`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if any(str(r) in cmdline or cwd.startswith(str(r)) for r in roots):
+            found.append(f"{proc.name}: {cmdline.strip()[:200]}")
+    return found
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-concurrent-"))
+    containers_before = pipeline_containers()
+    started, procs = {}, {}
+    for name in RUNS:
+        clone, temp = work / name, work / f"{name}-tmp"
+        subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
+        temp.mkdir()
+        env = {**os.environ, "CI": "true", "PYTEST_DEBUG_TEMPROOT": str(temp)}
+        log = open(work / f"{name}.log", "w")  # noqa: SIM115 - closed with the process below
+        started[name] = time.monotonic()
+        procs[name] = (subprocess.Popen(["bash", ".ci/run"], cwd=clone, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT), log)
+    failed = False
+    for name, (proc, log) in procs.items():
+        code = proc.wait()
+        log.close()
+        took = time.monotonic() - started[name]
+        tail = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
+        print(f"run {name}: exit {code} after {took:.0f} s wall ({work / f'{name}.log'})")
+        print("    " + "\n    ".join(tail))
+        failed |= code != 0
+    left = processes_under([work / n for n in RUNS] + [work / f"{n}-tmp" for n in RUNS])
+    containers = sorted(pipeline_containers() - containers_before)
+    print(f"left behind: {len(left)} process(es), {len(containers)} pipeline container(s)")
+    for line in left + containers:
+        print("    " + line)
+    return 1 if failed or left or containers else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""tests/shared.py, what the parallel suite stands on: a result is made once per run and a
+failed one is not made again; a slot has at most its count of holders at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from .shared import once, run_root, slot
+
+
+def test_once_makes_a_result_once_and_every_caller_reads_it(tmp_path_factory):
+    name, calls = f"once-{uuid.uuid4().hex}", []
+
+    def make(directory):
+        calls.append(directory)
+        (directory / "made").write_text("yes")
+
+    first = once(tmp_path_factory, name, make)
+    second = once(tmp_path_factory, name, make)
+    assert first == second == run_root(tmp_path_factory) / "shared" / name
+    assert len(calls) == 1 and (second / "made").read_text() == "yes"
+
+
+def test_a_failed_result_fails_the_next_caller_with_its_message_without_making_it_again(tmp_path_factory):
+    name, calls = f"once-{uuid.uuid4().hex}", []
+
+    def make(directory):
+        calls.append(directory)
+        raise RuntimeError("the release failed: the registry is down")
+
+    with pytest.raises(RuntimeError, match="registry is down"):
+        once(tmp_path_factory, name, make)
+    with pytest.raises(pytest.fail.Exception, match="failed in another worker:\nRuntimeError: the release failed"):
+        once(tmp_path_factory, name, make)
+    assert len(calls) == 1
+
+
+def test_a_slot_has_at_most_its_count_of_holders(tmp_path_factory):
+    name, lock = f"slot-{uuid.uuid4().hex}", threading.Lock()
+    holding, most = [0], [0]
+
+    def hold():
+        with slot(tmp_path_factory, name, 2):
+            with lock:
+                holding[0] += 1
+                most[0] = max(most[0], holding[0])
+            time.sleep(0.3)
+            with lock:
+                holding[0] -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 2 and holding[0] == 0
