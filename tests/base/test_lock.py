@@ -70,6 +70,7 @@ def test_ui_and_llm_libraries_are_not_in_the_lock():
     assert not names & {"gradio", "openai", "huggingface-hub", "typer", "tomli-w", "pyyaml"}
 
 
+@pytest.mark.slow
 def test_server_and_openenv_client_round_trip_with_only_the_lock(lock_venv, probe_server):
     out = subprocess.run([lock_venv, "probe_client.py", probe_server], cwd=HERE,
                          capture_output=True, text=True, timeout=120)
@@ -159,6 +160,7 @@ print(json.dumps(result.observation))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
     """env.server.app (the image's Cmd) serves a shell step with only the locked wheels.

@@ -198,6 +198,7 @@ def test_external_tasks_verified_by_two_shards_are_refused():
         merge([parts[0], both])
 
 
+@pytest.mark.slow
 def test_the_merge_command_refuses_a_whole_record_and_writes_nothing(tmp_path):
     results_mod.write(tmp_path / "whole.json", _whole())
     proc = subprocess.run([sys.executable, "-m", "pipeline", "checks", "merge", str(tmp_path / "whole.json"),
@@ -207,6 +208,7 @@ def test_the_merge_command_refuses_a_whole_record_and_writes_nothing(tmp_path):
     assert not (tmp_path / "merged.json").exists()
 
 
+@pytest.mark.slow
 def test_the_merge_command_writes_the_merged_record_and_fails_on_failed_checks(tmp_path):
     paths = []
     for part in _split(_whole(), 2):
@@ -219,6 +221,7 @@ def test_the_merge_command_writes_the_merged_record_and_fails_on_failed_checks(t
     assert _comparable(results_mod.load(tmp_path / "merged.json")) == _comparable(_whole())
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_a_shard_against_a_live_server_runs_exactly_its_jobs(live_server, tmp_path):
     """`checks --url URL --shard 3/4 --image NAME` against the real server: the shard's

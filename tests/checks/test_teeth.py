@@ -13,7 +13,7 @@ from pipeline.checks.cases import all_cases
 from pipeline.checks.image_checks import IMAGE_CHECKS
 from pipeline.checks.suite import run_suite
 
-pytestmark = [pytest.mark.root]
+pytestmark = [pytest.mark.root, pytest.mark.slow]  # each runs the whole check suite against a server
 CASES = [all_cases()[0], all_cases()[5]]
 ANSWER_CHECKS = [n for n in IMAGE_CHECKS if n.startswith("answer-")]
 
@@ -85,7 +85,9 @@ def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_s
     # The stateless /reset wiped the workspace and killed every UID 2000 process, the probe too.
     assert "the probe was killed in the middle of the battery" in text
     assert "the episode's files are gone after the battery" in text
-    assert "the episode's background process was killed by the battery" in text
+    # (Or, when its reset got as far as removing the workspace, no command runs in it any more.)
+    assert ("the episode's background process was killed by the battery" in text
+            or "the episode's background process could not be checked after the battery" in text)
     # Its /mcp answers tools/list with something other than an empty tool list, and its
     # OpenAPI paths are those of simulation mode.
     assert "/mcp tools/list offers something" in text

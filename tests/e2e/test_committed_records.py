@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,6 +39,7 @@ def test_committed_records_are_a_complete_local_release():
     assert (REPO / "attestations" / "provenance.dsse.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_committed_request_passes_the_admission_preflight():
     """`nox -s preflight` on the committed submission.json: every admission check passes or,
     offline (ghcr.io, the local registry not running), says it could not run; none fails."""
@@ -45,6 +48,7 @@ def test_the_committed_request_passes_the_admission_preflight():
     assert proc.stdout.startswith("PREFLIGHT PASSED: ") and "\nFAIL " not in proc.stdout
 
 
+@pytest.mark.slow
 def test_audit_passes_on_the_committed_records(tmp_path):
     """Against trust.toml's pinned trust root. A clean checkout has no image layers, so the
     SBOM-against-layers check is skipped by name, and the table and the VSA say so."""
@@ -60,6 +64,7 @@ def test_audit_passes_on_the_committed_records(tmp_path):
         (REPO / "submission.json").read_text())["image"].split("@sha256:")[1]
 
 
+@pytest.mark.slow
 def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes_one(tmp_path):
     """The issue-10 attack on the real records: a copy re-signed by a fresh key that publishes
     itself beside them is refused, naming the signer."""
@@ -76,6 +81,7 @@ def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes
     assert f"signed by keyid {forger.keyid}" in proc.stdout and "pinned" in proc.stdout
 
 
+@pytest.mark.slow
 def test_audit_without_the_image_says_to_reproduce_first(tmp_path):
     """A fresh clone's first `nox -s audit`, before `nox -s reproduce`: the one check that needs
     the image's layers fails, and the last line says the command that makes it pass."""

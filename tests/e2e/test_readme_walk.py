@@ -227,6 +227,7 @@ def test_a_failing_client_or_a_server_that_never_serves_fails_the_walk(tmp_path,
     assert error in str(failed.value)
 
 
+@pytest.mark.slow
 def test_a_server_that_ignores_ctrl_c_fails_the_walk_and_is_killed(tmp_path):
     stubborn = _SYNTHETIC.replace("python3 - <<'EOF'", "trap '' INT\npython3 - <<'EOF'", 1)
     walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=lambda _: None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.checks.client import Session
+from pipeline.checks.client import ServerError, Session
 
 BUDGET = 16
 MARKER = "route-attack-marker"
@@ -139,7 +139,14 @@ def attack(url: str, case_id: str, *, port: int, secrets: tuple[str, ...] = ()) 
         found = judge(replies)
         if unfinished:
             found.append(f"the probe was killed in the middle of the battery after {sorted(replies)} ({unfinished})")
-        after = session.shell(f"cat {MARKER}; kill -0 $(cat {PIDFILE}) && echo alive; ls /workspace/repo")
+        try:
+            after = session.shell(f"cat {MARKER}; kill -0 $(cat {PIDFILE}) && echo alive; ls /workspace/repo")
+        except ServerError as exc:
+            # The server could not even start the command (its workspace is gone, say): the
+            # episode did not survive, and nothing in it can be asked any more.
+            found.append(f"the episode's files are gone after the battery: the server refused a command ({exc})")
+            found.append("the episode's background process could not be checked after the battery")
+            return found
         if "kept" not in after.output:
             found.append(f"the episode's files are gone after the battery: {after.output[-300:]}")
         if "alive" not in after.output:

@@ -45,6 +45,7 @@ def test_ten_thousand_levels_deep(tmp_path):
     assert _names(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_one_hundred_thousand_files(tmp_path):
     wide = tmp_path / "wide"
     wide.mkdir()

@@ -16,6 +16,7 @@ from tests.env.conftest import REPO_ROOT, LiveServer, free_port, require_root
 pytestmark = pytest.mark.root
 
 
+@pytest.mark.slow
 def test_host_mode_lists_its_changes_uses_its_own_workspace_and_hides_its_code(tmp_path):
     require_root()
     port = free_port()

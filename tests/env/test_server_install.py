@@ -50,6 +50,7 @@ def _install_root_only(source: Path, target: Path) -> None:
             os.chmod(os.path.join(directory, name), 0o600)
 
 
+@pytest.mark.slow
 def test_code_and_task_module_unreadable_by_uid_2000(start_live_server):
     # /tmp itself is traversable, so only the install's own modes protect it.
     base = Path(tempfile.mkdtemp(prefix="arena-install-", dir="/tmp"))
@@ -82,6 +83,7 @@ def test_code_and_task_module_unreadable_by_uid_2000(start_live_server):
         shutil.rmtree(base)
 
 
+@pytest.mark.slow
 def test_vendored_task_file_serves_the_same_32_cases(start_live_server, tmp_path):
     vendored = tmp_path / "tasks.py"
     vendored.write_text(TOY_TASKS)

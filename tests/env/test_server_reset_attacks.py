@@ -233,6 +233,7 @@ def test_reset_removes_files_in_a_world_writable_directory_found_by_scanning(att
         assert_clean(attacked, env)
 
 
+@pytest.mark.slow
 def test_a_reset_that_cannot_clean_says_so_and_the_server_stays_healthy(start_live_server):
     # Something the sandbox cannot make but an operator could: a mount point inside the
     # workspace. The reset refuses to cross it, says so, and the server goes on serving

@@ -273,6 +273,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_command_passes_a_releases_request_and_fails_its_44_gib_copy(tmp_path, monkeypatch):
     from tests.attest.conftest import EPOCH, make_records
 
