@@ -85,21 +85,6 @@ class ExternalTask:
 
 
 @dataclass(frozen=True)
-class RepairConventions:
-    """How the external repair images are driven (`[external.repair]`), as the seed
-    release's sources show them (shared/spec/mimo.md, "The protocol of the repair images"):
-
-    reset_id_field: the reset keyword naming the task;
-    workspace: the repository the agent repairs;
-    grader_paths: where the grader and its hidden tests live (the shell must not read them).
-    """
-
-    reset_id_field: str = "task_id"
-    workspace: str = "/workspace/repo"
-    grader_paths: tuple[str, ...] = ("/opt/arena",)
-
-
-@dataclass(frozen=True)
 class External:
     """`[external]`: the dataset the records come from and how one of its rows is read.
 
@@ -117,7 +102,6 @@ class External:
     record_field: str = "extra_info.instance_json"
     hub_url: str = "https://huggingface.co"
     rows_url: str = "https://datasets-server.huggingface.co"
-    repair: RepairConventions = RepairConventions()
 
 
 @dataclass(frozen=True)
@@ -436,24 +420,6 @@ def _admission(raw: Any) -> Admission:
     return Admission(**values)
 
 
-def _repair(raw: dict[str, Any]) -> RepairConventions:
-    where = "external.repair"
-    known = {"reset_id_field", "workspace", "grader_paths"}
-    if set(raw) - known:
-        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known),
-                          actual=sorted(set(raw) - known))
-    default = RepairConventions()
-    paths = raw.get("grader_paths", list(default.grader_paths))
-    if not isinstance(paths, list) or not paths or not all(
-            isinstance(p, str) and p.startswith("/") for p in paths):
-        raise ConfigError(f"{where}.grader_paths", expected="a list of absolute paths", actual=paths)
-    values = {k: raw.get(k, getattr(default, k)) for k in known - {"grader_paths"}}
-    for key, value in values.items():
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where}.{key}", expected="a non-empty string", actual=value)
-    return RepairConventions(grader_paths=tuple(paths), **values)
-
-
 def _field_path(ext: dict[str, Any], key: str, default: str) -> str:
     value = ext.get(key, default)
     if not isinstance(value, str) or not all(value.split(".")):
@@ -512,6 +478,11 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
                               actual=p.tasks)
     ext = _req(raw, "external", dict, "release.toml")
+    known = {"dataset", "revision", "license", "tasks", "subset", "id_field", "record_field", "hub_url", "rows_url"}
+    if set(ext) - known:
+        # ([external.repair] is gone: the repair checks drive the images by mimo.md's protocol.)
+        raise ConfigError("unknown key(s) in [external]; remove them", expected=sorted(known),
+                          actual=sorted(set(ext) - known))
     ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]
     _check_references(ext_tasks, sources, profiles)
     ext_rev = _req(ext, "revision", str, "external")
@@ -537,8 +508,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                           record_field=_field_path(ext, "record_field", External.record_field),
                           hub_url=ext.get("hub_url", "https://huggingface.co").rstrip("/"),
                           rows_url=ext.get("rows_url",
-                                           "https://datasets-server.huggingface.co").rstrip("/"),
-                          repair=_repair(ext.get("repair", {}))),
+                                           "https://datasets-server.huggingface.co").rstrip("/")),
         budgets=budgets,
         dataset=_dataset(_req(raw, "dataset", dict, "release.toml"), ext["dataset"]),
         raw=raw,

@@ -178,10 +178,6 @@ license = "Apache-2.0"
 hub_url = "{hub}"
 rows_url = "{hub}"
 
-[external.repair]
-reset_id_field = "task_id"
-workspace = "/workspace/repo"
-grader_paths = ["/opt/arena"]
 {tasks}
 [budgets.procedural]{tail}'''
 

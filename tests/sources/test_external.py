@@ -257,3 +257,16 @@ def test_reference_must_name_a_source_of_the_profiles_that_require_it(tmp_path):
     bad.write_text(text.replace('row = 2610\n', ''))
     with pytest.raises(ConfigError, match=r"external.tasks\[1\]: missing key 'row'"):
         config.load(bad)
+
+
+def test_the_removed_repair_conventions_table_is_refused_by_name(tmp_path):
+    # [external.repair] drove nothing once the repair checks took mimo.md's protocol: a
+    # release.toml that still has it is told to remove it, not silently obeyed.
+    text = config.DEFAULT_CONFIG.read_text()
+    assert config.load(config.DEFAULT_CONFIG).external.dataset == "XiaomiMiMo/MiMo-V2.6-RL-oss"
+    bad = tmp_path / "release.toml"
+    bad.write_text(text.replace("[[external.tasks]]", '[external.repair]\nworkspace = "/workspace/repo"\n\n'
+                                "[[external.tasks]]", 1))
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in \[external\]; remove them") as err:
+        config.load(bad)
+    assert "repair" in str(err.value)
