@@ -49,6 +49,7 @@ import pytest
 from pipeline.config import load
 from pipeline.registry import local as localregistry
 from . import readme_walk
+from .caches import seed_caches
 from .readme_walk import ReadmeError, Walk, WalkFailed, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,21 +76,6 @@ def newcomer_env() -> dict[str, str]:
     env.update(identity, GIT_COMMITTER_NAME=identity["GIT_AUTHOR_NAME"],
                GIT_COMMITTER_EMAIL=identity["GIT_AUTHOR_EMAIL"], RELEASE_SERVE_PORT=str(_free_port()))
     return env
-
-
-def seed_caches(checkout: Path) -> None:
-    """The base layout and the rootfs/wheel caches of this checkout, as test_release seeds its
-    clone: a release re-pushes a layout whose digest is the pinned one instead of building it."""
-    state = checkout / ".release"
-    (state / "base").mkdir(parents=True)
-    for layout in (REPO / ".release" / "base" / "oci", REPO / ".release" / "test-base" / "oci"):
-        if layout.is_dir():
-            shutil.copytree(layout, state / "base" / "oci")
-            break
-    for cache, link in ((REPO / ".release" / "base" / "rootfs", state / "base" / "rootfs"),
-                        (REPO / ".release" / "wheels", state / "wheels")):
-        if cache.is_dir():
-            link.symlink_to(cache)
 
 
 def _walk(root: Path, say, **kwargs) -> Walk:

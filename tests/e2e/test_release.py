@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pipeline.registry import local as localregistry
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from ..containers import ContainerScope
 from ..shared import copy_tree, once, shared_result, slot
+from .caches import seed_caches
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = ("provenance.json", "submission.json", "attestations")
@@ -73,22 +73,9 @@ def _git(cwd: Path, *args: str) -> None:
 
 
 def _clone(dest: Path) -> Path:
-    """A fresh clone of this checkout; the base's build caches are shared (they are
-    caches: every blob is digest-checked when used)."""
+    """A fresh clone of this checkout, its base caches seeded."""
     subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
-    state = dest / ".release"
-    (state / "base").mkdir(parents=True)
-    # The base layout (from a release here or from the base tests) is copied: the clone's
-    # release re-pushes it when its digest is the pinned one. The rootfs and wheel caches
-    # are shared read-mostly directories (the rootfs holds device nodes: never copy it).
-    for layout in (REPO / ".release" / "base" / "oci", REPO / ".release" / "test-base" / "oci"):
-        if layout.is_dir():
-            shutil.copytree(layout, state / "base" / "oci")
-            break
-    for cache, link in ((REPO / ".release" / "base" / "rootfs", state / "base" / "rootfs"),
-                        (REPO / ".release" / "wheels", state / "wheels")):
-        if cache.is_dir():
-            link.symlink_to(cache)
+    seed_caches(dest)
     return dest
 
 
