@@ -259,14 +259,15 @@ def test_reference_must_name_a_source_of_the_profiles_that_require_it(tmp_path):
         config.load(bad)
 
 
-def test_the_removed_repair_conventions_table_is_refused_by_name(tmp_path):
-    # [external.repair] drove nothing once the repair checks took mimo.md's protocol: a
-    # release.toml that still has it is told to remove it, not silently obeyed.
+def test_an_unknown_external_key_is_refused_and_the_removed_repair_table_still_loads(tmp_path):
     text = config.DEFAULT_CONFIG.read_text()
-    assert config.load(config.DEFAULT_CONFIG).external.dataset == "XiaomiMiMo/MiMo-V2.6-RL-oss"
     bad = tmp_path / "release.toml"
-    bad.write_text(text.replace("[[external.tasks]]", '[external.repair]\nworkspace = "/workspace/repo"\n\n'
-                                "[[external.tasks]]", 1))
+    bad.write_text(text.replace("[[external.tasks]]", 'revisions = "x"\n\n[[external.tasks]]', 1))
     with pytest.raises(ConfigError, match=r"unknown key\(s\) in \[external\]; remove them") as err:
         config.load(bad)
-    assert "repair" in str(err.value)
+    assert "revisions" in str(err.value)
+    # A commit before [external.repair] was removed: reproduce reads that commit's release.toml.
+    old = tmp_path / "old.toml"
+    old.write_text(text.replace("[[external.tasks]]", '[external.repair]\nworkspace = "/workspace/repo"\n\n'
+                                "[[external.tasks]]", 1))
+    assert config.load(old).external == config.load(config.DEFAULT_CONFIG).external
