@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -93,6 +93,17 @@ def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int) -> Ite
                 lock.release()
             return
         time.sleep(0.5)
+
+
+# A release or a `verify` starts containers that must answer /health within release.toml's
+# 60 s; more of them starting at once than this on two cores leave them too little CPU.
+SUITES_AT_ONCE = 2
+
+
+def suite_slot(tmp_path_factory: pytest.TempPathFactory) -> AbstractContextManager[None]:
+    """`with suite_slot(...)` around a release or a whole check suite run in containers: at
+    most SUITES_AT_ONCE in the run."""
+    return slot(tmp_path_factory, "suite", SUITES_AT_ONCE)
 
 
 def copy_tree(source: Path, dest: Path) -> Path:

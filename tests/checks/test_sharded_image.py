@@ -21,6 +21,7 @@ from pipeline.checks import results as results_mod
 from ..base.basefixtures import base_image  # noqa: F401
 from ..build.conftest import clone, source_repo  # noqa: F401
 from ..build.test_build import run_build
+from ..shared import suite_slot
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 
@@ -62,18 +63,21 @@ def _comparable(path: Path) -> dict:
     return doc
 
 
-def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_registry, tmp_path):
+def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_registry, tmp_path,
+                                                            tmp_path_factory):
     (tmp_path / "key.pem").write_bytes(CryptoSigner.generate_ed25519().private_bytes)
     out = {name: tmp_path / f"{name}.json" for name in ("shard1", "shard2", "whole", "merged")}
-    runs = [
-        _pipeline(local_registry, tmp_path, "shard-1", "verify", built_image, "--shard", "1/2", "--parallel", "1",
-                  "--out", str(out["shard1"])),
-        _pipeline(local_registry, tmp_path, "shard-2", "verify", built_image, "--shard", "2/2", "--parallel", "1",
-                  "--out", str(out["shard2"])),
-        _pipeline(local_registry, tmp_path, "unsharded", "verify", built_image, "--out", str(out["whole"])),
-    ]
-    for run in runs:
-        _wait(run)
+    # Four containers at once, as many as a release starts twice: one suite slot each pair.
+    with suite_slot(tmp_path_factory), suite_slot(tmp_path_factory):
+        runs = [
+            _pipeline(local_registry, tmp_path, "shard-1", "verify", built_image, "--shard", "1/2", "--parallel",
+                      "1", "--out", str(out["shard1"])),
+            _pipeline(local_registry, tmp_path, "shard-2", "verify", built_image, "--shard", "2/2", "--parallel",
+                      "1", "--out", str(out["shard2"])),
+            _pipeline(local_registry, tmp_path, "unsharded", "verify", built_image, "--out", str(out["whole"])),
+        ]
+        for run in runs:
+            _wait(run)
     shard1 = results_mod.load(out["shard1"], shard=True)
     assert shard1.shard.jobs == ("image/timeout",) and [c.id for c in shard1.checks] == ["image/timeout"]
     assert shard1.external and not results_mod.load(out["shard2"], shard=True).external

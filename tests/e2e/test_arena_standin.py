@@ -30,6 +30,7 @@ from pipeline.checks.repair import REPAIR_CHECKS
 
 from ..base.basefixtures import base_image  # noqa: F401
 from ..checks.repair_standin import REFERENCE_SCRIPT, build_standin
+from ..shared import suite_slot
 from ..sources import rows_standin
 from .pyromat_standin import INHERITED, build_pyromat_standin
 from .test_pyromat_standin import pyromat_inputs
@@ -182,7 +183,7 @@ rows_url = "{hub}"
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry, hub_standin,
+def test_arena_profile_release_against_local_stand_ins(tmp_path, tmp_path_factory, local_registry, hub_standin,
                                                        base_image):  # noqa: F811
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -215,8 +216,9 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
         (clone / "release.toml").write_text(_config(local_registry.address, hub.url, base.reference, images,
                                                     sources, records))
         _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
-        proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
-                              cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+        with suite_slot(tmp_path_factory):
+            proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
+                                  cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
     assert hub.requests.count("/rows") == 2, proc.stderr[-6000:]
 
     # Sources, references and records: vendored and verified by their pins.

@@ -25,14 +25,11 @@ from pipeline.registry import local as localregistry
 
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from ..containers import ContainerScope
-from ..shared import copy_tree, once, shared_result, slot
+from ..shared import copy_tree, once, shared_result, suite_slot
 from .caches import seed_caches
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = ("provenance.json", "submission.json", "attestations")
-# Each release starts two containers that must answer /health within release.toml's 60 s;
-# more releases than this starting at once on two cores leave them too little CPU.
-RELEASES_AT_ONCE = 2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 
@@ -98,7 +95,7 @@ def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
         clone = _clone(root / "checkout")
         scope = ContainerScope.new()
         try:
-            with slot(tmp_path_factory, "release", RELEASES_AT_ONCE):
+            with suite_slot(tmp_path_factory):
                 proc = pipeline(clone, "release", scope=scope)
         finally:
             localregistry.stop(clone / ".release" / "registry")
@@ -114,8 +111,8 @@ def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
 
 @pytest.fixture
 def releasing(tmp_path_factory):
-    """`with releasing():` around a release a test runs: at most RELEASES_AT_ONCE in the run."""
-    return lambda: slot(tmp_path_factory, "release", RELEASES_AT_ONCE)
+    """`with releasing():` around a release a test runs (tests/shared.py: suite_slot)."""
+    return lambda: suite_slot(tmp_path_factory)
 
 
 @pytest.fixture
