@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 
 import env.__main__ as cli
@@ -66,8 +68,21 @@ def test_serve_outside_a_container_needs_host_mode(monkeypatch, capsys):
 
 
 def test_host_mode_refuses_code_readable_by_uid_2000(monkeypatch, capsys):
-    # This checkout is world-readable: the sandbox could import the task module.
+    # The checkout's files are world-readable (0644): the sandbox could import the task module.
+    # Whether its parent directories let UID 2000 through depends on where the clone lives (a
+    # 0700 temporary directory does not): test_readable_by_follows_every_parent covers that,
+    # here only the files' own modes count.
+    monkeypatch.setattr(cli, "readable_by", lambda path, uid, gid: cli._allows(
+        path.stat(), uid, gid, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    # Should the refusal fail, the server must not start here: host mode adds a user to this
+    # host's /etc/passwd and takes over a workspace.
+    import env.server.app
+
+    def must_not_start(*args, **kwargs):
+        raise AssertionError("host mode went on to start the server in the test process")
+
+    monkeypatch.setattr(env.server.app, "create_server_app", must_not_start)
     assert cli.main(["serve", "--port", "1", "--host-mode"]) == 2
     err = capsys.readouterr().err
     assert "could read the server code or task module" in err and "families" in err
