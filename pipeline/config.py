@@ -7,7 +7,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -478,7 +478,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
                               actual=p.tasks)
     ext = _req(raw, "external", dict, "release.toml")
-    known = {"dataset", "revision", "license", "tasks", "subset", "id_field", "record_field", "hub_url", "rows_url"}
+    known = {f.name for f in fields(External)}  # [external]'s keys are the record's fields
     # [external.repair] is gone (the repair checks drive the images by mimo.md's protocol);
     # the release.toml of a commit before its removal still loads, for reproduce.
     unknown = set(ext) - known - {"repair"}
