@@ -206,7 +206,7 @@ class RuntimeConfig:
     """[runtime]: which container CLI to drive and this machine's quirks for it."""
 
     engine: str = "auto"
-    health_timeout_s: int = 60
+    health_timeout_s: int = 120
     engines: dict[str, EngineArgs] = field(default_factory=dict)
 
     def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
@@ -245,7 +245,7 @@ def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     engine = t.get("engine", "auto")
     if engine not in RUNTIME_ENGINES:
         raise ConfigError("runtime.engine", expected=" or ".join(RUNTIME_ENGINES), actual=engine)
-    timeout = t.get("health_timeout_s", 60)
+    timeout = t.get("health_timeout_s", 120)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
         raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
     return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)

@@ -28,10 +28,15 @@ where and when tests run, from what they declare, not from a list of names:
 - the long waits start first: the end-to-end releases, then the other slow tests, then
   the container and root tests, then the rest (a test finds its place by being marked
   honestly).
+
+The terminal summary ends with the tests that spent the most CPU (a worker's own and
+its waited-for children's, from setup to teardown; containers' processes are podman's
+children and not counted): on two cores, CPU, not waiting, is what bounds the wall time.
 """
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
@@ -135,3 +140,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ranks = _start_ranks(items)
     # A stable sort: within a rank, the collection order (module by module) is kept.
     items.sort(key=lambda item: ranks[item.nodeid])
+
+
+_CPU_START = pytest.StashKey[float]()
+_CPU_SPENT: dict[str, float] = {}
+CPU_SHOWN = 20
+
+
+def _cpu_now() -> float:
+    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    item.stash[_CPU_START] = _cpu_now()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_now() - item.stash[_CPU_START]))
+
+
+def pytest_runtest_logreport(report) -> None:
+    # In the controller too: xdist sends each report's user_properties with it.
+    if report.when == "teardown":
+        for key, value in report.user_properties:
+            if key == "cpu_s":
+                _CPU_SPENT[report.nodeid] = float(value)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _CPU_SPENT:
+        return
+    total = sum(_CPU_SPENT.values())
+    terminalreporter.write_sep("=", f"the {CPU_SHOWN} tests that spent the most CPU "
+                                    f"({total / 60:.1f} CPU-minutes in all {len(_CPU_SPENT)} tests)")
+    for nodeid, spent in sorted(_CPU_SPENT.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
+        terminalreporter.write_line(f"{spent:8.1f} s  {nodeid}")

@@ -179,9 +179,17 @@ class ContainerRuntime:
             time.sleep(0.25)
         logs = self.logs(container, tail=30).strip() or "(no output)"
         raise ContainerError(
-            f"container {container.id[:12]} ({container.image}) is not healthy at {url}",
+            f"container {container.id[:12]} ({container.image}) is not healthy at {url} "
+            f"after {time.monotonic() - started:.0f} s ({self._state(container.id)})",
             expected="HTTP 200", actual=last,
             hint=f"container logs:\n{logs}")
+
+    def _state(self, cid: str) -> str:
+        """The engine's view of a container, for error messages."""
+        out = self._cli("inspect", "--format",
+                        "state {{.State.Status}}, pid {{.State.Pid}}, exit code {{.State.ExitCode}}, "
+                        "started {{.State.StartedAt}}", cid, check=False, timeout=60)
+        return out.stdout.decode(errors="replace").strip() if out.returncode == 0 else "state unknown"
 
     def start(self, image: str, **kwargs) -> Container:
         """`run` then `wait_healthy`; a container that fails is removed again."""

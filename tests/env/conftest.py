@@ -27,6 +27,7 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.sync_client import SyncEnvClient
 
+from pipeline.checks.repair import HEALTH_WITHIN_S
 from tests.contained import ContainedProcess, contained_argv, require_containment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +153,7 @@ def start_server(
             stderr=subprocess.STDOUT,
         )
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HEALTH_WITHIN_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
@@ -163,7 +164,7 @@ def start_server(
             pass
         time.sleep(0.1)
     server.stop()
-    raise RuntimeError(f"server did not become healthy in 30 s:\n{log_path.read_text()}")
+    raise RuntimeError(f"server did not become healthy in {HEALTH_WITHIN_S:g} s:\n{log_path.read_text()}")
 
 
 def require_root() -> None:
