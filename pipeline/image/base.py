@@ -243,7 +243,41 @@ def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
              spec.suite, target, spec.mirror]
     env = {"PATH": os.environ.get("PATH", PATH_ENV), "LC_ALL": "C.UTF-8", "TZ": "UTC",
            "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
-    _proc.run(argv, env=env, timeout=3600)
+    # mmdebstrap's root mode bind-mounts the host's /dev, /proc and /sys into the target.
+    # In a mount namespace of its own they go when it ends, even when it is killed; in
+    # the host's they would stay, and removing the tree would then remove the host's
+    # /dev entries (/dev/shm's files among them).
+    _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", *argv],
+              env=env, timeout=3600)
+
+
+def _unescape_mount_point(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts_under(path: Path) -> list[str]:
+    """The mount points at or under `path` in this process's mount namespace."""
+    root = os.path.realpath(path).rstrip("/") or "/"
+    points = [_unescape_mount_point(line.split()[4])
+              for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return sorted(p for p in points if p == root or p.startswith(root + "/"))
+
+
+def _outermost(points: list[str]) -> list[str]:
+    return [p for p in points if not any(p.startswith(q + "/") for q in points if q != p)]
+
+
+def remove_tree(path: Path) -> None:
+    """`rm -r` of a rootfs tree, refused while anything is mounted in it (a bind mount of
+    the host's /dev would take the host's device files with it)."""
+    mounted = mounts_under(path)
+    if mounted:
+        raise ReleaseError(f"{path} has mounts in it; it is not removed",
+                           expected="no mount point under it",
+                           actual=", ".join(mounted[:5]) + (" ..." if len(mounted) > 5 else ""),
+                           hint="unmount them, then run the release again: umount -R "
+                                + " ".join(shlex.quote(p) for p in _outermost(mounted)))
+    shutil.rmtree(path)
 
 
 def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
@@ -256,10 +290,10 @@ def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
         return target
     marker.unlink(missing_ok=True)
     if target.exists():
-        shutil.rmtree(target)
+        remove_tree(target)
     partial = target.with_name(target.name + ".partial")
     if partial.exists():
-        shutil.rmtree(partial)
+        remove_tree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
     say(f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
         f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
