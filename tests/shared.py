@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -75,10 +76,12 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
 
 
 @contextmanager
-def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int) -> Iterator[None]:
-    """Hold one of `count` slots called `name` for this run: at most `count` holders at
-    once, whatever the worker (for work that must not all start at once on two cores)."""
-    root = run_root(tmp_path_factory) / "slots"
+def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int, *,
+         machine_wide: bool = False) -> Iterator[None]:
+    """Hold one of `count` slots called `name` for this run (or, `machine_wide`, for every
+    run of this suite on the machine: two clones' runs at once): at most `count` holders
+    at once, whatever the worker (for work that must not all start at once on two cores)."""
+    root = MACHINE_SLOTS if machine_wide else run_root(tmp_path_factory) / "slots"
     root.mkdir(exist_ok=True)
     while True:
         for index in range(count):
@@ -96,14 +99,16 @@ def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int) -> Ite
 
 
 # A release or a `verify` starts containers that must answer /health within release.toml's
-# 60 s; more of them starting at once than this on two cores leave them too little CPU.
+# health_timeout_s; more of them starting at once than this on two cores leave them too
+# little CPU, whichever run (clone) of the suite they belong to.
 SUITES_AT_ONCE = 2
+MACHINE_SLOTS = Path(tempfile.gettempdir()) / "openenv-arena-test-slots"
 
 
 def suite_slot(tmp_path_factory: pytest.TempPathFactory) -> AbstractContextManager[None]:
     """`with suite_slot(...)` around a release or a whole check suite run in containers: at
-    most SUITES_AT_ONCE in the run."""
-    return slot(tmp_path_factory, "suite", SUITES_AT_ONCE)
+    most SUITES_AT_ONCE on the machine."""
+    return slot(tmp_path_factory, "suite", SUITES_AT_ONCE, machine_wide=True)
 
 
 def copy_tree(source: Path, dest: Path) -> Path:

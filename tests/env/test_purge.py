@@ -73,8 +73,15 @@ def test_links_loops_special_files_and_odd_names(tmp_path):
     os.symlink(outside, box / "outside-dir")
     os.symlink(outside / "keep", box / "outside-file")
     os.mkfifo(box / "fifo")
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(str(box / "sock"))
+    # Bound through the directory's descriptor: a socket path has at most 107 bytes,
+    # and a temporary directory can be deeper than that.
+    fd = os.open(box, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(f"/proc/self/fd/{fd}/sock")
+    finally:
+        os.close(fd)
+    assert stat.S_ISSOCK(os.lstat(box / "sock").st_mode)
     os.mkdir(os.fsencode(box) + b"/bad\xff\nname")
     (Path(os.fsdecode(os.fsencode(box) + b"/bad\xff\nname")) / "inner\n").write_text("y")
     _purge_all(tmp_path)
