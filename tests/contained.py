@@ -4,7 +4,8 @@ The server resets by killing every UID-2000 process it sees, deleting UID-2000 f
 in every world-writable directory, removing UID-2000 IPC objects and rebuilding
 /workspace; at start it may add the sandbox user to /etc/passwd. Run on the host
 directly, that would hit other people's processes and files. `contained_argv` wraps
-a command so it runs as PID 1 of new PID, mount and IPC namespaces, chrooted into an
+a command so it runs as PID 1 of new PID, mount and IPC namespaces (in a user namespace
+whose UID/GID 2000 is a host ID of its own: tests/userns_exec.py), chrooted into an
 overlay of the host's root whose writes go to a private tmpfs: the server sees only
 its own processes and IPC objects, and everything it writes (/etc/passwd, /workspace,
 /tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /workspace is a fresh tmpfs
@@ -12,7 +13,8 @@ its own processes and IPC objects, and everything it writes (/etc/passwd, /works
 temporary directory) is the host's own, bound at the same path, for logs and inputs.
 
 `ContainedProcess.path` maps a path as the server sees it to one the test can open
-(through /proc/PID/root of the server), and `.pid_in` to the server's PIDs.
+(through /proc/PID/root of the server), and `.host_id` a UID as the server sees it to
+the one the test sees (the owner of the sandbox's files, as `os.stat` gives it here).
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-# $1: a host directory to hold the namespace's tmpfs; $2: the shared directory; then argv.
-_SETUP = r"""
+USERNS_EXEC = Path(__file__).with_name("userns_exec.py")
+
+# As the host's root, in a mount namespace of its own. $1: a host directory to hold the
+# namespace's tmpfs; $2: the shared directory; then the command that enters the rest.
+_SETUP_MOUNTS = r"""
 set -eu
 scratch=$1 share=$2
 shift 2
@@ -38,13 +44,22 @@ mount -t overlay overlay -o "lowerdir=/,upperdir=$scratch/upper,workdir=$scratch
 mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777,nosuid,nodev contained-shm "$r/dev/shm"
 mkdir -p "$r/dev/mqueue"
-mount -t mqueue mqueue "$r/dev/mqueue"
 mkdir -p "$r/workspace"
 mount -t tmpfs -o mode=0755 contained-workspace "$r/workspace"
 mount --rbind /sys "$r/sys"
-mount -t proc proc "$r/proc"
 mkdir -p "$r$share"
 mount --bind "$share" "$r$share"
+exec "$@"
+"""
+
+# As PID 1 of the new PID namespace, root of the new user namespace, which owns it and the
+# IPC namespace. $1: the root made above; $2: the shared directory; then argv.
+_ENTER = r"""
+set -eu
+r=$1 share=$2
+shift 2
+mount -t mqueue mqueue "$r/dev/mqueue"
+mount -t proc proc "$r/proc"
 exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$share" "$@"
 """
 
@@ -61,8 +76,11 @@ def require_containment() -> None:
 def contained_argv(scratch: Path, share: Path, argv: list[str]) -> list[str]:
     """``argv`` run as PID 1 of private PID/mount/IPC namespaces over an overlay of /."""
     scratch.mkdir(parents=True, exist_ok=True)
-    return ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--propagation", "private",
-            "/bin/sh", "-c", _SETUP, "contained", str(scratch), str(share), *argv]
+    enter = [sys.executable, str(USERNS_EXEC), "--",
+             "unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--propagation", "private",
+             "/bin/sh", "-c", _ENTER, "contained", str(scratch / "root"), str(share), *argv]
+    return ["unshare", "--mount", "--propagation", "private",
+            "/bin/sh", "-c", _SETUP_MOUNTS, "contained", str(scratch), str(share), *enter]
 
 
 @dataclass
@@ -85,6 +103,14 @@ class ContainedProcess:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the contained server's namespace has no process")
             time.sleep(0.02)
+
+    def host_id(self, inside: int) -> int:
+        """The host's UID for the namespace's UID ``inside`` (its uid_map)."""
+        for line in Path(f"/proc/{self.process.pid}/uid_map").read_text().splitlines():
+            first, host, count = map(int, line.split())
+            if first <= inside < first + count:
+                return host + inside - first
+        raise LookupError(f"UID {inside} is not mapped in the contained server's namespace")
 
     def path(self, inside: str | os.PathLike) -> Path:
         """``inside`` (absolute, as the server sees it) as a path the test can open."""

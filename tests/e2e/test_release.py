@@ -263,9 +263,11 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_
                 break
             assert time.monotonic() < deadline, "".join(seen[-20:])
         assert scope.containers(), "containers should be running mid-suite"
+        running = proc.poll() is None
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=180)
-    assert proc.returncode != 0
+        _, rest = proc.communicate(timeout=180)
+    assert running, "the release ended before Ctrl-C:\n" + "".join(seen[-20:]) + rest[-3000:]
+    assert proc.returncode != 0, "".join(seen[-20:]) + rest[-3000:]
     assert scope.containers() == []
     assert localregistry.status(clone / ".release" / "registry") is None
     assert records_digest(clone) == before

@@ -77,6 +77,12 @@ class LiveServer:
     def contained(self) -> ContainedProcess:
         return ContainedProcess(self.process)
 
+    @property
+    def sandbox_id(self) -> int:
+        """The server's UID and GID 2000 as this process sees them (`os.stat`, /proc/PID/status):
+        a host ID of the server's own (tests/userns_exec.py)."""
+        return self.contained.host_id(2000)
+
     def path(self, inside: str | os.PathLike) -> Path:
         """A path as the server sees it (e.g. /workspace/repo), openable by the test."""
         return self.contained.path(inside)

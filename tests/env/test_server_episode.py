@@ -35,11 +35,12 @@ def test_reset_writes_inputs_and_instructions_owned_by_2000(server):
         repo_path = server.path(REPO)
         names = sorted(os.listdir(repo_path))
         assert len(names) == 4 and "INSTRUCTIONS.md" in names
+        sandbox = server.sandbox_id  # 2000 inside, as this process sees it
         for name in names:
             info = os.lstat(repo_path / name)
-            assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (2000, 2000, 0o644)
+            assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (sandbox, sandbox, 0o644)
         repo = os.stat(repo_path)
-        assert (repo.st_uid, repo.st_gid) == (2000, 2000)
+        assert (repo.st_uid, repo.st_gid) == (sandbox, sandbox)
         assert os.stat(server.path("/workspace")).st_uid == 0
         instructions = (repo_path / "INSTRUCTIONS.md").read_text()
         assert result.observation["output"] == instructions

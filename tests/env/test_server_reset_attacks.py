@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.root
 
 CASE = CASE_IDS[3]
 PYTHON = "/usr/bin/python3"
-SANDBOX_UID = 2000
 SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
 # A world-writable directory no list names: the server must find it by scanning.
 UNLISTED = "/var/lib/arena-drop"
@@ -60,16 +60,26 @@ def assert_clean(server, env) -> None:
     assert len(names) == 4 and "INSTRUCTIONS.md" in names, names
     assert os.listdir(server.path("/workspace/home")) == []
     assert sorted(os.listdir(server.path("/workspace"))) == ["home", "repo"]
+    sandbox = server.sandbox_id
     for directory in (*SHARED, UNLISTED):
         left = [n for n in os.listdir(server.path(directory))
-                if os.lstat(server.path(directory) / n).st_uid == SANDBOX_UID]
+                if _owner(server.path(directory) / n) == sandbox]
         assert left == [], f"{directory}: {left}"
     assert sandbox_processes(server) == []
     out = run(env, "echo alive; ipcs -q -m -s | grep -c '^0x' ; ls -A /dev/mqueue | wc -l")
     assert out["output"].split() == ["alive", "0", "0"], out["output"]
 
 
+def _owner(path: Path) -> int | None:
+    """The owner of `path`; None once it is gone (the server's own temporary files come and go)."""
+    try:
+        return os.lstat(path).st_uid
+    except FileNotFoundError:
+        return None
+
+
 def sandbox_processes(server) -> list[int]:
+    sandbox = str(server.sandbox_id)
     found = []
     for name in os.listdir(server.path("/proc")):
         if name.isdigit():
@@ -78,7 +88,7 @@ def sandbox_processes(server) -> list[int]:
             except (FileNotFoundError, ProcessLookupError):
                 continue
             uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:4]
-            if str(SANDBOX_UID) in uids and "Z (zombie)" not in status:
+            if sandbox in uids and "Z (zombie)" not in status:
                 found.append(int(name))
     return found
 
@@ -195,6 +205,21 @@ def test_reset_after_random_trees_across_many_episodes(attacked):
                 assert_clean(attacked, env)
             except AssertionError as exc:
                 raise AssertionError(f"ARENA_RESET_SEED={seed}, episode {episode}: {exc}") from exc
+
+
+def test_what_an_episode_leaves_is_seen_before_the_reset(attacked):
+    """The teeth of assert_clean: a process and a file of the sandbox user, left in shared
+    places, are found (as the host sees UID 2000 of the server's namespace)."""
+    with attacked.session(message_timeout_s=120) as env:
+        env.reset(task_id=CASE)
+        out = run(env, "(setsid sleep 300 >/dev/null 2>&1 &); echo left > /tmp/left-behind; echo ok")
+        assert out["output"].strip() == "ok", out
+        assert sandbox_processes(attacked) != []
+        assert _owner(attacked.path("/tmp/left-behind")) == attacked.sandbox_id != 2000
+        with pytest.raises(AssertionError):
+            assert_clean(attacked, env)
+        env.reset(task_id=CASE)
+        assert_clean(attacked, env)
 
 
 def test_reset_kills_setsid_and_double_forked_processes(attacked):
