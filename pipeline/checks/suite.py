@@ -70,6 +70,17 @@ def shard_jobs(shard: Shard, cases: Sequence[Case] | None = None, *, with_timeou
     return plan(job_costs(cases, with_timeout=with_timeout), shard.count)[shard.index - 1]
 
 
+JOIN_POLL_S = 0.25
+
+
+def _drain(work: "queue.Queue[_Job]") -> None:
+    while True:
+        try:
+            work.get_nowait()
+        except queue.Empty:
+            return
+
+
 class _Worker(threading.Thread):
     def __init__(self, n: int, target: Target, jobs: "queue.Queue[_Job]", sink: "_Sink") -> None:
         super().__init__(name=f"checks-{n}", daemon=True)
@@ -185,8 +196,15 @@ def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
     workers = [_Worker(i, t, work, sink) for i, t in enumerate(targets)]
     for w in workers:
         w.start()
-    for w in workers:
-        w.join()
+    try:
+        for w in workers:
+            while w.is_alive():
+                # A timed wait: Ctrl-C may wake a worker thread rather than this one, and a
+                # wait without end would notice it only when every job has run.
+                w.join(JOIN_POLL_S)
+    except KeyboardInterrupt:
+        _drain(work)  # the workers end after their current job (daemon threads: no wait)
+        raise
     ordered: list[CheckResult] = []
     for job in _in_order(jobs):
         ordered += sink.by_job.get(job.index, [CheckResult(f"{_Worker._prefix(job)}/not-run", False, 0.0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 import signal
 import subprocess
@@ -271,6 +272,8 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_
         _, rest = proc.communicate(timeout=180)
     assert running, "the release ended before Ctrl-C:\n" + "".join(seen[-20:]) + rest[-3000:]
     assert proc.returncode != 0, "".join(seen[-20:]) + rest[-3000:]
+    # It stopped at once, not once every job of the suite had run.
+    assert "interrupted" in rest and not re.search(r"checks: (\d+)/\1 done", rest), rest[-3000:]
     assert scope.containers() == []
     assert localregistry.status(clone / ".release" / "registry") is None
     assert records_digest(clone) == before
