@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
