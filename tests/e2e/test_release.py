@@ -253,9 +253,12 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_
     before = records_digest(clone)
     scope = ContainerScope.new()
     with releasing():
+        # SIGINT handled as a terminal's Ctrl-C finds it, even when this run of the suite
+        # inherited it ignored (a shell's background job: `CI=true bash .ci/run &`).
         proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
                                 cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         seen = []
         deadline = time.monotonic() + 600
         for line in proc.stderr:
