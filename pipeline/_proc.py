@@ -26,6 +26,9 @@ def which(tool: str, *, package: str | None = None) -> str:
     return path
 
 
+STDERR_LINES = 20
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -57,9 +60,13 @@ def run(
     if check and proc.returncode != 0:
         err = (proc.stderr or b"").decode(errors="replace").strip().splitlines()
         tail = err[-1] if err else "(no output)"
+        # The lines before the last often say why (mmdebstrap's last line is only
+        # "mmdebstrap failed to run").
+        before = err[-STDERR_LINES:-1]
         raise ToolError(
             f"`{shlex.join(args)}` failed",
             expected="exit 0",
             actual=f"exit {proc.returncode}: {tail}",
+            hint=("its stderr before that:\n" + "\n".join(before)) if before else None,
         )
     return proc
