@@ -245,7 +245,7 @@ def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     engine = t.get("engine", "auto")
     if engine not in RUNTIME_ENGINES:
         raise ConfigError("runtime.engine", expected=" or ".join(RUNTIME_ENGINES), actual=engine)
-    timeout = t.get("health_timeout_s", 120)
+    timeout = t.get("health_timeout_s", RuntimeConfig.health_timeout_s)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
         raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
     return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)
