@@ -255,11 +255,15 @@ def _unescape_mount_point(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def mounts_under(path: Path) -> list[str]:
-    """The mount points at or under `path` in this process's mount namespace."""
+def mounts_under(path: Path, pid: int | str = "self") -> list[str]:
+    """The mount points at or under `path` in the mount namespace of process `pid` (this
+    process's by default); none when that process is gone."""
     root = os.path.realpath(path).rstrip("/") or "/"
-    points = [_unescape_mount_point(line.split()[4])
-              for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    try:
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    points = [_unescape_mount_point(line.split()[4]) for line in lines]
     return sorted(p for p in points if p == root or p.startswith(root + "/"))
 
 

@@ -75,14 +75,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _mounts_of(pid: int, under: Path) -> list[str]:
-    try:
-        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    return [line.split()[4] for line in lines if line.split()[4].startswith(str(under))]
-
-
 @pytest.mark.slow
 def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path):
     """mmdebstrap mounts /dev, /proc and /sys into its target: in its own mount
@@ -99,7 +91,7 @@ def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path):
         while not inside:
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "mmdebstrap mounted nothing in 10 minutes"
-            inside = [m for pid in _children(proc.pid) for m in _mounts_of(pid, cache)]
+            inside = [m for pid in _children(proc.pid) for m in base.mounts_under(cache, pid)]
             assert base.mounts_under(cache) == [], "mmdebstrap's mounts are in the host's namespace"
             time.sleep(0.2)
     finally:

@@ -24,7 +24,9 @@ from typing import BinaryIO, Literal
 from pipeline.errors import ReleaseError
 
 EntryType = Literal["file", "dir", "symlink", "hardlink"]
-GZIP_LEVEL = 9
+# zlib's default level: level 9 took three times the CPU (18 s against 5 s for the
+# base's two layers) for 0.5% fewer bytes (43.4 MB against 43.7 MB).
+GZIP_LEVEL = 6
 
 
 @dataclass(frozen=True)
