@@ -45,8 +45,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("attest", "records", "sign provenance, SBOM and check-result statements into attestations/"),
     Command("key", "records", "show (creating if missing) the release key, its keyid and the trust.toml pin"),
     Command("release", "release", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
-    Command("reproduce", "release", "rebuild and compare with the recorded digests, explaining differences"),
-    Command("audit", "release", "verify a release's records offline against a pinned trust root; writes a VSA"),
+    Command("reproduce", "reproduce", "rebuild and compare with the recorded digests, explaining differences"),
+    Command("audit", "audit", "verify a release's records offline against a pinned trust root; writes a VSA"),
 )
 
 

@@ -14,12 +14,15 @@ human tag, and pinned in `locks/base.json`; later stages use only that digest.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
@@ -261,7 +264,7 @@ def mounts_under(path: Path, pid: int | str = "self") -> list[str]:
     root = os.path.realpath(path).rstrip("/") or "/"
     try:
         lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # gone, or exiting (EINVAL)
         return []
     points = [_unescape_mount_point(line.split()[4]) for line in lines]
     return sorted(p for p in points if p == root or p.startswith(root + "/"))
@@ -284,10 +287,25 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Path:
-    """The mmdebstrap rootfs for `spec`, built once per spec into `cache_dir/<key>`."""
+@contextmanager
+def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Iterator[Path]:
+    """The mmdebstrap rootfs for `spec`, built once per spec into `cache_dir/<key>`, and held
+    while the caller reads it: an exclusive lock on `<key>.lock` beside it. Another build on
+    this machine that shares the cache (a second release, a test) waits for it rather than
+    removing a tree that is being written or read."""
     version = mmdebstrap_version()
     target = Path(cache_dir) / spec.cache_key(version)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "a") as guard:
+        try:
+            fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"rootfs: waiting for another build that holds {target}")
+            fcntl.flock(guard, fcntl.LOCK_EX)
+        yield _rootfs(spec, target, version, use_cache=use_cache)
+
+
+def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> Path:
     marker = target.with_name(target.name + ".complete")
     if use_cache and marker.exists() and target.is_dir():
         say(f"rootfs: reusing {target}")
@@ -431,7 +449,12 @@ def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_
           wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
           use_cache: bool = True) -> BuiltBase:
     """Rootfs + runtime -> two layers, config and manifest in `state_dir/oci`."""
-    root = rootfs(spec, rootfs_cache or Path(state_dir) / "rootfs", use_cache=use_cache)
+    with rootfs(spec, rootfs_cache or Path(state_dir) / "rootfs", use_cache=use_cache) as root:
+        return _build(spec, lock, root, python=python, state_dir=state_dir, wheel_cache=wheel_cache)
+
+
+def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python: str, state_dir: Path,
+           wheel_cache: Path) -> BuiltBase:
     version = debian_python_version(root)
     wheels = runtime_lock.fetch(lock, wheel_cache)
     layout = Layout.init(Path(state_dir) / "oci")

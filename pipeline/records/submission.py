@@ -23,15 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from pipeline._io import pretty_json, write_atomic
 from pipeline.checks import schema as release_schema
 from pipeline.config import REQUEST_BUDGET_FIELDS, ReleaseConfig, RequestIdentity
 from pipeline.errors import VerificationError
 from pipeline.records.verification import TaskRecord
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_FILE = Path(__file__).with_name("request.schema.json")
 FIELDS = ("submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
@@ -89,6 +90,8 @@ def to_json(req: Request) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
+    import jsonschema  # a second of import (its format checkers): only where a request is checked
+
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)

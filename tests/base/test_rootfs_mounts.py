@@ -81,7 +81,7 @@ def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path):
     namespace, which the host never sees and which goes with it when it is killed."""
     cache = tmp_path / "rootfs"
     code = ("import sys; from pathlib import Path; from pipeline.image import base; "
-            "base.rootfs(base.BaseSpec(), Path(sys.argv[1]), use_cache=False)")
+            "base.rootfs(base.BaseSpec(), Path(sys.argv[1]), use_cache=False).__enter__()")
     proc = subprocess.Popen([sys.executable, "-c", code, str(cache)], cwd=REPO_ROOT,
                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
