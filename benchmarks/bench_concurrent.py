@@ -66,7 +66,9 @@ def main() -> int:
         code = proc.wait()
         log.close()
         took = time.monotonic() - started[name]
-        tail = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
+        lines = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()
+        # pytest's short summary names each failed test and why; then how the run ended.
+        tail = [l[:400] for l in lines if l.startswith(("FAILED ", "ERROR "))] + lines[-3:]
         print(f"run {name}: exit {code} after {took:.0f} s wall ({work / f'{name}.log'})")
         print("    " + "\n    ".join(tail))
         failed |= code != 0

@@ -66,7 +66,10 @@ def _free_port() -> int:
 def newcomer_env() -> dict[str, str]:
     """This process's environment as a newcomer's shell has it: none of the pipeline's
     variables, the machine's python3 and nox rather than this virtualenv's."""
-    drop = ("SOURCE_DATE_EPOCH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    # PYTHONDONTWRITEBYTECODE too (set on CI's machines, not on a newcomer's): with it, every
+    # process of the walk compiled what it imports from source again (the sessions' venvs
+    # are made by uv, which writes no bytecode at install).
+    drop = ("SOURCE_DATE_EPOCH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
     env = {k: v for k, v in os.environ.items()
            if k not in drop and not k.startswith(("RELEASE_", "PYTEST_", "NOX_"))}
     if sys.prefix != sys.base_prefix:

@@ -98,6 +98,6 @@ def base_reprotest(tmp_path_factory, world) -> Path:
 def built_indexes(run: Path) -> dict[str, dict]:
     """Each reprotest build's OCI index of the base ({"control": ..., "experiment-1": ...})."""
     found = {p.relative_to(run / "store").parts[0]: json.loads(p.read_text())
-             for p in (run / "store").glob("*/base-out/oci/index.json")}
+             for p in (run / "store").glob("*/source-root/base-out/oci/index.json")}
     assert sorted(found) == ["control", "experiment-1"], sorted(found)
     return found
