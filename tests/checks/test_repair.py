@@ -30,7 +30,9 @@ from pipeline.verify.runtime import ContainerRuntime
 
 from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins
 
-pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
+# The module's fixture runs twenty stand-ins' checks (one waits over two minutes by design):
+# 430 s alone on two cores, twice that beside a second run of the suite.
+pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
 TASK = "format-code-task-000666"
 REFERENCE = repair.ReferenceRepair.read(REFERENCE_SCRIPT)
 # References that are not the repair: one runs and repairs nothing, one fails.
