@@ -29,9 +29,10 @@ where and when tests run, from what they declare, not from a list of names:
   the container and root tests, then the rest (a test finds its place by being marked
   honestly).
 
-The terminal summary ends with the tests that spent the most CPU (a worker's own and
-its waited-for children's, from setup to teardown; containers' processes are podman's
-children and not counted): on two cores, CPU, not waiting, is what bounds the wall time.
+The terminal summary ends with the tests, then the modules, that spent the most CPU (a
+worker's own and its waited-for children's, from setup to teardown; containers' processes
+are podman's children and not counted): on two cores, CPU, not waiting, is what bounds
+the wall time.
 """
 
 from __future__ import annotations
@@ -181,3 +182,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
                                     f"({total / 60:.1f} CPU-minutes in all {len(_CPU_SPENT)} tests)")
     for nodeid, spent in sorted(_CPU_SPENT.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
         terminalreporter.write_line(f"{spent:8.1f} s  {nodeid}")
+    # Many small tests add up too: the same by module.
+    modules: dict[str, list[float]] = {}
+    for nodeid, spent in _CPU_SPENT.items():
+        modules.setdefault(nodeid.split("::", 1)[0], []).append(spent)
+    terminalreporter.write_sep("=", f"the {CPU_SHOWN} modules that spent the most CPU")
+    for module, spent in sorted(modules.items(), key=lambda kv: -sum(kv[1]))[:CPU_SHOWN]:
+        terminalreporter.write_line(f"{sum(spent):8.1f} s  {module} ({len(spent)} tests)")
