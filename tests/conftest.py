@@ -45,6 +45,7 @@ import pytest
 from pipeline.registry import local as localregistry
 
 from .hub_standin import HubStandin
+from .shared import per_test_slot
 
 
 @pytest.fixture(scope="session")
@@ -153,10 +154,12 @@ def _cpu_now() -> float:
     return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    item.stash[_CPU_START] = _cpu_now()
-    yield
+    # Outside pytest-timeout's hook: a test's time starts once it holds its slot.
+    with per_test_slot():
+        item.stash[_CPU_START] = _cpu_now()
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

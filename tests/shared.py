@@ -76,12 +76,12 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
 
 
 @contextmanager
-def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int, *,
+def slot(tmp_path_factory: pytest.TempPathFactory | None, name: str, count: int, *,
          machine_wide: bool = False) -> Iterator[None]:
     """Hold one of `count` slots called `name` for this run (or, `machine_wide`, for every
     run of this suite on the machine: two clones' runs at once): at most `count` holders
     at once, whatever the worker (for work that must not all start at once on two cores)."""
-    root = MACHINE_SLOTS if machine_wide else run_root(tmp_path_factory) / "slots"
+    root = MACHINE_SLOTS if machine_wide or tmp_path_factory is None else run_root(tmp_path_factory) / "slots"
     root.mkdir(exist_ok=True)
     while True:
         for index in range(count):
@@ -103,6 +103,18 @@ def slot(tmp_path_factory: pytest.TempPathFactory, name: str, count: int, *,
 # little CPU, whichever run (clone) of the suite they belong to.
 SUITES_AT_ONCE = 2
 MACHINE_SLOTS = Path(tempfile.gettempdir()) / "openenv-arena-test-slots"
+
+
+# Tests running at once on the machine, whatever the run: the workers of one run (pyproject's
+# `-n 6`). A second run on the machine (another clone) then shares them instead of doubling
+# the load: the time limits tests rely on (a container healthy within 120 s, a reset
+# answered within the client's timeout) were made for one run's load on two cores.
+TESTS_AT_ONCE = 6
+
+
+def per_test_slot() -> AbstractContextManager[None]:
+    """`with per_test_slot():` around each test, set-up to teardown (tests/conftest.py)."""
+    return slot(None, "test", TESTS_AT_ONCE, machine_wide=True)
 
 
 def suite_slot(tmp_path_factory: pytest.TempPathFactory) -> AbstractContextManager[None]:

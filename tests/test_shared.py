@@ -1,15 +1,18 @@
 """tests/shared.py, what the parallel suite stands on: a result is made once per run and a
-failed one is not made again; a slot has at most its count of holders at once."""
+failed one is not made again; a slot has at most its count of holders at once; every test
+holds one of the machine's test slots."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from .shared import once, run_root, slot
+from .shared import MACHINE_SLOTS, TESTS_AT_ONCE, once, run_root, slot
 
 
 def test_once_makes_a_result_once_and_every_caller_reads_it(tmp_path_factory):
@@ -58,3 +61,21 @@ def test_a_slot_has_at_most_its_count_of_holders(tmp_path_factory):
     for t in threads:
         t.join()
     assert most[0] == 2 and holding[0] == 0
+
+
+def _inodes_locked_by(pid: int) -> set[int]:
+    """The inodes of the files `pid` holds a flock on (/proc/locks: ... PID MAJ:MIN:INODE ...)."""
+    held = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" not in fields and fields[1] == "FLOCK" and fields[4] == str(pid):
+            held.add(int(fields[5].rsplit(":", 1)[1]))
+    return held
+
+
+def test_every_test_runs_holding_one_of_the_machine_s_test_slots():
+    """tests/conftest.py wraps each test in one of TESTS_AT_ONCE machine-wide slots, so a
+    second run of the suite on the machine shares the first one's load instead of doubling it."""
+    slots = [MACHINE_SLOTS / f"test.{i}.lock" for i in range(TESTS_AT_ONCE)]
+    mine = {p.stat().st_ino for p in slots if p.exists()} & _inodes_locked_by(os.getpid())
+    assert len(mine) == 1, f"this test holds {len(mine)} of the machine's test slots, not one"
