@@ -44,6 +44,7 @@ import pytest
 
 from pipeline.registry import local as localregistry
 
+from . import containers
 from .hub_standin import HubStandin
 from .shared import per_test_slot
 
@@ -160,6 +161,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     with per_test_slot():
         item.stash[_CPU_START] = _cpu_now()
         yield
+
+
+@pytest.fixture(autouse=True)
+def _scoped_containers_removed():
+    """After each test, the containers of the ContainerScopes it made are removed (a test
+    that ran to its end has already checked there are none)."""
+    before = len(containers.MADE)
+    yield
+    for scope in containers.MADE[before:]:
+        scope.remove()
+    del containers.MADE[before:]
 
 
 @pytest.hookimpl(hookwrapper=True)

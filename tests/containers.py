@@ -20,13 +20,21 @@ from pipeline.verify.runtime import ContainerRuntime
 SCOPE_LABEL = "org.openenv-arena.test.scope"
 
 
+# Every scope a test made: tests/conftest.py removes their containers after each test, so
+# that a test stopped mid-run (its timeout kills the pipeline process it waited for, which
+# then cannot remove its own) leaves none behind.
+MADE: list[ContainerScope] = []
+
+
 @dataclass(frozen=True)
 class ContainerScope:
     label: str
 
     @classmethod
     def new(cls) -> ContainerScope:
-        return cls(f"{SCOPE_LABEL}={uuid.uuid4().hex}")
+        scope = cls(f"{SCOPE_LABEL}={uuid.uuid4().hex}")
+        MADE.append(scope)
+        return scope
 
     def env(self) -> dict[str, str]:
         """Environment for a pipeline process whose containers must carry this scope's label."""
@@ -38,3 +46,10 @@ class ContainerScope:
         rt = ContainerRuntime()
         out = rt._cli("ps", "--all", "--no-trunc", "--filter", f"label={self.label}", "--format", "{{.ID}}")
         return sorted(line.strip() for line in out.stdout.decode().splitlines() if line.strip())
+
+    def remove(self) -> list[str]:
+        """Remove every container that carries this scope's label; their IDs."""
+        found = self.containers()
+        if found:
+            ContainerRuntime()._cli("rm", "--force", *found, check=False)
+        return found
