@@ -68,9 +68,18 @@ def test_a_tree_without_mounts_is_removed(tmp_path):
 
 
 def _children(pid: int) -> list[int]:
+    """`pid`'s descendants now (a process that ends while it is read has none)."""
     found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
             found += [int(child), *_children(int(child))]
     return found
 
