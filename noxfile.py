@@ -136,11 +136,7 @@ def env312(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
     """Run the benchmarks and print their figures (-- NAME to run one)."""
-    # Compiled once here rather than in every process: where PYTHONDONTWRITEBYTECODE is set
-    # (CI's machines) each `python -m pipeline` and `openenv` run of the suite (hundreds)
-    # would compile what it imports from source again, 1.5 s of CPU each; compiling all of
-    # it takes 20 s once. Sessions that run a few processes skip it.
-    _install(session, "pipeline", "test", bytecode=True)
+    _install(session, "pipeline", "test", bytecode=True)  # as the tests session's, for the same reason
     _setup_host(session)
     names = session.posargs or sorted(
         f[len("bench_"):-3] for f in os.listdir("benchmarks") if f.startswith("bench_") and f.endswith(".py")

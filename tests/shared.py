@@ -76,12 +76,12 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
 
 
 @contextmanager
-def slot(tmp_path_factory: pytest.TempPathFactory | None, name: str, count: int, *,
-         machine_wide: bool = False) -> Iterator[None]:
-    """Hold one of `count` slots called `name` for this run (or, `machine_wide`, for every
-    run of this suite on the machine: two clones' runs at once): at most `count` holders
-    at once, whatever the worker (for work that must not all start at once on two cores)."""
-    root = MACHINE_SLOTS if machine_wide or tmp_path_factory is None else run_root(tmp_path_factory) / "slots"
+def slot(tmp_path_factory: pytest.TempPathFactory | None, name: str, count: int) -> Iterator[None]:
+    """Hold one of `count` slots called `name` for this run (`tmp_path_factory`'s), or with
+    None for every run of this suite on the machine (two clones' runs at once): at most
+    `count` holders at once, whatever the worker (for work that must not all start at once
+    on two cores)."""
+    root = MACHINE_SLOTS if tmp_path_factory is None else run_root(tmp_path_factory) / "slots"
     root.mkdir(exist_ok=True)
     while True:
         for index in range(count):
@@ -114,13 +114,13 @@ TESTS_AT_ONCE = 6
 
 def per_test_slot() -> AbstractContextManager[None]:
     """`with per_test_slot():` around each test, set-up to teardown (tests/conftest.py)."""
-    return slot(None, "test", TESTS_AT_ONCE, machine_wide=True)
+    return slot(None, "test", TESTS_AT_ONCE)
 
 
-def suite_slot(tmp_path_factory: pytest.TempPathFactory) -> AbstractContextManager[None]:
-    """`with suite_slot(...)` around a release or a whole check suite run in containers: at
+def suite_slot() -> AbstractContextManager[None]:
+    """`with suite_slot()` around a release or a whole check suite run in containers: at
     most SUITES_AT_ONCE on the machine."""
-    return slot(tmp_path_factory, "suite", SUITES_AT_ONCE, machine_wide=True)
+    return slot(None, "suite", SUITES_AT_ONCE)
 
 
 def copy_tree(source: Path, dest: Path) -> Path:

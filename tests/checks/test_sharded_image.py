@@ -63,12 +63,11 @@ def _comparable(path: Path) -> dict:
     return doc
 
 
-def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_registry, tmp_path,
-                                                            tmp_path_factory):
+def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_registry, tmp_path):
     (tmp_path / "key.pem").write_bytes(CryptoSigner.generate_ed25519().private_bytes)
     out = {name: tmp_path / f"{name}.json" for name in ("shard1", "shard2", "whole", "merged")}
     # Four containers at once, as many as a release starts twice: one suite slot each pair.
-    with suite_slot(tmp_path_factory), suite_slot(tmp_path_factory):
+    with suite_slot(), suite_slot():
         runs = [
             _pipeline(local_registry, tmp_path, "shard-1", "verify", built_image, "--shard", "1/2", "--parallel",
                       "1", "--out", str(out["shard1"])),

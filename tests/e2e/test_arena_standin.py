@@ -183,7 +183,7 @@ rows_url = "{hub}"
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(tmp_path, tmp_path_factory, local_registry, hub_standin,
+def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry, hub_standin,
                                                        base_image):  # noqa: F811
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -216,7 +216,7 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, tmp_path_factor
         (clone / "release.toml").write_text(_config(local_registry.address, hub.url, base.reference, images,
                                                     sources, records))
         _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
-        with suite_slot(tmp_path_factory):
+        with suite_slot():
             proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
                                   cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
     assert hub.requests.count("/rows") == 2, proc.stderr[-6000:]

@@ -96,7 +96,7 @@ def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
         clone = _clone(root / "checkout")
         scope = ContainerScope.new()
         try:
-            with suite_slot(tmp_path_factory):
+            with suite_slot():
                 proc = pipeline(clone, "release", scope=scope)
         finally:
             localregistry.stop(clone / ".release" / "registry")
@@ -111,9 +111,9 @@ def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
 
 
 @pytest.fixture
-def releasing(tmp_path_factory):
+def releasing():
     """`with releasing():` around a release a test runs (tests/shared.py: suite_slot)."""
-    return lambda: suite_slot(tmp_path_factory)
+    return suite_slot
 
 
 @pytest.fixture
