@@ -8,11 +8,13 @@ running server to a check target; `finish` writes and reports the results.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pipeline import config as config_mod
 from pipeline.errors import CheckFailure, ConfigError
@@ -87,6 +89,14 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
                                     cfg.app_dir)
     env = image_config.config.env_map()
     runtime = ContainerRuntime(cfg.runtime)
+    plan = external.StartPlan(runtime=runtime, budget=cfg.budgets["external"].values,
+                              limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
+                              references=references or {}) if start_external else None
+    # Not started, the external tasks are registry facts only (a network wait, retried while
+    # a registry is unreachable): they are read while the suite runs. Started, they follow
+    # the suite, whose containers are gone by then.
+    externals = _Background(external.verify_all, cfg.external.tasks, start=None) \
+        if verifies_externals(shard) and plan is None else None
     runtime.pull(image)
     # The containers run under the procedural budget, and the suite checks it is in force.
     limits = ContainerLimits.from_budgets(cfg.budgets["procedural"])
@@ -103,15 +113,40 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     finally:
         for c in containers:
             runtime.remove(c)
-    plan = external.StartPlan(runtime=runtime, budget=cfg.budgets["external"].values,
-                              limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
-                              references=references or {}) if start_external else None
-    externals = external.verify_all(cfg.external.tasks, start=plan) if verifies_externals(shard) else []
-    return replace(result, checks=result.checks + tuple(c for e in externals for c in e.checks),
-                   external=tuple(e.to_json() for e in externals),
+    if externals is not None:
+        verified = externals.result()
+    else:
+        verified = external.verify_all(cfg.external.tasks, start=plan) if verifies_externals(shard) else []
+    return replace(result, checks=result.checks + tuple(c for e in verified for c in e.checks),
+                   external=tuple(e.to_json() for e in verified),
                    layers=tuple((d.digest, d.size) for d in pulled.layers),
                    config=(pulled.config_digest, pulled.config_size),
                    seconds=time.monotonic() - started)
+
+
+class _Background:
+    """`function(*args, **kwargs)` in a daemon thread (an interrupted run does not wait for
+    it); `result()` waits and returns its value or raises its exception."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self._outcome: tuple[bool, Any] | None = None
+        self._thread = threading.Thread(target=self._run, args=(function, args, kwargs), daemon=True,
+                                        name=getattr(function, "__name__", "background"))
+        self._thread.start()
+
+    def _run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        try:
+            self._outcome = (True, function(*args, **kwargs))
+        except BaseException as exc:  # handed to result()
+            self._outcome = (False, exc)
+
+    def result(self) -> Any:
+        self._thread.join()
+        assert self._outcome is not None
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
 
 def verifies_externals(shard: Shard | None) -> bool:
