@@ -100,8 +100,9 @@ def slot(tmp_path_factory: pytest.TempPathFactory | None, name: str, count: int)
 
 # A release or a `verify` starts containers that must answer /health within release.toml's
 # health_timeout_s; more of them starting at once than this on two cores leave them too
-# little CPU, whichever run (clone) of the suite they belong to.
-SUITES_AT_ONCE = 2
+# little CPU, whichever run (clone) of the suite they belong to. A release's suite is mostly
+# waiting (the 60 s timeout check; about 12 s of CPU in all), so four overlap.
+SUITES_AT_ONCE = 4
 MACHINE_SLOTS = Path(tempfile.gettempdir()) / "openenv-arena-test-slots"
 
 
