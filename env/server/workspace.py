@@ -134,21 +134,22 @@ def sandbox_writable_dirs(uid: int, gid: int, *, exclude: tuple[Path, ...] = (),
     enter are entered, so root-only trees (container storage, the server's code) are
     not walked. Directories the sandbox owns are its own files and go with their parent.
     """
-    skip = {*_SCAN_SKIP, *exclude}
+    # Paths as strings while walking (a Path per entry took two thirds of the scan's time).
+    skip = {os.fspath(p) for p in (*_SCAN_SKIP, *exclude)}
     found: list[Path] = []
-    pending = deque([start])
+    pending = deque([os.fspath(start)])
     seen = 0
     while pending and seen < max_dirs:
         directory = pending.popleft()
         seen += 1
         try:
-            entries = list(os.scandir(directory))
+            with os.scandir(directory) as listing:
+                entries = list(listing)
         except OSError:
             continue
         for entry in entries:
-            path = Path(entry.path)
             try:
-                if not entry.is_dir(follow_symlinks=False) or path in skip:
+                if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
                     continue
                 info = entry.stat(follow_symlinks=False)
             except OSError:
@@ -156,9 +157,9 @@ def sandbox_writable_dirs(uid: int, gid: int, *, exclude: tuple[Path, ...] = (),
             if info.st_uid == uid:
                 continue
             if _sandbox_may(info, gid, write=True):
-                found.append(path)
+                found.append(Path(entry.path))
             if _sandbox_may(info, gid, write=False):
-                pending.append(path)
+                pending.append(entry.path)
     if pending:
         print(f"arena: the scan for directories UID {uid} can write stopped after {max_dirs} "
               f"directories; deeper ones are not cleaned at reset", flush=True)
