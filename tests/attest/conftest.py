@@ -10,7 +10,7 @@ vendored task file and its licence).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from pipeline.checks.cases import all_cases
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
+from tests.shared import copy_tree
 
 EPOCH = 1_700_000_000
 APP = "/opt/arena"
@@ -385,7 +386,22 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     return Records(root=root, image=image, signer=signer)
 
 
+@pytest.fixture(scope="session")
+def records_template(tmp_path_factory) -> Records:
+    """One worker's set of records, made once: each test gets a copy (`records`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+        return make_records(tmp_path_factory.mktemp("records-template") / "records")
+
+
 @pytest.fixture
-def records(tmp_path, monkeypatch) -> Records:
+def records(records_template, tmp_path, monkeypatch) -> Records:
+    """A private copy of the records (the test may edit, re-sign or delete any of it): the
+    same bytes make_records writes, made once per worker rather than once per test."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
-    return make_records(tmp_path / "records")
+    root = copy_tree(records_template.root, tmp_path / "records")
+    mirror = records_template.root.parent / "records-mirror"  # the dataset mirror the records came from
+    copy_tree(mirror, tmp_path / "records-mirror")
+    image = records_template.image
+    return Records(root=root, signer=records_template.signer,
+                   image=replace(image, layout=root / image.layout.relative_to(records_template.root)))
