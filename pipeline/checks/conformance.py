@@ -17,6 +17,7 @@ files, its exit code read as the command line's. Otherwise the `openenv` on PATH
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import logging
@@ -137,8 +138,24 @@ def _forkserver() -> multiprocessing.context.ForkServerContext:
         if _fork_context is None:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload([CLI_MODULE, __name__])
+            atexit.register(_stop_helpers)
             _fork_context = context
         return _fork_context
+
+
+def _stop_helpers() -> None:
+    """At exit: stop the forkserver and multiprocessing's resource tracker and wait for them.
+    (They would exit on their own once this process is gone, a moment later: by then whoever
+    checks that nothing was left behind has looked.)"""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except OSError as exc:
+                log.debug("stopping %s: %s", type(helper).__name__, exc)
 
 
 def _run_forked(args: tuple[str, ...], env: dict[str, str],

@@ -13,12 +13,17 @@ import json
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from pipeline.checks import conformance
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _command_line(url: str) -> tuple[int, dict]:
@@ -96,3 +101,20 @@ def test_a_run_past_its_time_limit_is_killed_and_reported(silent_server):
     assert result.error == "did not finish within 1 s"
     assert "did not finish" in result.observed()["error"]
     assert not multiprocessing.active_children()  # killed and reaped
+
+
+def test_a_process_that_validated_leaves_no_forkserver_behind():
+    """The forkserver and multiprocessing's resource tracker are stopped and waited for when the
+    process that started them exits, not a moment after."""
+    program = (
+        "import multiprocessing.forkserver as f, multiprocessing.resource_tracker as r\n"
+        "from pipeline.checks import conformance\n"
+        f"result = conformance.validate({_closed_port()!r})\n"
+        "assert result.exit_code == 1, result\n"
+        "print(f._forkserver._forkserver_pid, r._resource_tracker._pid)\n")
+    ran = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    helpers = [int(pid) for pid in ran.stdout.split()]
+    assert len(helpers) == 2 and all(helpers), ran.stdout
+    for pid in helpers:
+        assert not Path(f"/proc/{pid}").exists(), f"process {pid} outlived the process that started it"
