@@ -131,8 +131,8 @@ def _forkable() -> bool:
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
-    """The forkserver context whose server imports the CLI once (started on first use, it
-    exits with this process)."""
+    """The forkserver context whose server imports the CLI once (started on first use,
+    stopped at this process's exit)."""
     global _fork_context
     with _fork_lock:
         if _fork_context is None:
@@ -162,6 +162,8 @@ def _run_forked(args: tuple[str, ...], env: dict[str, str],
                 timeout_s: float) -> tuple[int, str, str] | None:
     with tempfile.TemporaryDirectory(prefix="openenv-validate-") as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        for path in (out, err):  # there to read even if the child dies before writing
+            open(path, "wb").close()
         child = _forkserver().Process(target=_cli_main, args=(args, env, out, err),
                                       name="openenv validate", daemon=True)
         child.start()
