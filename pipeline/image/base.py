@@ -244,7 +244,11 @@ def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
              f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
              '> "$1"/etc/apt/sources.list',
              spec.suite, target, spec.mirror]
-    env = {"PATH": os.environ.get("PATH", PATH_ENV), "LC_ALL": "C.UTF-8", "TZ": "UTC",
+    # The system's PATH, not the caller's: mmdebstrap runs `python3 mmtarfilter` for every
+    # .deb it unpacks and apt/dpkg run maintainer scripts; a user's shims first on PATH
+    # (pyenv's are bash scripts that start a dozen processes) would run them instead of
+    # Debian's, and cost a few seconds of CPU per build.
+    env = {"PATH": PATH_ENV, "LC_ALL": "C.UTF-8", "TZ": "UTC",
            "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
     # mmdebstrap's root mode bind-mounts the host's /dev, /proc and /sys into the target.
     # In a mount namespace of its own they go when it ends, even when it is killed; in
@@ -316,7 +320,6 @@ def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> P
     partial = target.with_name(target.name + ".partial")
     if partial.exists():
         remove_tree(partial)
-    partial.parent.mkdir(parents=True, exist_ok=True)
     say(f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
         f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
     started = time.monotonic()
@@ -342,10 +345,17 @@ def _in_rootfs(rel: str) -> bool:
         rel not in _NOT_IN_LAYER[1:]
 
 
-def _stanzas(text: str) -> list[dict[str, str]]:
-    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line)."""
+def _stanzas(text: str, packages: frozenset[str] | None = None) -> list[dict[str, str]]:
+    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line); with
+    `packages`, only the paragraphs that start with `Package: <one of them>` (an apt index
+    holds the whole suite, about 60,000 paragraphs, for the hundred a rootfs installs)."""
     out = []
     for block in text.split("\n\n"):
+        if packages is not None:
+            first = block.lstrip("\n").partition("\n")[0]
+            name = first[len("Package:"):].strip() if first.startswith("Package:") else None
+            if name not in packages:
+                continue
         fields = {}
         for line in block.splitlines():
             if line and not line[0].isspace() and ":" in line:
@@ -363,12 +373,13 @@ def installed_debs(root: Path) -> tuple[Deb, ...]:
     if not index_path.is_file():
         raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
                            hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
+    installed = [pkg for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
+                 if pkg.get("Status", "").endswith(" installed")]
     index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
-             for p in _stanzas(index_path.read_text(encoding="utf-8"))}
+             for p in _stanzas(index_path.read_text(encoding="utf-8"),
+                               frozenset(pkg["Package"] for pkg in installed))}
     debs = []
-    for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8")):
-        if not pkg.get("Status", "").endswith(" installed"):
-            continue
+    for pkg in installed:
         key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
         if key not in index:
             raise ReleaseError(f"installed package {key[0]} {key[1]} is not in the apt index",
