@@ -107,7 +107,8 @@ def _shared_results(item: pytest.Item) -> set[tuple[str, str]]:
 def _start_ranks(items: list[pytest.Item]) -> dict[str, int]:
     """When each test starts, the longest waits first:
 
-    0. the first test that needs each shared result (it starts making it);
+    0. the first test that needs each shared result (it starts making it), and the tests
+       marked `first` (the longest, which would otherwise end the run alone);
     1. slow tests that need no shared result (nothing to wait for);
     2. slow tests that need a shared release (the longest chain: the base, a release,
        then the test; they wait for the release a test of rank 0 is making);
@@ -120,7 +121,7 @@ def _start_ranks(items: list[pytest.Item]) -> dict[str, int]:
     started: set[tuple[str, str]] = set()
     for item in items:
         needs = _shared_results(item)
-        if needs - started:
+        if needs - started or item.get_closest_marker("first"):
             started |= needs
             rank = 0
         elif item.get_closest_marker("slow"):

@@ -37,6 +37,7 @@ The README is HEAD's: commit a README change before walking it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ import pytest
 from pipeline.config import load
 from pipeline.registry import local as localregistry
 from . import readme_walk
+from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from .caches import seed_caches
 from .readme_walk import ReadmeError, Walk, WalkFailed, parse
 
@@ -89,8 +91,12 @@ def _walk(root: Path, say, **kwargs) -> Walk:
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.container
+@pytest.mark.first
 @pytest.mark.timeout(3 * 3600)
-def test_the_readme_walked_in_order_on_fresh_clones(tmp_path, capsys):
+def test_the_readme_walked_in_order_on_fresh_clones(tmp_path, capsys, base_image):
+    # base_image: the pinned base, built once per run (tests/base/basefixtures.py), is the
+    # layout the clones are seeded with; the newcomer's release re-pushes it instead of
+    # making a third from-scratch base beside the auditor's and CI's reproductions.
     def say(line: str) -> None:
         with capsys.disabled():
             print(line, flush=True)
@@ -116,6 +122,18 @@ def test_the_readme_walked_in_order_on_fresh_clones(tmp_path, capsys):
     assert re.search(r"^reproduced: image sha256:[0-9a-f]{64} is bit-identical$", reproduced[0].output, re.M)
     verdicts = [l for l in audited[0].output.splitlines() if l.startswith("AUDIT ")]
     assert verdicts and all(v.startswith("AUDIT PASSED") and "skipped" not in v for v in verdicts), verdicts
+    # CI's path on the records the walk's own release made and the release engineer pushed:
+    # a fresh clone, no registry anywhere; mmdebstrap and the wheel lock rebuild the base,
+    # the whole image digest is the recorded one and the records are current.
+    ci = [o for o in outcomes if o.block.checkout == "ci" and o.status == "ran"
+          and "nox -s reproduce" in o.block.text]
+    assert ci, "the README's CI section no longer runs `nox -s reproduce` in a fresh clone"
+    out = ci[0].output
+    recorded = json.loads((walk.checkouts["ci"] / "provenance.json").read_text())["image"]["digest"]
+    assert "no local registry runs here" in out
+    assert "base  same" in out and "rebuilt from locks/base.json" in out
+    assert f"image same: recorded {recorded}" in out and "records are current" in out
+    assert re.search(r"^reproduced: image sha256:[0-9a-f]{64} is bit-identical$", out, re.M), out[-3000:]
     shutil.rmtree(tmp_path / "walk", ignore_errors=True)
 
 

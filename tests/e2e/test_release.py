@@ -1,7 +1,9 @@
 """The release engineer's command end to end, in a fresh clone: a real local registry,
-the real base, podman, the full check suite, signatures; then the auditor's and CI's
-commands on its records, a second run that must reproduce the digest, and the faults:
-Ctrl-C mid-release and a failing check.
+the real base, podman, the full check suite, signatures; then the auditor's commands on
+its records, a second run that must reproduce the digest, and the faults: Ctrl-C
+mid-release and a failing check. (CI's from-scratch reproduction of a new release's
+records, in a fresh clone with no registry, is the README walk's `ci` checkout:
+tests/e2e/test_readme_walk.py.)
 
 The first release is made once for the whole run (tests/shared.py) and only read; each
 test that runs something more in the released checkout does it in its own copy, so the
@@ -161,55 +163,6 @@ def test_preflight_passes_the_request_and_fails_its_44_gib_copy(release_copy):
     assert proc.returncode == 1
     assert "FAIL         sandbox_disk: ENVIRONMENT_TOO_LARGE_FOR_SANDBOX" in proc.stdout
     assert "preflight: FAILED (sandbox_disk)" in proc.stderr
-
-
-@dataclass(frozen=True)
-class Reproduced:
-    """What `python -m pipeline reproduce` printed in CI's fresh clone of the committed records."""
-
-    clone: Path
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@shared_result
-def reproduced_by_ci(tmp_path_factory, released) -> Reproduced:
-    """CI's reproduction, made once per run: the release engineer commits the records; CI
-    clones that commit and runs `reproduce` with nothing else present (no registry runs and
-    no cache: mmdebstrap and the wheel lock rebuild the base). Two tests read it."""
-    def make(root: Path) -> None:
-        clone = copy_tree(released.checkout, root / "released")
-        _git(clone, "add", *RECORDS)
-        _git(clone, "commit", "-q", "-m", "release records")
-        fresh = root / "ci" / "clone"
-        subprocess.run(["git", "clone", "-q", f"file://{clone}", str(fresh)], check=True)
-        proc = pipeline(fresh, "reproduce")
-        (root / "result.json").write_text(json.dumps(
-            {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
-
-    root = once(tmp_path_factory, "e2e-reproduced-by-ci", make)
-    return Reproduced(clone=root / "ci" / "clone", **json.loads((root / "result.json").read_text()))
-
-
-def test_committed_records_reproduce_from_scratch_in_a_fresh_clone(reproduced_by_ci):
-    run = reproduced_by_ci
-    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
-    prov = json.loads((run.clone / "provenance.json").read_text())
-    assert "base  same" in run.stdout and "rebuilt from locks/base.json" in run.stdout
-    assert f"image same: recorded {prov['image']['digest']}" in run.stdout
-    assert "records are current" in run.stdout
-
-
-def test_no_registry_at_all_rebuilds_the_base_from_the_lock(reproduced_by_ci):
-    """What CI runs: a fresh clone, no registry anywhere; mmdebstrap and the wheel lock
-    rebuild the base into an OCI layout and the whole image digest is compared."""
-    run = reproduced_by_ci
-    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
-    assert "no local registry runs here" in run.stdout
-    assert "base  same" in run.stdout and "rebuilt from locks/base.json" in run.stdout
-    assert "image same" in run.stdout
-    assert re.search(r"^reproduced: image sha256:[0-9a-f]{64} is bit-identical$", run.stdout, re.M), run.stdout
 
 
 def test_registry_killed_mid_release_then_a_rerun_completes(release_copy, releasing):
