@@ -8,9 +8,11 @@ a command so it runs as PID 1 of new PID, mount and IPC namespaces (in a user na
 whose UID/GID 2000 is a host ID of its own: tests/userns_exec.py), chrooted into an
 overlay of the host's root whose writes go to a private tmpfs: the server sees only
 its own processes and IPC objects, and everything it writes (/etc/passwd, /workspace,
-/tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /workspace is a fresh tmpfs
-(as the image's is), whatever the host has at that path. Only `share` (a test's
-temporary directory) is the host's own, bound at the same path, for logs and inputs.
+/tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /dev/shm is an overlay of the
+host's of its own, as / is (the test run's temporary files may live there: noxfile.py).
+/workspace is a fresh tmpfs (as the image's is), whatever the host has at that path. Only
+`share` (a test's temporary directory) is the host's own, bound at the same path, for logs
+and inputs.
 
 `ContainedProcess.path` maps a path as the server sees it to one the test can open
 (through /proc/PID/root of the server), and `.host_id` a UID as the server sees it to
@@ -42,7 +44,10 @@ mkdir "$scratch/upper" "$scratch/work" "$scratch/root"
 r=$scratch/root
 mount -t overlay overlay -o "lowerdir=/,upperdir=$scratch/upper,workdir=$scratch/work" "$r"
 mount --rbind /dev "$r/dev"
-mount -t tmpfs -o mode=1777,nosuid,nodev contained-shm "$r/dev/shm"
+mkdir "$scratch/shm-upper" "$scratch/shm-work"
+chmod 1777 "$scratch/shm-upper"
+mount -t overlay -o "nosuid,nodev,lowerdir=/dev/shm,upperdir=$scratch/shm-upper,workdir=$scratch/shm-work" \
+    contained-shm "$r/dev/shm"
 mkdir -p "$r/dev/mqueue"
 mkdir -p "$r/workspace"
 mount -t tmpfs -o mode=0755 contained-workspace "$r/workspace"
