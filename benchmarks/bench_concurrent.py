@@ -6,12 +6,14 @@ leave a process, a registry or a container behind (the suite's parallel safety, 
 Usage: python benchmarks/bench_concurrent.py   (as root, like the suite; ~2x one run's CPU)
 Each run gets its own temporary root (PYTEST_DEBUG_TEMPROOT), so that what it left
 behind can be found by path: a process whose command line or working directory lies in
-a run's clone or temporary root is that run's.
+a run's clone or temporary root is that run's. The roots are on /dev/shm when it is there,
+as the tests session puts a run's temporary files (noxfile.py).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,7 @@ from pipeline.config import REPO_ROOT  # noqa: E402
 from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime  # noqa: E402
 
 RUNS = ("a", "b")
+SCRATCH = Path("/dev/shm")
 
 
 def pipeline_containers() -> set[str]:
@@ -50,10 +53,12 @@ def processes_under(roots: list[Path]) -> list[str]:
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-concurrent-"))
+    scratch = SCRATCH if SCRATCH.is_dir() and os.access(SCRATCH, os.W_OK) else work
+    temps = Path(tempfile.mkdtemp(prefix="bench-concurrent-", dir=scratch))
     containers_before = pipeline_containers()
     started, procs = {}, {}
     for name in RUNS:
-        clone, temp = work / name, work / f"{name}-tmp"
+        clone, temp = work / name, temps / f"{name}-tmp"
         subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
         temp.mkdir()
         env = {**os.environ, "CI": "true", "PYTEST_DEBUG_TEMPROOT": str(temp)}
@@ -72,11 +77,15 @@ def main() -> int:
         print(f"run {name}: exit {code} after {took:.0f} s wall ({work / f'{name}.log'})")
         print("    " + "\n    ".join(tail))
         failed |= code != 0
-    left = processes_under([work / n for n in RUNS] + [work / f"{n}-tmp" for n in RUNS])
+    left = processes_under([work / n for n in RUNS] + [temps / f"{n}-tmp" for n in RUNS])
     containers = sorted(pipeline_containers() - containers_before)
     print(f"left behind: {len(left)} process(es), {len(containers)} pipeline container(s)")
     for line in left + containers:
         print("    " + line)
+    if failed:
+        print(f"the runs' temporary roots are kept in {temps} (on {scratch}: remove them when read)")
+    else:
+        shutil.rmtree(temps, ignore_errors=True)
     return 1 if failed or left or containers else 0
 
 
