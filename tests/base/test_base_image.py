@@ -47,9 +47,10 @@ def _members(layout: Path, digest: str) -> list[tarfile.TarInfo]:
 
 
 def test_two_builds_give_identical_layers(base_image, base_reprotest):
-    """Two more uncached mmdebstrap runs (reprotest's, under its variations: one run for
-    both tests) give the manifest of the pushed base, so the same layer digests and
-    diff_ids (the manifest names the layers and the config, the config the diff_ids)."""
+    """The run's base build and one more uncached mmdebstrap run (reprotest's, under its
+    variations: one run for both tests) give the manifest of the pushed base, so the same
+    layer digests and diff_ids (the manifest names the layers and the config, the config
+    the diff_ids)."""
     for build, index in built_indexes(base_reprotest).items():
         [manifest] = index["manifests"]
         assert manifest["digest"] == base_image.digest, build

@@ -1,6 +1,6 @@
 """reprotest's set-up, shared by tests/reproduce/test_reprotest.py and the base tests: the
-world it builds in (once per xdist worker), its runner, and its two from-scratch base
-builds (once per run: two tests read them)."""
+world it builds in (once per xdist worker), its runner, and its from-scratch base build
+against the run's own (once per run: two tests read it)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from .conftest import REPO, fresh_clone
 
 TOOLS = ("reprotest", "disorderfs", "sudo", "faketime")
 PYTHON311 = Path("/usr/bin/python3.11")
+ARTIFACT = "base-out/oci/index.json"
 # The build's third-party imports (pipeline.image.build's closure outside the stdlib).
 PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer")
 SUDO_SHIM = """#!/bin/sh
@@ -58,36 +59,40 @@ def world(base_image) -> Path:
 
 
 def reprotest(world: Path, command: str, artifact: str, variations: str,
-              timeout: float = 600, store: Path | None = None) -> subprocess.CompletedProcess:
-    """reprotest's run; its control and experiment artifacts are kept in `store` if given."""
+              timeout: float = 600, control: Path | None = None) -> subprocess.CompletedProcess:
+    """reprotest's run: a control build and an experiment build under `variations`, or with
+    `control` (a directory holding `source-root/<artifact>`) that as the control and the
+    experiment build only."""
     env = dict(os.environ, PATH=f"{world / 'bin'}:{os.environ['PATH']}")
-    where = store or Path(tempfile.mkdtemp(prefix="reprotest-store-"))
-    try:
-        return subprocess.run(
-            ["reprotest", "--min-cpus=1", f"--variations={variations}", "--store-dir", str(where),
-             command, artifact],
-            cwd=world / "src", env=env, capture_output=True, text=True, timeout=timeout)
-    finally:
-        if store is None:
-            shutil.rmtree(where, ignore_errors=True)
+    reuse = ["--control-build", str(control)] if control else []
+    return subprocess.run(
+        ["reprotest", "--min-cpus=1", f"--variations={variations}", *reuse, command, artifact],
+        cwd=world / "src", env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @shared_result
 def base_reprotest(tmp_path_factory, world) -> Path:
-    """reprotest's two from-scratch base builds (mmdebstrap included), once per run: the
-    directory holds `output` (what reprotest printed, its exit status first) and `store`
-    (each build's base-out/oci/index.json). Read by test_reprotest.py's base test and by
-    tests/base/test_base_image.py's twin-build test, each asserting its own property."""
+    """reprotest's from-scratch base build (mmdebstrap included) under its variations, once
+    per run, against the run's own base build (`base_image`, which `world` needs) as the
+    control (`--control-build`: one mmdebstrap fewer than building the control again). The
+    directory holds `output` (what reprotest printed, its exit status first), `control`
+    (the artifact reprotest compared against, the run's base layout's index.json) and
+    `experiment-index.json` (the experiment build's own, copied out by its command).
+    Read by test_reprotest.py's base test and tests/base/test_base_image.py's twin-build
+    test, each asserting its own property."""
     def make(root: Path) -> None:
+        control = root / "control" / "source-root" / ARTIFACT
+        control.parent.mkdir(parents=True)
+        shutil.copyfile(TEST_STATE / "oci" / "index.json", control)
         cache = Path(tempfile.mkdtemp(prefix="reprotest-base-cache-"))
         try:
             wheels = REPO / ".release" / "wheels"
             if wheels.is_dir():
                 shutil.copytree(wheels, cache / "wheels")
             command = (f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
-                       f"--cache-dir {cache}")
-            proc = reprotest(world, command, "base-out/oci/index.json",
-                             "+all,-user_group,-domain_host,-kernel", timeout=1200, store=root / "store")
+                       f"--cache-dir {cache} && cp {ARTIFACT} {root / 'experiment-index.json'}")
+            proc = reprotest(world, command, ARTIFACT, "+all,-user_group,-domain_host,-kernel",
+                             timeout=1200, control=root / "control")
             (root / "output").write_text(f"{proc.returncode}\n{proc.stdout}{proc.stderr}")
         finally:
             shutil.rmtree(cache, ignore_errors=True)
@@ -96,8 +101,9 @@ def base_reprotest(tmp_path_factory, world) -> Path:
 
 
 def built_indexes(run: Path) -> dict[str, dict]:
-    """Each reprotest build's OCI index of the base ({"control": ..., "experiment-1": ...})."""
-    found = {p.relative_to(run / "store").parts[0]: json.loads(p.read_text())
-             for p in (run / "store").glob("*/source-root/base-out/oci/index.json")}
-    assert sorted(found) == ["control", "experiment-1"], sorted(found)
-    return found
+    """The OCI index of the base of each build reprotest compared: {"control": the run's
+    base build's, "experiment": reprotest's}."""
+    experiment = run / "experiment-index.json"
+    assert experiment.is_file(), f"reprotest's base build wrote no {ARTIFACT}: {(run / 'output').read_text()[-4000:]}"
+    return {"control": json.loads((run / "control" / "source-root" / ARTIFACT).read_text()),
+            "experiment": json.loads(experiment.read_text())}

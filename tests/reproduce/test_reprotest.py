@@ -1,6 +1,7 @@
 """Debian's reprotest, an independent harness, builds twice under variations and compares
 the outputs bit for bit: the derived build (twice: once with disorderfs file ordering,
-once as another user) and the base build once.
+once as another user) and the base build once, against the run's own base build as the
+control (`--control-build`).
 
 Variations that work on this VM: environment, build_path, kernel (setarch), aslr,
 num_cpus, time (faketime), home, locales, exec_path, timezone, umask, domain_host,
@@ -40,7 +41,7 @@ def test_base_build_once_under_every_root_variation(base_reprotest):
     status, out = (base_reprotest / "output").read_text().split("\n", 1)
     assert status == "0" and "Reproduction successful" in out, out[-6000:]
     indexes = built_indexes(base_reprotest)
-    assert indexes["control"] == indexes["experiment-1"]
+    assert indexes["control"] == indexes["experiment"]
 
 
 def test_derived_build_with_file_ordering_and_every_variation_but_the_user(world):
@@ -58,3 +59,19 @@ def test_harness_catches_a_build_path_in_the_output(world):
     proc = reprotest(world, derived_build(world, " && pwd > dist/oci/where"), "dist/oci/where",
                      "+build_path")
     assert proc.returncode != 0 and "Reproduction successful" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("control_says, reproducible", [("built\n", True), ("forged\n", False)],
+                         ids=["same", "forged"])
+def test_a_control_build_is_what_the_experiment_is_compared_with(world, tmp_path, control_says, reproducible):
+    """The base test's shape (`--control-build` with `source-root/<artifact>`): reprotest
+    compares the experiment with that control and nothing else, so a control that differs
+    fails."""
+    artifact = "out/said"
+    control = tmp_path / "control" / "source-root" / artifact
+    control.parent.mkdir(parents=True)
+    control.write_text(control_says)
+    proc = reprotest(world, f"mkdir -p out && echo built > {artifact}", artifact, "+umask,+time",
+                     timeout=300, control=tmp_path / "control")
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode == 0 and "Reproduction successful" in out) is reproducible, out[-4000:]
