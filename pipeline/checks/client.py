@@ -7,6 +7,7 @@ and turns its replies into `Reply` records; `http_get` reads the plain HTTP endp
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import urllib.error
@@ -14,7 +15,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from openenv.core.generic_client import GenericEnvClient
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 # A step may legitimately take the 60 s shell timeout plus kill and reporting time.
@@ -30,28 +30,36 @@ class ServerError(Exception):
         self.code = code
 
 
-class _Client(GenericEnvClient):
-    """GenericEnvClient that keeps the error code of an error reply."""
+@functools.cache
+def _client_class() -> type:
+    """GenericEnvClient that keeps the error code of an error reply. Made on first use:
+    importing openenv.core imports its whole server side (fastmcp, mcp: two seconds of
+    CPU), which the commands that import the checks without talking to a server (setup,
+    submission, preflight) would otherwise pay in every process."""
+    from openenv.core.generic_client import GenericEnvClient
 
-    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
-        try:
-            await self._send(message)
-        except ConnectionClosed as exc:
-            # A refused session (capacity) is closed right after its error reply, often
-            # before our first message: the reason is the message still buffered.
+    class _Client(GenericEnvClient):
+        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
             try:
-                response = await self._receive()
-            except (ConnectionClosed, asyncio.TimeoutError):
-                raise ServerError(f"connection closed: {exc}", "CONNECTION_CLOSED") from exc
-        else:
-            try:
-                response = await self._receive()
+                await self._send(message)
             except ConnectionClosed as exc:
-                raise ServerError(f"connection closed: {exc}", "CONNECTION_CLOSED") from exc
-        if response.get("type") == "error":
-            data = response.get("data") or {}
-            raise ServerError(str(data.get("message", "unknown error")), data.get("code"))
-        return response
+                # A refused session (capacity) is closed right after its error reply, often
+                # before our first message: the reason is the message still buffered.
+                try:
+                    response = await self._receive()
+                except (ConnectionClosed, asyncio.TimeoutError):
+                    raise ServerError(f"connection closed: {exc}", "CONNECTION_CLOSED") from exc
+            else:
+                try:
+                    response = await self._receive()
+                except ConnectionClosed as exc:
+                    raise ServerError(f"connection closed: {exc}", "CONNECTION_CLOSED") from exc
+            if response.get("type") == "error":
+                data = response.get("data") or {}
+                raise ServerError(str(data.get("message", "unknown error")), data.get("code"))
+            return response
+
+    return _Client
 
 
 @dataclass(frozen=True)
@@ -79,8 +87,9 @@ class Session:
 
     def __init__(self, base_url: str, *, message_timeout_s: float = MESSAGE_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
-        self._client = _Client(base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S,
-                               message_timeout_s=message_timeout_s).sync()
+        client = _client_class()
+        self._client = client(base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S,
+                              message_timeout_s=message_timeout_s).sync()
 
     def __enter__(self) -> "Session":
         self.open()
