@@ -11,7 +11,9 @@ accepts; `create_repo(id)` makes the dataset repository a release publishes to.
 
 `host_untouched` (autouse, session): the environment server adds the sandbox user and
 rebuilds /workspace wherever it runs, so every test must run it in a container or a
-namespace. The whole session fails if the host's user database or /workspace changed.
+namespace. The whole session fails if the host's user database or /workspace changed, or
+if a container removed during the session left its port forward behind (a CNI DNAT rule
+of a container that no longer exists: it takes a loopback port from every later server).
 
 The suite runs in pytest-xdist workers (pyproject.toml's addopts: `-n`, `--dist
 loadgroup`); `-n 0` runs it in this process. Each worker is a session of its own, with
@@ -38,7 +40,11 @@ the wall time.
 from __future__ import annotations
 
 import gc
+import re
 import resource
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -76,14 +82,45 @@ def _host_state() -> dict[str, object]:
     return state
 
 
+def stale_port_forwards(rules: str, alive: list[str]) -> set[str]:
+    """The container ids that `iptables -t nat -S CNI-HOSTPORT-DNAT` (`rules`) forwards a
+    port to and that are not among the `alive` ones (`podman ps -a --no-trunc`)."""
+    return set(re.findall(r'id: \\?"([0-9a-f]{64})', rules)) - set(alive)
+
+
+def _stale_port_forwards() -> set[str]:
+    """This machine's stale port forwards: twice, two seconds apart (a container being
+    removed between the two listings is not one)."""
+    if shutil.which("iptables") is None or shutil.which("podman") is None:
+        return set()
+
+    def once() -> set[str]:
+        rules = subprocess.run(["iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"],
+                               capture_output=True, text=True).stdout
+        if "id:" not in rules:
+            return set()
+        alive = subprocess.run(["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}}"],
+                               capture_output=True, text=True).stdout.split()
+        return stale_port_forwards(rules, alive)
+
+    first = once()
+    if not first:
+        return first
+    time.sleep(2)
+    return first & once()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def host_untouched():
-    before = _host_state()
+    before, stale = _host_state(), _stale_port_forwards()
     yield
     after = _host_state()
     changed = sorted(k for k in before if before[k] != after[k])
     assert not changed, (f"the tests changed the host: {', '.join(changed)} (run the environment "
                          "server contained: tests/contained.py)")
+    left = sorted(_stale_port_forwards() - stale)
+    assert not left, (f"containers removed during the tests left their port forwards behind "
+                      f"(iptables -t nat -S CNI-HOSTPORT-DNAT): {', '.join(i[:12] for i in left)}")
 
 
 _PER_MODULE = ("module", "class", "package")

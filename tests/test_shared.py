@@ -79,3 +79,18 @@ def test_every_test_runs_holding_one_of_the_machine_s_test_slots():
     slots = [MACHINE_SLOTS / f"test.{i}.lock" for i in range(TESTS_AT_ONCE)]
     mine = {p.stat().st_ino for p in slots if p.exists()} & _inodes_locked_by(os.getpid())
     assert len(mine) == 1, f"this test holds {len(mine)} of the machine's test slots, not one"
+
+
+def test_a_port_forward_of_a_removed_container_is_found():
+    """host_untouched's check, on the rules a fresh machine's first two containers left
+    (iptables -t nat -S CNI-HOSTPORT-DNAT, 2026-12-02): stale unless its container exists."""
+    from .conftest import stale_port_forwards
+
+    gone, alive = "aa6d20a9948c4f8240edb3786d72a5ca2b5214d2fc0a1b5bf7d5e1c2e503a69e", "7bf700e0" + "7" * 56
+    rules = "\n".join([
+        "-N CNI-HOSTPORT-DNAT",
+        *(f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \\"podman\\" id: \\"{cid}\\"" '
+          f"-m multiport --dports {port} -j CNI-DN-{cid[:21]}" for cid, port in ((gone, 35775), (alive, 35625)))])
+    assert stale_port_forwards(rules, [alive, "f" * 64]) == {gone}
+    assert stale_port_forwards(rules, [alive, gone]) == set()
+    assert stale_port_forwards("-N CNI-HOSTPORT-DNAT\n", []) == set()

@@ -62,4 +62,15 @@ def ensure_tools() -> list[str]:
     if still:
         raise ToolError("apt-get finished but tools are still missing", expected="none",
                         actual=", ".join(still))
+    if "podman" in missing:
+        _first_use("podman")
     return missing
+
+
+def _first_use(engine: str) -> None:
+    """Let one process make the engine's store, database and network set-up on a new
+    machine, before anything starts containers side by side: on a machine whose first two
+    containers were started at the same moment by one release, podman never removed their
+    CNI port forwards (DNAT of two loopback ports to addresses nobody holds), and every
+    later server that got one of those ports by chance was unreachable."""
+    _proc.run([engine, "info"], check=False, timeout=120)
