@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,12 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
                 base.load_record(record_path)
             except base.ConfigError:
                 record_path.unlink()  # written by an older format: rebuilt below
-        record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
-                                     state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
+        # The rootfs in the run's temporary directory (a tmpfs in the tests session), not the
+        # checkout's cache: the layout above is what later runs reuse, and dpkg's fsyncs and
+        # file churn made mmdebstrap several times slower on CI's ext4 while every test that
+        # needs the base waited for it.
+        with tempfile.TemporaryDirectory(prefix="base-rootfs-") as rootfs:
+            record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
+                                         state_dir=TEST_STATE, rootfs_cache=Path(rootfs))
         cached.write_bytes(record_path.read_bytes())
     return record

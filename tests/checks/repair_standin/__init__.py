@@ -198,8 +198,10 @@ def standin_base(state: Path = STATE) -> StandInBase:
             if cached.key == key and all(cached.blob(l["digest"]).exists() for l in cached.layers):
                 return cached
         shutil.rmtree(state / "oci", ignore_errors=True)
-        built = base.build(BASE_SPEC, lock, python=PYTHON, state_dir=state,
-                           rootfs_cache=base.STATE_DIR / "rootfs")
+        # Its rootfs in a temporary directory (a tmpfs in the tests session): the layers
+        # below are what later runs reuse.
+        with tempfile.TemporaryDirectory(prefix="standin-rootfs-") as rootfs:
+            built = base.build(BASE_SPEC, lock, python=PYTHON, state_dir=state, rootfs_cache=Path(rootfs))
         blobs = built.layout / "blobs" / "sha256"
         layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
                    "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in built.layers]
