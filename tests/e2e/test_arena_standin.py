@@ -89,9 +89,7 @@ def _single_file_tasks() -> bytes:
 TASKS_PY = _single_file_tasks()
 LICENSE = b"MIT License\n\nStand-in upstream licence for the arena stand-in test.\n"
 
-# `first`: four minutes of mostly waiting (stand-in starts, the check suite), which otherwise
-# started late and ended the run alone.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.container, pytest.mark.first]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 
 
 def _git(cwd: Path, *args: str) -> str:
