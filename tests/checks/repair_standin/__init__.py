@@ -175,11 +175,16 @@ class StandInBase:
         return Path(self.blobs) / digest.split(":", 1)[1]
 
     def etc(self, name: str) -> bytes:
-        """/etc/<name> of the base's OS layer."""
-        with gzip.open(self.blob(self.layers[0]["digest"])) as raw, tarfile.open(fileobj=raw) as tar:
-            member = tar.extractfile(f"etc/{name}")
-            assert member is not None, f"etc/{name} is not in the OS layer"
-            return member.read()
+        """/etc/<name> of the base's OS layer, read as a stream up to that member (the layer
+        is sorted by path, so /etc comes early: the rest is never decompressed)."""
+        wanted = f"etc/{name}"
+        with gzip.open(self.blob(self.layers[0]["digest"])) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+            for member in tar:
+                if member.name == wanted and member.isfile():
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    return data.read()
+        raise AssertionError(f"{wanted} is not in the OS layer")
 
 
 def standin_base(state: Path = STATE) -> StandInBase:
