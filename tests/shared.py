@@ -107,10 +107,10 @@ MACHINE_SLOTS = Path(tempfile.gettempdir()) / "openenv-arena-test-slots"
 
 
 # Tests running at once on the machine, whatever the run: the workers of one run (pyproject's
-# `-n 8`). A second run on the machine (another clone) then shares them instead of doubling
+# `-n 6`). A second run on the machine (another clone) then shares them instead of doubling
 # the load: the time limits tests rely on (a container healthy within 120 s, a reset
 # answered within the client's timeout) were made for one run's load on two cores.
-TESTS_AT_ONCE = 8
+TESTS_AT_ONCE = 6
 
 
 def per_test_slot() -> AbstractContextManager[None]:
