@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +50,7 @@ from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_image
 from pipeline.sources import lock, lock_cp312
+from ..shared import once, shared_result
 
 PYTHON312_HOME = Path(os.environ.get("RELEASE_PYTHON312_HOME", "/root/.pyenv/versions/3.12.1"))
 PREFIX = "opt/arena-python"
@@ -91,7 +93,10 @@ def _copy_interpreter(dest: Path) -> None:
         subprocess.run([patchelf, "--set-rpath", "$ORIGIN/../lib", str(binary)], check=True)
 
 
-def _runtime_layer(blobs: Path, work: Path) -> oci_layer.Layer:
+def runtime_layer(blobs: Path, work: Path) -> oci_layer.Layer:
+    """Layer 2 (the CPython 3.12 copy with the cp312 lock installed), written into `blobs`:
+    the stand-in's one expensive layer (about 15 s of CPU to compress), and the same for
+    every stand-in of a run, so tests make it once (the `pyromat_runtime` fixture)."""
     staging = work / "runtime312"
     if staging.exists():
         shutil.rmtree(staging)
@@ -101,7 +106,21 @@ def _runtime_layer(blobs: Path, work: Path) -> oci_layer.Layer:
     lock.install(lock_cp312.fetch(cp312), destdir=staging, prefix=f"/{PREFIX}", interpreter=PYTHON,
                  python_version="3.12")
     entries = oci_layer.tree_entries(staging, normalize=oci_layer.normalized)
-    return oci_layer.write_layer(entries, blobs, source_date_epoch=SDE)
+    layer = oci_layer.write_layer(entries, blobs, source_date_epoch=SDE)
+    shutil.rmtree(staging)
+    return layer
+
+
+def shared_runtime_layer(directory: Path) -> oci_layer.Layer:
+    """`runtime_layer` made once in `directory` (a run's shared directory, tests/shared.py's
+    `once`) and read back by every later caller."""
+    record = directory / "layer.json"
+    if not record.exists():
+        layer = runtime_layer(directory / "blobs", directory / "work")
+        record.write_text(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}))
+    data = json.loads(record.read_text())
+    return oci_layer.Layer(data["digest"], data["diff_id"], data["size"],
+                           directory / "blobs" / data["digest"].split(":", 1)[1])
 
 
 def _member(blob: Path, name: str) -> bytes:
@@ -131,10 +150,18 @@ def _file(path: str, data: bytes, mode: int = 0o644) -> oci_layer.FileEntry:
     return oci_layer.FileEntry(path, "file", mode, source=data)
 
 
+@shared_result
+def pyromat_runtime(tmp_path_factory) -> oci_layer.Layer:
+    """The stand-in's runtime layer, made once per run for every test that builds a stand-in."""
+    return shared_runtime_layer(once(tmp_path_factory, "pyromat-runtime", shared_runtime_layer))
+
+
 def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: bytes,
                           adapter: Mapping[str, bytes], workspace: bytes,
-                          repository: str = "test/pyromat-standin", tag: str = "000666") -> PyromatBase:
-    """Build and push the stand-in into `registry` (the session's local registry)."""
+                          repository: str = "test/pyromat-standin", tag: str = "000666",
+                          runtime: oci_layer.Layer | None = None) -> PyromatBase:
+    """Build and push the stand-in into `registry` (the session's local registry); `runtime`
+    is layer 2 made already (`shared_runtime_layer`), else it is made here."""
     blobs = work / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     reader = RegistryClient(registry.address)
@@ -142,7 +169,7 @@ def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: 
     os_blob = blobs / os_layer.digest.split(":", 1)[1]
     if not os_blob.exists():
         reader.get_blob(os_base.name, os_layer.digest, os_blob, size=os_layer.size)
-    runtime = _runtime_layer(blobs, work)
+    runtime = runtime or runtime_layer(blobs, work)
     app = [oci_layer.FileEntry("opt/arena", "dir", 0o755)]
     adapter_layer = oci_layer.write_layer(
         [oci_layer.FileEntry("opt", "dir", 0o755), *app,
@@ -178,6 +205,7 @@ def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: 
                                  exposed_ports=("8000/tcp",), labels={"org.opencontainers.image.source": SOURCE_LABEL}),
                    source_date_epoch=SDE, family=DOCKER)
     blob_files = {d: blobs / d.split(":", 1)[1] for _, d, _, _ in written}
+    blob_files[runtime.digest] = runtime.path
     pushed = push_image(registry.client(), repository, image.manifest_bytes, image.media_type,
                         {image.manifest.config.digest: image.config_bytes, **blob_files},
                         tag=tag, mount_from=(os_base.name,))

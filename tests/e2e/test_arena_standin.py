@@ -32,7 +32,7 @@ from ..base.basefixtures import base_image  # noqa: F401
 from ..checks.repair_standin import REFERENCE_SCRIPT, build_standin
 from ..shared import suite_slot
 from ..sources import rows_standin
-from .pyromat_standin import INHERITED, build_pyromat_standin
+from .pyromat_standin import INHERITED, build_pyromat_standin, pyromat_runtime  # noqa: F401
 from .test_pyromat_standin import pyromat_inputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -183,8 +183,8 @@ rows_url = "{hub}"
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry, hub_standin,
-                                                       base_image):  # noqa: F811
+def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path, local_registry,  # noqa: F811
+                                                       hub_standin, base_image):  # noqa: F811
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     mirror = tmp_path / "mirror"
@@ -197,7 +197,8 @@ def test_arena_profile_release_against_local_stand_ins(tmp_path, local_registry,
     sources += "".join(_source(f"mimo-reference-{t[-6:]}", seed_url, seed_rev, f"solutions/{t}.py", REFERENCE,
                                "NOTICE", NOTICE, "LicenseRef-mimo-openenv-software-NOTICE") for t in TASKS)
     # The base: the PYroMat stand-in, whose instance.json is the record the rows API serves.
-    base = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs())
+    base = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
+                                 runtime=pyromat_runtime)
     first = build_standin(local_registry, tmp_path / "s1", task_id=TASKS[0])
     second = build_standin(local_registry, tmp_path / "s2", task_id=TASKS[1])
     # The records the rows API serves are the images' own /opt/arena/instance.json.
