@@ -16,7 +16,7 @@ from pipeline.registry import local as localregistry
 from pipeline.image.oci.layout import Layout
 from pipeline.verify.runtime import ContainerRuntime
 
-from ..reproduce.reprotestfixtures import base_reprotest, built_indexes, world  # noqa: F401
+from ..reproduce.reprotestfixtures import base_reprotest, build_world, built_indexes  # noqa: F401
 from .basefixtures import TEST_STATE, registry_client
 
 # `slow` where the base image is needed (tests/conftest.py marks those).
@@ -46,7 +46,7 @@ def _members(layout: Path, digest: str) -> list[tarfile.TarInfo]:
         return tar.getmembers()
 
 
-def test_two_builds_give_identical_layers(base_image, base_reprotest):
+def test_two_builds_give_identical_layers(base_reprotest, base_image):
     """The run's base build and one more uncached mmdebstrap run (reprotest's, under its
     variations: one run for both tests) give the manifest of the pushed base, so the same
     layer digests and diff_ids (the manifest names the layers and the config, the config

@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,11 +33,12 @@ exec /usr/bin/sudo "$@"
 
 
 @pytest.fixture(scope="session")
-def world(base_image) -> Path:
+def build_world() -> Path:
     """A world-readable directory (the unprivileged build user must read it): the source
-    tree, the pinned base as an OCI layout, the build's packages and the sudo wrapper.
-    Read only (reprotest builds in copies of it); once per xdist worker, so that the
-    reprotest runs spread over the workers (tests/conftest.py)."""
+    tree, the build's packages and the sudo wrapper. Read only (reprotest builds in copies
+    of it); once per xdist worker, so that the reprotest runs spread over the workers
+    (tests/conftest.py). Needs no base image: reprotest's base build starts from it while
+    the run's own base is still being built."""
     if os.geteuid() != 0:
         pytest.skip("reprotest's user_group and disorderfs variations need root")
     missing = [t for t in TOOLS if shutil.which(t) is None] + \
@@ -45,7 +48,6 @@ def world(base_image) -> Path:
     try:
         root.chmod(0o755)
         fresh_clone(REPO, root / "src")
-        shutil.copytree(TEST_STATE / "oci", root / "base-oci")
         for name in PACKAGES:
             shutil.copytree(Path(importlib.import_module(name).__file__).parent, root / "site" / name,
                             ignore=shutil.ignore_patterns("__pycache__"))
@@ -58,42 +60,87 @@ def world(base_image) -> Path:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def world(build_world, base_image) -> Path:
+    """`build_world` with the pinned base as an OCI layout (`base-oci`) beside the source:
+    what the derived builds build on."""
+    target = build_world / "base-oci"
+    if not target.exists():
+        shutil.copytree(TEST_STATE / "oci", target)
+        subprocess.run(["chmod", "-R", "a+rX", str(target)], check=True)
+    return build_world
+
+
+def _reprotest_argv(command: str, artifact: str, variations: str, control: Path | None) -> list[str]:
+    reuse = ["--control-build", str(control)] if control else []
+    return ["reprotest", "--min-cpus=1", f"--variations={variations}", *reuse, command, artifact]
+
+
+def _reprotest_env(world: Path) -> dict[str, str]:
+    return dict(os.environ, PATH=f"{world / 'bin'}:{os.environ['PATH']}")
+
+
 def reprotest(world: Path, command: str, artifact: str, variations: str,
               timeout: float = 600, control: Path | None = None) -> subprocess.CompletedProcess:
     """reprotest's run: a control build and an experiment build under `variations`, or with
     `control` (a directory holding `source-root/<artifact>`) that as the control and the
     experiment build only."""
-    env = dict(os.environ, PATH=f"{world / 'bin'}:{os.environ['PATH']}")
-    reuse = ["--control-build", str(control)] if control else []
-    return subprocess.run(
-        ["reprotest", "--min-cpus=1", f"--variations={variations}", *reuse, command, artifact],
-        cwd=world / "src", env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(_reprotest_argv(command, artifact, variations, control), cwd=world / "src",
+                          env=_reprotest_env(world), capture_output=True, text=True, timeout=timeout)
+
+
+# How long reprotest's base build waits, once built, for the run's base (its control) to be
+# there: the run's base build, in a fresh clone, started at about the same time.
+CONTROL_WAIT_S = 1800
 
 
 @shared_result
-def base_reprotest(tmp_path_factory, world) -> Path:
+def base_reprotest(tmp_path_factory, build_world, request) -> Path:
     """reprotest's from-scratch base build (mmdebstrap included) under its variations, once
-    per run, against the run's own base build (`base_image`, which `world` needs) as the
-    control (`--control-build`: one mmdebstrap fewer than building the control again). The
-    directory holds `output` (what reprotest printed, its exit status first), `control`
-    (the artifact reprotest compared against, the run's base layout's index.json) and
-    `experiment-index.json` (the experiment build's own, copied out by its command).
-    Read by test_reprotest.py's base test and tests/base/test_base_image.py's twin-build
-    test, each asserting its own property."""
+    per run, against the run's own base build (`base_image`) as the control
+    (`--control-build`: one mmdebstrap fewer than building the control again). The
+    experiment starts at once, beside the run's base build rather than after it: the
+    control is reprotest's to read only when the experiment is done, and the experiment's
+    command ends by waiting until the control is in place (that wait is not part of what
+    is compared). The directory holds `output` (what reprotest printed, its exit status
+    first), `control` (the artifact reprotest compared against, the run's base layout's
+    index.json) and `experiment-index.json` (the experiment build's own, copied out by its
+    command). Read by test_reprotest.py's base test and tests/base/test_base_image.py's
+    twin-build test, each asserting its own property."""
     def make(root: Path) -> None:
-        control = root / "control" / "source-root" / ARTIFACT
-        control.parent.mkdir(parents=True)
-        shutil.copyfile(TEST_STATE / "oci" / "index.json", control)
+        control_dir, ready = root / "control", root / "control-ready"
         cache = Path(tempfile.mkdtemp(prefix="reprotest-base-cache-"))
         try:
             wheels = REPO / ".release" / "wheels"
-            if wheels.is_dir():
-                shutil.copytree(wheels, cache / "wheels")
+            if wheels.is_dir():  # complete files only: the cache writes each wheel atomically
+                shutil.copytree(wheels, cache / "wheels", ignore=shutil.ignore_patterns(".*.tmp"))
+            wait = (f"i=0; until [ -e {shlex.quote(str(ready))} ]; do i=$((i+1)); "
+                    f"[ $i -le {CONTROL_WAIT_S} ] || exit 1; sleep 1; done")
             command = (f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
-                       f"--cache-dir {cache} && cp {ARTIFACT} {root / 'experiment-index.json'}")
-            proc = reprotest(world, command, ARTIFACT, "+all,-user_group,-domain_host,-kernel",
-                             timeout=1200, control=root / "control")
-            (root / "output").write_text(f"{proc.returncode}\n{proc.stdout}{proc.stderr}")
+                       f"--cache-dir {cache} && cp {ARTIFACT} {root / 'experiment-index.json'} && {wait}")
+            # Its output to a file: nothing reads a pipe while the run's base is waited for.
+            with open(root / "reprotest.log", "w+") as log:
+                proc = subprocess.Popen(
+                    _reprotest_argv(command, ARTIFACT, "+all,-user_group,-domain_host,-kernel", control_dir),
+                    cwd=build_world / "src", env=_reprotest_env(build_world), stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    request.getfixturevalue("base_image")  # the run's base build: the control
+                    control = control_dir / "source-root" / ARTIFACT
+                    control.parent.mkdir(parents=True)
+                    shutil.copyfile(TEST_STATE / "oci" / "index.json", control)
+                    ready.touch()
+                    proc.wait(timeout=1200 + CONTROL_WAIT_S)
+                finally:
+                    if proc.poll() is None:  # the run's base failed: Ctrl-C lets reprotest unmount
+                        os.killpg(proc.pid, signal.SIGINT)
+                        try:
+                            proc.wait(timeout=60)
+                        except subprocess.TimeoutExpired:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            proc.wait()
+                log.seek(0)
+                (root / "output").write_text(f"{proc.returncode}\n{log.read()}")
         finally:
             shutil.rmtree(cache, ignore_errors=True)
 

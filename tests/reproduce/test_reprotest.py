@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from .reprotestfixtures import PYTHON311, base_reprotest, built_indexes, reprotest, world  # noqa: F401
+from .reprotestfixtures import (PYTHON311, base_reprotest, build_world, built_indexes,  # noqa: F401
+                                reprotest, world)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
