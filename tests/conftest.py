@@ -236,6 +236,19 @@ def pytest_runtest_logreport(report) -> None:
                 _CPU_SPENT[report.nodeid] = float(value)
 
 
+_IMAGES_BEFORE = pytest.StashKey[set]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the run's controller (or the one process)
+        session.config.stash[_IMAGES_BEFORE] = containers.loopback_images()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _IMAGES_BEFORE in session.config.stash:
+        containers.remove_images_left_by(session.config.stash[_IMAGES_BEFORE])
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if not _CPU_SPENT:
         return

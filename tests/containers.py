@@ -11,7 +11,11 @@ plus `--label`), and lists exactly the containers that carry it.
 
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
+import socket
+import subprocess
 import uuid
 from dataclasses import dataclass
 
@@ -53,3 +57,46 @@ class ContainerScope:
         if found:
             ContainerRuntime()._cli("rm", "--force", *found, check=False)
         return found
+
+
+# ------------------------------------------------------------------ images
+# What a run pulls into the engine's image store: every release and repair check pulls the
+# image it verifies from a loopback registry (127.0.0.1:PORT, a port of that run), and the
+# store keeps the name after the registry is gone. Left there, a developer's store grew by
+# about 35 names a run, and each podman command reads the whole store (`podman images` took
+# 3.5 s with 360). The run's controller removes, when the run ends, the loopback names that
+# were not there when it started and whose registry no longer answers: never a name another
+# run still reads from its own live registry, nor anything that was there before.
+
+_LOOPBACK = re.compile(r"^127\.0\.0\.1:(\d+)/")
+
+
+def loopback_images() -> set[str]:
+    """`host:port/repository@digest` of every image name from a loopback registry."""
+    if shutil.which("podman") is None:
+        return set()
+    out = subprocess.run(["podman", "images", "--format", "{{.Repository}}@{{.Digest}}"],
+                         capture_output=True, text=True)
+    return {line for line in out.stdout.split() if _LOOPBACK.match(line) and "@sha256:" in line}
+
+
+def _port_answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def remove_images_left_by(before: set[str]) -> list[str]:
+    """Remove the loopback image names that are new since `before` and whose registry is
+    gone; the ones removed. An image a container still uses stays (podman refuses)."""
+    removed: list[str] = []
+    # Again while names go: an image with two names is listed under one of them at a time.
+    for _ in range(3):
+        gone = sorted(name for name in loopback_images() - before - set(removed)
+                      if not _port_answers(int(_LOOPBACK.match(name).group(1))))
+        done = [name for name in gone
+                if subprocess.run(["podman", "rmi", name], capture_output=True).returncode == 0]
+        removed += done
+        if not done:
+            break
+    return removed
