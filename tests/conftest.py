@@ -29,7 +29,10 @@ where and when tests run, from what they declare, not from a list of names:
   is marked `slow`, whatever its own module says;
 - the long waits start first: the end-to-end releases, then the other slow tests, then
   the container and root tests, then the rest (a test finds its place by being marked
-  honestly).
+  honestly);
+- the controller's scheduler (tests/scheduling.py) queues one unit per worker and gives a
+  worker busy with a slow test a fast one, so slow tests never wait behind each other on
+  one worker while others are free.
 
 The terminal summary ends with the tests, then the modules, that spent the most CPU (a
 worker's own and its waited-for children's, from setup to teardown; containers' processes
@@ -40,6 +43,7 @@ the wall time.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import resource
 import shutil
@@ -51,9 +55,9 @@ import pytest
 
 from pipeline.registry import local as localregistry
 
-from . import containers
+from . import containers, scheduling
 from .hub_standin import HubStandin
-from .shared import per_test_slot
+from .shared import per_test_slot, run_root
 
 
 @pytest.fixture(scope="session")
@@ -173,7 +177,7 @@ def _start_ranks(items: list[pytest.Item]) -> dict[str, int]:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "base_image" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
@@ -182,6 +186,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ranks = _start_ranks(items)
     # A stable sort: within a rank, the collection order (module by module) is kept.
     items.sort(key=lambda item: ranks[item.nodeid])
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # for the controller's scheduler (tests/scheduling.py)
+        scheduling.write_slow(run_root(config._tmp_path_factory),
+                              (item.nodeid for item in items if item.get_closest_marker("slow")))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist") == "loadgroup":
+        return scheduling.SlowAwareScheduling(config, log, run_root=config._tmp_path_factory.getbasetemp())
+    return None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
