@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import socket
-import subprocess
 import uuid
 from dataclasses import dataclass
 
+from pipeline.errors import ToolError
 from pipeline.verify.runtime import ContainerRuntime
 
 SCOPE_LABEL = "org.openenv-arena.test.scope"
@@ -71,13 +70,20 @@ class ContainerScope:
 _LOOPBACK = re.compile(r"^127\.0\.0\.1:(\d+)/")
 
 
-def loopback_images() -> set[str]:
+def _runtime() -> ContainerRuntime | None:
+    try:
+        return ContainerRuntime()
+    except ToolError:  # no engine on this machine: nothing was pulled
+        return None
+
+
+def loopback_images(rt: ContainerRuntime | None = None) -> set[str]:
     """`host:port/repository@digest` of every image name from a loopback registry."""
-    if shutil.which("podman") is None:
+    rt = rt or _runtime()
+    if rt is None:
         return set()
-    out = subprocess.run(["podman", "images", "--format", "{{.Repository}}@{{.Digest}}"],
-                         capture_output=True, text=True)
-    return {line for line in out.stdout.split() if _LOOPBACK.match(line) and "@sha256:" in line}
+    out = rt._cli("images", "--format", "{{.Repository}}@{{.Digest}}", check=False)
+    return {line for line in out.stdout.decode().split() if _LOOPBACK.match(line) and "@sha256:" in line}
 
 
 def _port_answers(port: int) -> bool:
@@ -90,12 +96,14 @@ def remove_images_left_by(before: set[str]) -> list[str]:
     """Remove the loopback image names that are new since `before` and whose registry is
     gone; the ones removed. An image a container still uses stays (podman refuses)."""
     removed: list[str] = []
+    rt = _runtime()
+    if rt is None:
+        return removed
     # Again while names go: an image with two names is listed under one of them at a time.
     for _ in range(3):
-        gone = sorted(name for name in loopback_images() - before - set(removed)
+        gone = sorted(name for name in loopback_images(rt) - before - set(removed)
                       if not _port_answers(int(_LOOPBACK.match(name).group(1))))
-        done = [name for name in gone
-                if subprocess.run(["podman", "rmi", name], capture_output=True).returncode == 0]
+        done = [name for name in gone if rt._cli("rmi", name, check=False).returncode == 0]
         removed += done
         if not done:
             break

@@ -32,7 +32,6 @@ label.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -50,6 +49,7 @@ from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_image
 from pipeline.sources import lock, lock_cp312
+from ..checks.repair_standin import layer_file
 from ..shared import once, shared_result
 
 PYTHON312_HOME = Path(os.environ.get("RELEASE_PYTHON312_HOME", "/root/.pyenv/versions/3.12.1"))
@@ -123,14 +123,6 @@ def shared_runtime_layer(directory: Path) -> oci_layer.Layer:
                            directory / "blobs" / data["digest"].split(":", 1)[1])
 
 
-def _member(blob: Path, name: str) -> bytes:
-    with gzip.open(blob, "rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
-        for info in tar:
-            if info.name.lstrip("./") == name:
-                return tar.extractfile(info).read()
-    raise FileNotFoundError(f"{name} is not in {blob}")
-
-
 def workspace_tar(files: Mapping[str, bytes]) -> bytes:
     """The repository packed as `repo/...`, like the real image's workspace.tar."""
     buf = io.BytesIO()
@@ -178,9 +170,9 @@ def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: 
     record_layer = oci_layer.write_layer(
         [oci_layer.FileEntry("opt", "dir", 0o755), *app, _file("opt/arena/instance.json", record)],
         blobs, source_date_epoch=SDE)
-    passwd = _member(os_blob, "etc/passwd") + b"arena-agent:x:2000:2000::/home/arena-agent:/bin/sh\n"
-    group = _member(os_blob, "etc/group") + b"arena-agent:x:2000:\n"
-    shadow = _member(os_blob, "etc/shadow") + b"arena-agent:!:20000:0:99999:7:::\n"
+    passwd = layer_file(os_blob, "etc/passwd") + b"arena-agent:x:2000:2000::/home/arena-agent:/bin/sh\n"
+    group = layer_file(os_blob, "etc/group") + b"arena-agent:x:2000:\n"
+    shadow = layer_file(os_blob, "etc/shadow") + b"arena-agent:!:20000:0:99999:7:::\n"
     user_layer = oci_layer.write_layer(
         [oci_layer.FileEntry("etc", "dir", 0o755), _file("etc/group", group), _file("etc/passwd", passwd),
          _file("etc/shadow", shadow, 0o640), oci_layer.FileEntry("home", "dir", 0o755),

@@ -175,16 +175,20 @@ class StandInBase:
         return Path(self.blobs) / digest.split(":", 1)[1]
 
     def etc(self, name: str) -> bytes:
-        """/etc/<name> of the base's OS layer, read as a stream up to that member (the layer
-        is sorted by path, so /etc comes early: the rest is never decompressed)."""
-        wanted = f"etc/{name}"
-        with gzip.open(self.blob(self.layers[0]["digest"])) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
-            for member in tar:
-                if member.name == wanted and member.isfile():
-                    data = tar.extractfile(member)
-                    assert data is not None
-                    return data.read()
-        raise AssertionError(f"{wanted} is not in the OS layer")
+        """/etc/<name> of the base's OS layer."""
+        return layer_file(self.blob(self.layers[0]["digest"]), f"etc/{name}")
+
+
+def layer_file(blob: Path, path: str) -> bytes:
+    """The regular file `path` of a gzip'd layer, read as a stream up to that member (layers
+    are sorted by path, so /etc comes early: the rest is never decompressed)."""
+    with gzip.open(blob, "rb") as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+        for member in tar:
+            if member.name.lstrip("./") == path and member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                return data.read()
+    raise FileNotFoundError(f"{path} is not in {blob}")
 
 
 def standin_base(state: Path = STATE) -> StandInBase:
