@@ -165,35 +165,79 @@ def test_preflight_passes_the_request_and_fails_its_44_gib_copy(release_copy):
     assert "preflight: FAILED (sandbox_disk)" in proc.stderr
 
 
-def test_registry_killed_mid_release_then_a_rerun_completes(release_copy, releasing):
-    clone = release_copy
-    before = records_digest(clone)
-    dataset_before = _dataset_bytes(clone)
-    scope = ContainerScope.new()
-    image = json.loads((clone / "submission.json").read_text())["image"]
-    with releasing():
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
-                                cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        for line in proc.stderr:
-            if line.startswith("==> push"):
-                state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
-                os.kill(state["registry_pid"], signal.SIGKILL)
-                break
-        _, err = proc.communicate(timeout=600)
-    assert proc.returncode != 0, err[-3000:]
-    assert "previous records are untouched" in err
-    assert records_digest(clone) == before
-    assert scope.containers() == []
-    with releasing():
-        rerun = pipeline(clone, "release", "--allow-dirty")
-    assert rerun.returncode == 0, rerun.stderr[-4000:]
+@dataclass(frozen=True)
+class Rerun:
+    """A copy of the released checkout whose next release lost its registry mid-push
+    (SIGKILL), then the same release run again: what each printed and left behind."""
+
+    checkout: Path
+    facts: dict  # image, records digests, container lists, return codes (rerun.json)
+    killed_stderr: str
+    rerun_stderr: str
+    dataset_before: dict[str, bytes]
+
+
+@shared_result
+def rerun(released, tmp_path_factory) -> Rerun:
+    """Made once per run and read by two tests: the rerun after the kill is also this
+    checkout's second whole release (one release fewer a run than each test running its own)."""
+    def make(root: Path) -> None:
+        clone = copy_tree(released.checkout, root / "checkout")
+        (clone / ".release" / "registry" / "ports.json").unlink(missing_ok=True)
+        (root / "dataset-before").mkdir()
+        for name, data in _dataset_bytes(clone).items():
+            (root / "dataset-before" / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / "dataset-before" / name).write_bytes(data)
+        facts: dict = {"records_before": records_digest(clone),
+                       "image_before": json.loads((clone / "submission.json").read_text())["image"]}
+        scope = ContainerScope.new()
+        try:
+            with suite_slot():
+                proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                                        cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+                seen = []
+                for line in proc.stderr:
+                    seen.append(line)
+                    if line.startswith("==> push"):
+                        state = json.loads((clone / ".release" / "registry" / "state.json").read_text())
+                        os.kill(state["registry_pid"], signal.SIGKILL)
+                        break
+                _, err = proc.communicate(timeout=600)
+            (root / "killed.stderr").write_text("".join(seen) + err)
+            facts.update(killed_returncode=proc.returncode, records_after_kill=records_digest(clone),
+                         containers_after_kill=scope.containers())
+            with suite_slot():
+                again = pipeline(clone, "release", "--allow-dirty")
+            (root / "rerun.stderr").write_text(again.stderr)
+            facts.update(rerun_returncode=again.returncode)
+        finally:
+            localregistry.stop(clone / ".release" / "registry")
+        (root / "rerun.json").write_text(json.dumps(facts))
+
+    root = once(tmp_path_factory, "e2e-rerun", make)
+    before = root / "dataset-before"
+    return Rerun(checkout=root / "checkout", facts=json.loads((root / "rerun.json").read_text()),
+                 killed_stderr=(root / "killed.stderr").read_text(),
+                 rerun_stderr=(root / "rerun.stderr").read_text(),
+                 dataset_before={p.relative_to(before).as_posix(): p.read_bytes()
+                                 for p in sorted(before.rglob("*")) if p.is_file()})
+
+
+def test_registry_killed_mid_release_then_a_rerun_completes(rerun):
+    facts, clone = rerun.facts, rerun.checkout
+    assert facts["killed_returncode"] != 0, rerun.killed_stderr[-3000:]
+    assert "previous records are untouched" in rerun.killed_stderr
+    assert facts["records_after_kill"] == facts["records_before"]
+    assert facts["containers_after_kill"] == []
+    assert facts["rerun_returncode"] == 0, rerun.rerun_stderr[-4000:]
+    image = facts["image_before"]
     assert json.loads((clone / "submission.json").read_text())["image"] == image
     assert json.loads((clone / "provenance.json").read_text())["image"]["digest"] == image.split("@")[1]
     # Two releases of one commit: the same dataset bytes, but for what records clock time (the signed
     # statements, the links and layout, checks.json's timings) and, in provenance.json, whether the
     # release was allowed a dirty checkout (this rerun is; the release before it may not have been).
-    again = _dataset_bytes(clone)
+    again, dataset_before = _dataset_bytes(clone), rerun.dataset_before
     assert sorted(again) == sorted(dataset_before)
     for name in ("README.md", "tasks.jsonl", "submission.json"):
         assert again[name] == dataset_before[name], name
@@ -224,14 +268,12 @@ def test_a_failing_check_stops_the_release_and_keeps_the_previous_records(releas
     assert scope.containers() == []
 
 
-def test_second_release_reuses_the_base_and_reproduces_the_digest(release_copy, releasing):
-    clone = release_copy
-    before = json.loads((clone / "submission.json").read_text())["image"]
-    with releasing():
-        proc = pipeline(clone, "release", "--allow-dirty")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "base up to date" in proc.stderr
-    assert json.loads((clone / "submission.json").read_text())["image"] == before
+def test_second_release_reuses_the_base_and_reproduces_the_digest(rerun):
+    """The checkout's second whole release (the `rerun` after the killed one): the base the
+    registry still holds is used as it is, and the image digest comes out again."""
+    assert rerun.facts["rerun_returncode"] == 0, rerun.rerun_stderr[-4000:]
+    assert "base up to date" in rerun.rerun_stderr
+    assert json.loads((rerun.checkout / "submission.json").read_text())["image"] == rerun.facts["image_before"]
 
 
 def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_copy, releasing):
