@@ -1,7 +1,8 @@
 """Two runs of the whole suite at once on this machine, as CI runs it: two fresh clones of
 HEAD, `CI=true bash .ci/run` in each, started together. Both must pass, and neither may
 leave a process, a registry or a container behind (the suite's parallel safety, README
-"Two runs on one machine"). Prints each run's wall time and its last lines.
+"Two runs on one machine"). Prints each run's wall time and its last lines; the clones
+are removed afterwards (kept if something of theirs still runs), their logs stay.
 
 Usage: python benchmarks/bench_concurrent.py   (as root, like the suite; ~2x one run's CPU)
 Each run gets its own temporary root (PYTEST_DEBUG_TEMPROOT), so that what it left
@@ -23,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.config import REPO_ROOT  # noqa: E402
+from pipeline.image.base import mounts_under  # noqa: E402
 from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime  # noqa: E402
 
 RUNS = ("a", "b")
@@ -86,6 +88,13 @@ def main() -> int:
         print(f"the runs' temporary roots are kept in {temps} (on {scratch}: remove them when read)")
     else:
         shutil.rmtree(temps, ignore_errors=True)
+    # The clones (each with its .nox and .release, about half a GB) go once nothing of theirs
+    # runs and nothing is mounted in them; the logs stay.
+    kept = [work / n for n in RUNS if left or mounts_under(work / n)]
+    for name in RUNS:
+        if work / name not in kept:
+            shutil.rmtree(work / name)
+    print(f"logs in {work}" + (f"; clones kept: {', '.join(map(str, kept))}" if kept else ""))
     return 1 if failed or left or containers else 0
 
 
