@@ -102,7 +102,9 @@ def test_fork_bomb_is_stopped_by_the_process_limit(server):
 def test_runaway_file_is_stopped_by_the_size_limit(server):
     with server.session() as env:
         env.reset()
-        out = run(env, "head -c 300M /dev/zero > big; echo status=$?; stat -c %s big")
+        # In 1 MiB writes: `head -c` writes 8 KiB at a time, 0.5 s of system time for the 256 MiB,
+        # which a doubly loaded machine (two runs of the suite) stretched past the 3-s timeout.
+        out = run(env, "dd if=/dev/zero of=big bs=1M count=300; echo status=$?; stat -c %s big")
         lines = out["output"].split()
         assert "status=153" in lines  # 128 + SIGXFSZ
         assert int(lines[-1]) == 256 * 1024 * 1024
