@@ -61,9 +61,12 @@ def records_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def _dataset_bytes(clone: Path) -> dict[str, bytes]:
-    folder = clone / "dist" / "dataset"
+def _tree_bytes(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _dataset_bytes(clone: Path) -> dict[str, bytes]:
+    return _tree_bytes(clone / "dist" / "dataset")
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -118,13 +121,19 @@ def releasing():
     return suite_slot
 
 
-@pytest.fixture
-def release_copy(released, tmp_path):
+def _copy_released(released: Released, dest: Path) -> Path:
     """A private copy of the released checkout (git history, records, dist/, .release/)."""
-    copy = copy_tree(released.checkout, tmp_path / "checkout")
+    copy = copy_tree(released.checkout, dest)
     # The registry prefers its previous port on a restart: copies started side by side
     # would all prefer the same one.
     (copy / ".release" / "registry" / "ports.json").unlink(missing_ok=True)
+    return copy
+
+
+@pytest.fixture
+def release_copy(released, tmp_path):
+    """A private copy of the released checkout, its registry stopped at the end."""
+    copy = _copy_released(released, tmp_path / "checkout")
     yield copy
     localregistry.stop(copy / ".release" / "registry")
 
@@ -182,12 +191,8 @@ def rerun(released, tmp_path_factory) -> Rerun:
     """Made once per run and read by two tests: the rerun after the kill is also this
     checkout's second whole release (one release fewer a run than each test running its own)."""
     def make(root: Path) -> None:
-        clone = copy_tree(released.checkout, root / "checkout")
-        (clone / ".release" / "registry" / "ports.json").unlink(missing_ok=True)
-        (root / "dataset-before").mkdir()
-        for name, data in _dataset_bytes(clone).items():
-            (root / "dataset-before" / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / "dataset-before" / name).write_bytes(data)
+        clone = _copy_released(released, root / "checkout")
+        copy_tree(clone / "dist" / "dataset", root / "dataset-before")
         facts: dict = {"records_before": records_digest(clone),
                        "image_before": json.loads((clone / "submission.json").read_text())["image"]}
         scope = ContainerScope.new()
@@ -216,12 +221,10 @@ def rerun(released, tmp_path_factory) -> Rerun:
         (root / "rerun.json").write_text(json.dumps(facts))
 
     root = once(tmp_path_factory, "e2e-rerun", make)
-    before = root / "dataset-before"
     return Rerun(checkout=root / "checkout", facts=json.loads((root / "rerun.json").read_text()),
                  killed_stderr=(root / "killed.stderr").read_text(),
                  rerun_stderr=(root / "rerun.stderr").read_text(),
-                 dataset_before={p.relative_to(before).as_posix(): p.read_bytes()
-                                 for p in sorted(before.rglob("*")) if p.is_file()})
+                 dataset_before=_tree_bytes(root / "dataset-before"))
 
 
 def test_registry_killed_mid_release_then_a_rerun_completes(rerun):
