@@ -43,6 +43,8 @@ def setup(args: argparse.Namespace) -> int:
         return 1 if missing else 0
     installed = hosttools.ensure_tools()
     print("setup: " + ("installed " + " ".join(installed) if installed else "all tools present"))
+    for step in hosttools.prepare_engine():
+        print(f"setup: {step}")
     return 0
 
 

@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from pathlib import Path
 
 from pipeline import _proc
 from pipeline.errors import ToolError
@@ -68,9 +70,50 @@ def ensure_tools() -> list[str]:
 
 
 def _first_use(engine: str) -> None:
-    """Let one process make the engine's store, database and network set-up on a new
-    machine, before anything starts containers side by side: on a machine whose first two
-    containers were started at the same moment by one release, podman never removed their
-    CNI port forwards (DNAT of two loopback ports to addresses nobody holds), and every
-    later server that got one of those ports by chance was unreachable."""
+    """Let one process make the engine's store and database on a new machine, before
+    anything starts containers side by side."""
     _proc.run([engine, "info"], check=False, timeout=120)
+
+
+# Where rootful podman (and `ip netns`) bind-mount each container's network namespace.
+NETNS_RUN_DIR = "/run/netns"
+
+
+def _propagation(path: str) -> str | None:
+    """How the topmost mount at exactly `path` propagates ("shared", "slave", "private"),
+    from /proc/self/mountinfo; None when `path` is not a mount point."""
+    found = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]) != path:
+            continue
+        optional = fields[6:fields.index("-")]
+        found = ("shared" if any(f.startswith("shared:") for f in optional)
+                 else "slave" if any(f.startswith("master:") for f in optional) else "private")
+    return found
+
+
+def shared_netns_dir(path: str = NETNS_RUN_DIR) -> bool:
+    """Make `path` a shared mount point of its own, as podman does the first time it makes a
+    container's network namespace; True when it had to. Done once, here, before anything
+    starts containers side by side: podman checks, then bind-mounts the directory on itself
+    in two steps, and two containers started at the same moment on a new machine both did
+    it. One container's namespace was then mounted under the other's bind mount, its network
+    teardown failed when it was removed, and its CNI port forward (a DNAT of a loopback port
+    to an address nobody holds) stayed, taking that port from every later server."""
+    state = _propagation(path)
+    if state == "shared":
+        return False
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    if state is None:
+        _proc.run(["mount", "--rbind", path, path])
+    _proc.run(["mount", "--make-rshared", path])
+    return True
+
+
+def prepare_engine() -> list[str]:
+    """What a root podman needs before containers start side by side (idempotent); the
+    steps it took, for the log."""
+    if os.geteuid() != 0 or shutil.which("podman") is None:
+        return []  # rootless podman keeps its namespaces under XDG_RUNTIME_DIR; docker has a daemon
+    return [f"made {NETNS_RUN_DIR} a shared mount point"] if shared_netns_dir() else []
