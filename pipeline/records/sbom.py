@@ -437,16 +437,26 @@ def _is_spdx_id(value: str) -> bool:
     return is_supported_id(value)
 
 
+def _strict_validator():
+    """CycloneDX 1.6's strict JSON validator (jsonschema with its format checks; the IRI
+    grammar is built only if a value of that format is checked: pipeline.records._iri)."""
+    from pipeline.records._iri import defer_iri_grammar
+
+    defer_iri_grammar()
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    return JsonStrictValidator(SchemaVersion.V1_6)
+
+
 def render(bom) -> bytes:
     """Serialize as CycloneDX 1.6 JSON and validate with the strict schema validator."""
     from cyclonedx.output.json import JsonV1Dot6
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the library warns about incomplete graphs of leaf components
         text = JsonV1Dot6(bom).output_as_string(indent=2)
-    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    error = _strict_validator().validate_str(text)
     if error is not None:
         raise ReleaseError("the generated SBOM does not validate against CycloneDX 1.6 (strict)",
                            actual=str(error).splitlines()[0])
@@ -456,10 +466,7 @@ def render(bom) -> bytes:
 
 def validate(data: bytes) -> None:
     """Raise unless `data` is a CycloneDX 1.6 JSON document (strict schema)."""
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
-
-    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode())
+    error = _strict_validator().validate_str(data.decode())
     if error is not None:
         raise ReleaseError("SBOM does not validate against CycloneDX 1.6 (strict)", actual=str(error).splitlines()[0])
 

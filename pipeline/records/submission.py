@@ -90,7 +90,10 @@ def to_json(req: Request) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    import jsonschema  # a second of import (its format checkers): only where a request is checked
+    from pipeline.records._iri import defer_iri_grammar
+
+    defer_iri_grammar()
+    import jsonschema  # only where a request is checked
 
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)

@@ -105,3 +105,36 @@ def test_strict_validation_rejects_a_broken_document(small_image, monkeypatch):
     doc["components"][0]["type"] = "not-a-type"
     with pytest.raises(Exception, match="CycloneDX 1.6"):
         sbom.validate(json.dumps(doc).encode())
+
+
+# The IRI grammar is built only when an IRI is checked (pipeline.records._iri), in a fresh
+# interpreter: the SBOM without external references validates without it, one with a
+# broken reference URL is still rejected by it, a good one accepted.
+_IRI_PROBE = r"""
+import json, sys
+from pipeline.records import sbom
+from pipeline.errors import ReleaseError
+doc = json.loads(sys.stdin.read())
+sbom.validate(json.dumps(doc).encode())
+print("deferred after a plain SBOM:", type(sys.modules["rfc3987_syntax"]).__name__ == "_Deferred")
+for url in ("https://example.org/a%20b", "https://exa mple.org/<x>"):
+    doc["components"][0]["externalReferences"] = [{"type": "website", "url": url}]
+    try:
+        sbom.validate(json.dumps(doc).encode())
+        print(url, "accepted")
+    except ReleaseError:
+        print(url, "rejected")
+print("grammar loaded:", "lark" in sys.modules)
+"""
+
+
+def test_the_iri_grammar_is_built_only_where_an_iri_is_checked(small_image, monkeypatch):
+    import subprocess
+    import sys
+
+    data = _generate(small_image, monkeypatch)
+    assert b"externalReferences" not in data
+    out = subprocess.run([sys.executable, "-c", _IRI_PROBE], input=data, capture_output=True, check=True,
+                         cwd=sbom.REPO_ROOT).stdout.decode().splitlines()
+    assert out == ["deferred after a plain SBOM: True", "https://example.org/a%20b accepted",
+                   "https://exa mple.org/<x> rejected", "grammar loaded: True"], out
