@@ -441,6 +441,57 @@ def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
         encoding="utf-8")
 
 
+# ------------------------------------------------------------------ bytecode
+
+# Where the compile sees its inputs and writes its output inside the rootfs (bind mounts
+# in a mount namespace of its own; both directories are in Debian's base-files).
+_RUNTIME_MOUNT = "/mnt"
+_PYC_MOUNT = "/tmp"
+
+
+def compile_bytecode(root: Path, runtime: Path, out: Path, *, prefix: str, python_version: str) -> None:
+    """Compile the stdlib of `root` and the runtime tree `runtime` (staged for `prefix`)
+    with the rootfs' own interpreter, chrooted, into `out` (PYTHONPYCACHEPREFIX's layout:
+    `out/usr/lib/python3.11/json/decoder.cpython-311.pyc`, `out/mnt/lib/...` for the runtime).
+
+    Checked-hash .pyc files name no time (each holds its source's hash, which the
+    interpreter checks at import); one process compiles each tree in sorted order with a
+    fixed hash seed (a frozenset constant's order follows string hashes), under umask 022,
+    forced and with PYTHONDONTWRITEBYTECODE (else the modules the compiler itself imports
+    would first be cached as timestamp .pyc files, which compileall then keeps). Neither
+    tree is written to."""
+    short = ".".join(python_version.split(".")[:2])
+    interpreter = f"/usr/bin/python{short}"
+    stdlib = [d for d in (f"/usr/lib/python{short}", "/usr/lib/python3/dist-packages")
+              if (Path(root) / d.lstrip("/")).is_dir()]
+    compileall = f"{interpreter} -m compileall -q -f --invalidation-mode checked-hash"
+    inner = (f"{compileall} {' '.join(stdlib)} && "
+             f"{compileall} -s {_RUNTIME_MOUNT} -p {prefix} {_RUNTIME_MOUNT}/lib")
+    script = ('set -e; umask 022; mount --bind "$2" "$1"' + _RUNTIME_MOUNT + '; '
+              'mount --bind "$3" "$1"' + _PYC_MOUNT + '; '
+              f'exec chroot "$1" /usr/bin/env -i PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 PYTHONPYCACHEPREFIX={_PYC_MOUNT} '
+              f'LC_ALL=C.UTF-8 PATH={PATH_ENV} /bin/sh -c "$4"')
+    _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script,
+               "compile-bytecode", root, runtime, out, inner], env={"PATH": PATH_ENV}, timeout=1800)
+
+
+def bytecode_entries(out: Path, *, prefix: str) -> list[oci_layer.FileEntry]:
+    """The layer's entries for the .pyc files `compile_bytecode` wrote: each in the
+    `__pycache__` directory beside its source, root-owned, 0644 (directories 0755)."""
+    entries: dict[str, oci_layer.FileEntry] = {}
+    runtime = _RUNTIME_MOUNT.strip("/")
+    for pyc in sorted(Path(out).rglob("*.pyc")):
+        rel = pyc.relative_to(out)
+        parent = rel.parent.as_posix()
+        if parent == runtime or parent.startswith(runtime + "/"):
+            parent = prefix.strip("/") + parent[len(runtime):]
+        cache_dir = f"{parent}/__pycache__"
+        entries.setdefault(cache_dir, oci_layer.FileEntry(cache_dir, "dir", 0o755))
+        path = f"{cache_dir}/{rel.name}"
+        entries[path] = oci_layer.FileEntry(path, "file", 0o644, source=pyc)
+    return list(entries.values())
+
+
 # ------------------------------------------------------------------ image
 
 
@@ -467,22 +518,30 @@ def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_
 def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python: str, state_dir: Path,
            wheel_cache: Path) -> BuiltBase:
     version = debian_python_version(root)
+    short = ".".join(version.split(".")[:2])
     wheels = runtime_lock.fetch(lock, wheel_cache)
     layout = Layout.init(Path(state_dir) / "oci")
     blobs = layout.root / "blobs" / "sha256"
     sde = spec.source_date_epoch
-    say("layer 1/2: OS rootfs")
+    say("layer 1/3: OS rootfs")
     os_entries = oci_layer.tree_entries(root, skip=lambda rel: not _in_rootfs(rel))
     os_layer = oci_layer.write_layer(os_entries, blobs, source_date_epoch=sde,
                                      mtime_policy="clamp")
     say(f"  {os_layer.digest} {os_layer.size / 1e6:.1f} MB")
-    say(f"layer 2/2: Python runtime ({len(lock.wheels)} wheels) at {python_prefix(python)}")
+    say(f"layer 2/3: Python runtime ({len(lock.wheels)} wheels) at {python_prefix(python)}")
     with tempfile.TemporaryDirectory(prefix="base-runtime-", dir=state_dir) as tmp:
         stage_runtime(wheels, Path(tmp), python=python, python_version=version)
         py_entries = oci_layer.tree_entries(Path(tmp), normalize=oci_layer.normalized)
         py_layer = oci_layer.write_layer(py_entries, blobs, source_date_epoch=sde,
                                          mtime_policy="clamp")
-    say(f"  {py_layer.digest} {py_layer.size / 1e6:.1f} MB")
+        say(f"  {py_layer.digest} {py_layer.size / 1e6:.1f} MB")
+        say(f"layer 3/3: bytecode of the stdlib and the runtime (checked-hash, by the rootfs' python{short})")
+        with tempfile.TemporaryDirectory(prefix="base-bytecode-") as out:
+            compile_bytecode(root, Path(tmp) / python_prefix(python).lstrip("/"), Path(out),
+                             prefix=python_prefix(python), python_version=version)
+            pyc_layer = oci_layer.write_layer(bytecode_entries(Path(out), prefix=python_prefix(python)),
+                                              blobs, source_date_epoch=sde)
+    say(f"  {pyc_layer.digest} {pyc_layer.size / 1e6:.1f} MB")
     layers = (
         NewLayer(os_layer.digest, os_layer.diff_id, os_layer.size,
                  created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
@@ -490,6 +549,10 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
         NewLayer(py_layer.digest, py_layer.diff_id, py_layer.size,
                  created_by=f"installer: locks/runtime.txt -> {python_prefix(python)}",
                  comment=f"runtime lock sha256:{lock.sha256}"),
+        NewLayer(pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size,
+                 created_by=f"python{short} -m compileall --invalidation-mode checked-hash "
+                            f"/usr/lib/python3* {python_prefix(python)}/lib",
+                 comment="bytecode: PYTHONHASHSEED=0, sorted, one process per tree"),
     )
     changes = ConfigChanges(cmd=(python,), env={"PATH": PATH_ENV, "LANG": "C.UTF-8"})
     image = derive(None, layers, changes, source_date_epoch=sde, family=OCI)
@@ -500,6 +563,7 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
         layout=layout.root, ref_name=ref_name, debs=installed_debs(root), manifest_digest=image.manifest_digest,
         media_type=image.media_type, config_digest=image.config_digest,
         layers=(LayerRecord("os", os_layer.digest, os_layer.diff_id, os_layer.size),
-                LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size)),
+                LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size),
+                LayerRecord("bytecode", pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size)),
         python_version=version,
     )

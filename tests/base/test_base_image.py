@@ -71,7 +71,7 @@ def test_record_pins_the_pushed_image(base_image, local_registry):
 
 
 def test_base_is_small(base_image):
-    assert [l.role for l in base_image.layers] == ["os", "python-runtime"]
+    assert [l.role for l in base_image.layers] == ["os", "python-runtime", "bytecode"]
     assert base_image.compressed_size <= 80_000_000
 
 
@@ -87,12 +87,35 @@ def test_debian_python3_and_user_tools_exist(rt, pulled):
     assert out.split() == ["2000", "2000", "2000"]
 
 
-def test_no_pip_and_no_timestamp_bytecode_in_the_image(base_image):
-    names = [m.name for layer in base_image.layers
-             for m in _members(TEST_STATE / "oci", layer.digest)]
-    assert not [n for n in names if n.endswith(".pyc")]
+def test_no_pip_and_bytecode_only_checked_hash_in_its_own_layer(base_image):
+    os_layer, runtime, bytecode = ([m for m in _members(TEST_STATE / "oci", layer.digest)]
+                                   for layer in base_image.layers)
+    names = [m.name for m in os_layer + runtime]
+    assert not [n for n in names if n.endswith(".pyc") or "/__pycache__" in n]
     assert not [n for n in names if "/site-packages/pip/" in n]
     assert not [n for n in names if n.startswith("dev/") or n.startswith("usr/share/man/")]
+    pycs = [m for m in bytecode if m.isfile()]
+    assert {m.name.rpartition("/")[0].rpartition("/")[2] for m in bytecode} == {"__pycache__"}
+    assert all(m.name.endswith(".cpython-311.pyc") for m in pycs) and len(pycs) > 2000
+    sources = {n for n in names if n.endswith(".py")}
+    assert {m.name.replace("__pycache__/", "").replace(".cpython-311.pyc", ".py") for m in pycs} <= sources
+    # The flags word after the magic number: 0b11 is "hash-based, checked" (PEP 552); a
+    # timestamp-based file (0) would tie the layer to the sources' mtimes.
+    blob = Layout.open(TEST_STATE / "oci").blob_path(base_image.layers[2].digest)
+    with gzip.open(blob) as gz, tarfile.open(fileobj=gz) as tar:
+        flags = {tar.extractfile(m).read(8)[4:8] for m in tar if m.isfile()}
+    assert flags == {b"\x03\x00\x00\x00"}
+
+
+def test_the_server_stack_imports_from_the_bytecode(rt, pulled):
+    """Every module the runtime's server stack imports is read from its .pyc: none is
+    compiled from source again (a stale hash or a missing file would be)."""
+    out = _sh(rt, pulled, "PYTHONDONTWRITEBYTECODE=1 /opt/arena-python/bin/python3 -v -c "
+                          "'import json, csv, subprocess, openenv.core.env_server, uvicorn' 2>&1")
+    loaded = [line for line in out.splitlines() if line.startswith("# code object from ")]
+    assert len(loaded) > 300
+    assert [line for line in loaded if not line.endswith(".pyc'")] == []
+    assert "bytecode is stale" not in out
 
 
 def test_layers_keep_real_owners_and_clamp_mtimes(base_image):

@@ -3,10 +3,8 @@ project's own machinery.
 
 The base is made by the project's base builder (`pipeline.image.base.build`: mmdebstrap
 + the slim OpenEnv runtime at /opt/arena-python) with `git` added to its packages (bash
-is Essential), as the real task images have both, plus a layer of the interpreter's
-bytecode (the real runtime, a python:3.12-slim copy installed with pip, ships its .pyc
-files; the project's base leaves them out to stay reproducible, and without them every
-start compiles the server's imports). On it, one layer like the real images' layers 3-5: a root-only (0700) /opt/arena holding the server (server.py, models.py),
+is Essential), as the real task images have both, and the base's layer of bytecode (the
+real runtime, a python:3.12-slim copy installed with pip, ships its .pyc files too). On it, one layer like the real images' layers 3-5: a root-only (0700) /opt/arena holding the server (server.py, models.py),
 `instance.json` (the task record: test_patch, test_command, ...) and `workspace.tar` (a
 git repository at the task's base commit), and the user arena-agent, UID 2000, home
 /home/arena-agent. The config is the real images': User root, WorkingDir /opt/arena,
@@ -195,8 +193,7 @@ def standin_base(state: Path = STATE) -> StandInBase:
     """The stand-in base, built once with the project's base builder (reused while its
     inputs and the builder are unchanged)."""
     lock = runtime_lock.load_lock()
-    key = (f"{BASE_SPEC.cache_key(base.mmdebstrap_version())}-{lock.sha256[:16]}-{base.builder_sha256()[:16]}"
-           "-bytecode")
+    key = f"{BASE_SPEC.cache_key(base.mmdebstrap_version())}-{lock.sha256[:16]}-{base.builder_sha256()[:16]}"
     state.mkdir(parents=True, exist_ok=True)
     with open(state / ".lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
@@ -214,37 +211,9 @@ def standin_base(state: Path = STATE) -> StandInBase:
         blobs = built.layout / "blobs" / "sha256"
         layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
                    "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in built.layers]
-        bytecode = _bytecode_layer([blobs / l["digest"].split(":", 1)[1] for l in layers], blobs, state)
-        layers.append({"digest": bytecode.digest, "diff_id": bytecode.diff_id, "size": bytecode.size,
-                       "created_by": f"{PYTHON311} -m compileall --invalidation-mode unchecked-hash",
-                       "comment": ""})
         made = StandInBase(key, tuple(layers), str(blobs))
         record.write_text(json.dumps(asdict(made)))
         return made
-
-
-# Debian's interpreter, the one the base's runtime links to: its bytecode is the image's.
-PYTHON311 = "/usr/bin/python3.11"
-_PYTHON_TREES = ("usr/lib/python3.11/", "opt/arena-python/lib/")
-
-
-def _bytecode_layer(layer_blobs: list[Path], blobs: Path, state: Path):
-    """The .pyc files of the base's stdlib and runtime, compiled by the same interpreter
-    version; unchecked-hash, so no source timestamp is involved."""
-    with tempfile.TemporaryDirectory(prefix="bytecode-", dir=state) as tmp:
-        root = Path(tmp)
-        for blob in layer_blobs:
-            with tarfile.open(blob, "r:gz") as tar:
-                tar.extractall(root, members=[m for m in tar.getmembers()
-                                              if m.name.startswith(_PYTHON_TREES) and (m.isfile() or m.isdir())])
-        trees = [str(root / t) for t in _PYTHON_TREES if (root / t).is_dir()]
-        subprocess.run([PYTHON311, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
-                        "-s", str(root), "-p", "/", *trees], check=False, capture_output=True)
-        pycs = sorted(p for p in root.rglob("*.pyc") if p.parent.name == "__pycache__")
-        dirs = sorted({p.parent.relative_to(root).as_posix() for p in pycs})
-        entries = [FileEntry(d, "dir", 0o755) for d in dirs] + [
-            FileEntry(p.relative_to(root).as_posix(), "file", 0o644, source=p.read_bytes()) for p in pycs]
-        return write_layer(entries, blobs, source_date_epoch=base.SOURCE_DATE_EPOCH)
 
 
 # ----------------------------------------------------------------- the images
