@@ -3,11 +3,13 @@
 `mmdebstrap` makes a bookworm rootfs (Essential packages, `python3` — not just
 `python3-minimal`, which lacks compiled stdlib modules such as `resource` — and
 `passwd` for `useradd`) with SOURCE_DATE_EPOCH set; documentation, man pages,
-locales, apt and log leftovers and timestamp-based bytecode are left out. The
+locales, apt and log leftovers and Debian's timestamp-based bytecode are left out. The
 runtime of `locks/runtime.txt` is installed on the host with `installer` (no pip in
 the image) into a venv-like prefix at the interpreter path release.toml names
-(`/opt/arena-python/bin/python3` -> Debian's `/usr/bin/python3.11`). Two
-deterministic layers (OS, Python runtime) and an OCI config/manifest are written to
+(`/opt/arena-python/bin/python3` -> Debian's `/usr/bin/python3.11`). The rootfs' own
+interpreter then compiles the stdlib and the runtime to checked-hash bytecode (no time in
+it; without it every server start compiles its imports again). Three deterministic
+layers (OS, Python runtime, bytecode) and an OCI config/manifest are written to
 an OCI layout under `.release/base/oci/`, pushed to the registry by digest with a
 human tag, and pinned in `locks/base.json`; later stages use only that digest.
 """
@@ -510,7 +512,8 @@ class BuiltBase:
 def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_dir: Path,
           wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
           use_cache: bool = True) -> BuiltBase:
-    """Rootfs + runtime -> two layers, config and manifest in `state_dir/oci`."""
+    """Rootfs + runtime -> three layers (OS, runtime, bytecode), config and manifest in
+    `state_dir/oci`."""
     with rootfs(spec, rootfs_cache or Path(state_dir) / "rootfs", use_cache=use_cache) as root:
         return _build(spec, lock, root, python=python, state_dir=state_dir, wheel_cache=wheel_cache)
 
