@@ -32,9 +32,9 @@ from pipeline.verify.serve import built_record, load_built  # noqa: E402
 ACTION = "import json, csv, subprocess"
 
 
-def _cpu_seconds(pid: str) -> float:
-    """utime + stime of a host process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def _cpu_seconds(proc_root: str) -> float:
+    """utime + stime of the process whose /proc/<PID>/root is `proc_root`, in seconds."""
+    fields = (Path(proc_root).parent / "stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -57,8 +57,10 @@ def bench(image: str | None, rounds: int) -> None:
         container = runtime.run(image, port=cfg.port, limits=limits)
         try:
             healthy.append(runtime.wait_healthy(container))
-            pid = runtime._cli("inspect", "--format", "{{.State.Pid}}", container.id).stdout.decode().strip()
-            server_cpu.append(_cpu_seconds(pid))
+            proc_root = runtime.host_root(container)
+            if proc_root is None:
+                raise SystemExit("bench_start: cannot read the server's /proc entry (run as root, with a local engine)")
+            server_cpu.append(_cpu_seconds(proc_root))
             action_cpu.extend(_action_cpu(runtime, container.id) for _ in range(3))
         finally:
             runtime.remove(container)

@@ -423,11 +423,16 @@ def python_prefix(python: str) -> str:
     return str(path.parent.parent)
 
 
+def minor_version(python_version: str) -> str:
+    """`3.11` for `3.11.2`: the part that names the interpreter and its stdlib directory."""
+    return ".".join(python_version.split(".")[:2])
+
+
 def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
                   python_version: str) -> None:
     """Lay out the venv-like prefix under `dest` (a staging root, not the image)."""
     prefix = python_prefix(python)
-    short = ".".join(python_version.split(".")[:2])
+    short = minor_version(python_version)
     runtime_lock.install(wheels, destdir=dest, prefix=prefix, interpreter=python,
                          python_version=short)
     root = Path(dest) / prefix.lstrip("/")
@@ -462,7 +467,7 @@ def compile_bytecode(root: Path, runtime: Path, out: Path, *, prefix: str, pytho
     forced and with PYTHONDONTWRITEBYTECODE (else the modules the compiler itself imports
     would first be cached as timestamp .pyc files, which compileall then keeps). Neither
     tree is written to."""
-    short = ".".join(python_version.split(".")[:2])
+    short = minor_version(python_version)
     interpreter = f"/usr/bin/python{short}"
     stdlib = [d for d in (f"/usr/lib/python{short}", "/usr/lib/python3/dist-packages")
               if (Path(root) / d.lstrip("/")).is_dir()]
@@ -521,7 +526,8 @@ def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_
 def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python: str, state_dir: Path,
            wheel_cache: Path) -> BuiltBase:
     version = debian_python_version(root)
-    short = ".".join(version.split(".")[:2])
+    short = minor_version(version)
+    prefix = python_prefix(python)
     wheels = runtime_lock.fetch(lock, wheel_cache)
     layout = Layout.init(Path(state_dir) / "oci")
     blobs = layout.root / "blobs" / "sha256"
@@ -531,7 +537,7 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
     os_layer = oci_layer.write_layer(os_entries, blobs, source_date_epoch=sde,
                                      mtime_policy="clamp")
     say(f"  {os_layer.digest} {os_layer.size / 1e6:.1f} MB")
-    say(f"layer 2/3: Python runtime ({len(lock.wheels)} wheels) at {python_prefix(python)}")
+    say(f"layer 2/3: Python runtime ({len(lock.wheels)} wheels) at {prefix}")
     with tempfile.TemporaryDirectory(prefix="base-runtime-", dir=state_dir) as tmp:
         stage_runtime(wheels, Path(tmp), python=python, python_version=version)
         py_entries = oci_layer.tree_entries(Path(tmp), normalize=oci_layer.normalized)
@@ -540,9 +546,9 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
         say(f"  {py_layer.digest} {py_layer.size / 1e6:.1f} MB")
         say(f"layer 3/3: bytecode of the stdlib and the runtime (checked-hash, by the rootfs' python{short})")
         with tempfile.TemporaryDirectory(prefix="base-bytecode-") as out:
-            compile_bytecode(root, Path(tmp) / python_prefix(python).lstrip("/"), Path(out),
-                             prefix=python_prefix(python), python_version=version)
-            pyc_layer = oci_layer.write_layer(bytecode_entries(Path(out), prefix=python_prefix(python)),
+            compile_bytecode(root, Path(tmp) / prefix.lstrip("/"), Path(out), prefix=prefix,
+                             python_version=version)
+            pyc_layer = oci_layer.write_layer(bytecode_entries(Path(out), prefix=prefix),
                                               blobs, source_date_epoch=sde)
     say(f"  {pyc_layer.digest} {pyc_layer.size / 1e6:.1f} MB")
     layers = (
@@ -550,11 +556,11 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
                  created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
                  comment=f"debian snapshot {snapshot_url(spec.snapshot)}"),
         NewLayer(py_layer.digest, py_layer.diff_id, py_layer.size,
-                 created_by=f"installer: locks/runtime.txt -> {python_prefix(python)}",
+                 created_by=f"installer: locks/runtime.txt -> {prefix}",
                  comment=f"runtime lock sha256:{lock.sha256}"),
         NewLayer(pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size,
                  created_by=f"python{short} -m compileall --invalidation-mode checked-hash "
-                            f"/usr/lib/python3* {python_prefix(python)}/lib",
+                            f"/usr/lib/python3* {prefix}/lib",
                  comment="bytecode: PYTHONHASHSEED=0, sorted, one process per tree"),
     )
     changes = ConfigChanges(cmd=(python,), env={"PATH": PATH_ENV, "LANG": "C.UTF-8"})
