@@ -78,11 +78,16 @@ def _runtime() -> ContainerRuntime | None:
 
 
 def loopback_images(rt: ContainerRuntime | None = None) -> set[str]:
-    """`host:port/repository@digest` of every image name from a loopback registry."""
+    """`host:port/repository@digest` of every image name from a loopback registry. Every name
+    of each image: `images` lists an image with many names by digest under one of them."""
     rt = rt or _runtime()
     if rt is None:
         return set()
-    out = rt._cli("images", "--format", "{{.Repository}}@{{.Digest}}", check=False)
+    ids = sorted(set(rt._cli("images", "--quiet", "--no-trunc", check=False).stdout.decode().split()))
+    if not ids:
+        return set()
+    out = rt._cli("image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", *ids,
+                  check=False)
     return {line for line in out.stdout.decode().split() if _LOOPBACK.match(line) and "@sha256:" in line}
 
 
@@ -99,12 +104,6 @@ def remove_images_left_by(before: set[str]) -> list[str]:
     rt = _runtime()
     if rt is None:
         return removed
-    # Again while names go: an image with two names is listed under one of them at a time.
-    for _ in range(3):
-        gone = sorted(name for name in loopback_images(rt) - before - set(removed)
-                      if not _port_answers(int(_LOOPBACK.match(name).group(1))))
-        done = [name for name in gone if rt._cli("rmi", name, check=False).returncode == 0]
-        removed += done
-        if not done:
-            break
-    return removed
+    gone = sorted(name for name in loopback_images(rt) - before
+                  if not _port_answers(int(_LOOPBACK.match(name).group(1))))
+    return [name for name in gone if rt._cli("rmi", name, check=False).returncode == 0]
