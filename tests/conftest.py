@@ -35,9 +35,10 @@ where and when tests run, from what they declare, not from a list of names:
   one worker while others are free.
 
 The terminal summary ends with the tests, then the modules, that spent the most CPU (a
-worker's own and its waited-for children's, from setup to teardown; containers' processes
-are podman's children and not counted): on two cores, CPU, not waiting, is what bounds
-the wall time.
+worker's own, its waited-for children's and its forked servers', from setup to teardown;
+containers' processes are podman's children and not counted, nor the worker's forkserver's
+one import of the server stack): on two cores, CPU, not waiting, is what bounds the wall
+time.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import pytest
 
 from pipeline.registry import local as localregistry
 
-from . import containers, scheduling
+from . import containers, forked_server, scheduling
 from .hub_standin import HubStandin
 from .shared import per_test_slot, run_root
 
@@ -213,7 +214,10 @@ CPU_SHOWN = 20
 
 def _cpu_now() -> float:
     mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+    # Servers forked from the worker's forkserver are its children, not the worker's: they
+    # say what they used when they end (tests/forked_server.py).
+    return (mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+            + forked_server.ended_cpu_s)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -14,6 +14,10 @@ host's of its own, as / is (the test run's temporary files may live there: noxfi
 `share` (a test's temporary directory) is the host's own, bound at the same path, for logs
 and inputs.
 
+`start_contained` starts such a command; one of this interpreter (a server) is forked from
+the worker's forkserver, which has imported the server's stack once, and makes the same
+namespaces in the same steps (tests/forked_server.py).
+
 `ContainedProcess.path` maps a path as the server sees it to one the test can open
 (through /proc/PID/root of the server), and `.host_id` a UID as the server sees it to
 the one the test sees (the owner of the sandbox's files, as `os.stat` gives it here).
@@ -30,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests import forked_server
 
 USERNS_EXEC = Path(__file__).with_name("userns_exec.py")
 
@@ -58,14 +64,16 @@ exec "$@"
 """
 
 # As PID 1 of the new PID namespace, root of the new user namespace, which owns it and the
-# IPC namespace. $1: the root made above; $2: the shared directory; then argv.
-_ENTER = r"""
+# IPC namespace. $1: the root made above; $2: the shared directory; then argv (none: only
+# the mounts, for tests/forked_server.py, which chroots itself).
+_ENTER_MOUNTS = r"""
 set -eu
 r=$1 share=$2
 shift 2
 mount -t mqueue mqueue "$r/dev/mqueue"
 mount -t proc proc "$r/proc"
-exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$share" "$@"
+"""
+_ENTER = _ENTER_MOUNTS + r"""exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$share" "$@"
 """
 
 
@@ -88,11 +96,24 @@ def contained_argv(scratch: Path, share: Path, argv: list[str]) -> list[str]:
             "/bin/sh", "-c", _SETUP_MOUNTS, "contained", str(scratch), str(share), *enter]
 
 
+def start_contained(scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[str, str],
+                    log: Path) -> subprocess.Popen | forked_server.Forked:
+    """Start ``argv`` contained (as `contained_argv` runs it), its output to ``log``. A
+    command of this interpreter is forked from the worker's forkserver, which has imported
+    the server's stack already (tests/forked_server.py); any other command is run."""
+    if forked_server.forkable(argv):
+        return forked_server.start(scratch, share, argv, cwd=cwd, env=env, log=log,
+                                   setup_mounts=_SETUP_MOUNTS, enter_script=_ENTER_MOUNTS)
+    with open(log, "ab") as out:
+        return subprocess.Popen(contained_argv(scratch, share, argv), cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
 @dataclass
 class ContainedProcess:
     """The `unshare` process (what the test started) and a view of the server's namespace."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen | forked_server.Forked
 
     def init_pid(self, timeout_s: float = 10.0) -> int:
         """The host PID of the namespace's PID 1 (the server after its exec)."""

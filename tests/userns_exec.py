@@ -8,6 +8,9 @@ host's UID 2000 shared that count, so one test's fork bomb made another test's s
 fail with "fork: Resource temporarily unavailable". Here each server's UID 2000 is a
 random host UID above 2**31 (`uid_map`, read from /proc/PID/uid_map, says which).
 
+`enter()` does the same in the calling (single-threaded) process, for servers forked rather
+than executed (tests/forked_server.py).
+
 Run as root: the namespace's root is the host's root (UID 0 is mapped to itself), with
 its capabilities over the namespaces it then makes (mount, PID, IPC: `unshare`), not
 over the host's.
@@ -31,9 +34,9 @@ def mapping(host_id: int) -> str:
             f"{SANDBOX_ID + 1} {SANDBOX_ID + 1} {IDENTITY_UP_TO - SANDBOX_ID - 1}\n")
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] != ["--"] or len(argv) < 2:
-        sys.exit("usage: userns_exec.py -- ARGV...")
+def enter() -> None:
+    """Move this (single-threaded) process into a new user namespace mapped as above;
+    OSError if it cannot."""
     host_id = HOST_ID_FLOOR + secrets.randbelow(2**30)
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
@@ -54,17 +57,29 @@ def main(argv: list[str]) -> None:
             os._exit(0)
     os.close(ready_r)
     os.close(done_w)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWUSER) != 0:
-        errno = ctypes.get_errno()
-        os.write(ready_w, b"0")
-        os.waitpid(child, 0)
-        sys.exit(f"unshare(CLONE_NEWUSER) failed: {os.strerror(errno)}")
-    os.write(ready_w, b"1")
-    written = os.read(done_r, 1)
-    os.waitpid(child, 0)  # reaped before the exec: the command's only children are its own
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWUSER) != 0:
+            errno = ctypes.get_errno()
+            os.write(ready_w, b"0")
+            raise OSError(errno, f"unshare(CLONE_NEWUSER) failed: {os.strerror(errno)}")
+        os.write(ready_w, b"1")
+        written = os.read(done_r, 1)
+    finally:
+        os.waitpid(child, 0)  # reaped: the caller's only children are its own
+        os.close(ready_w)
+        os.close(done_r)
     if written != b"1":
-        sys.exit("the user namespace's ID maps could not be written")
+        raise OSError("the user namespace's ID maps could not be written")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] != ["--"] or len(argv) < 2:
+        sys.exit("usage: userns_exec.py -- ARGV...")
+    try:
+        enter()
+    except OSError as exc:
+        sys.exit(str(exc))
     os.execvp(argv[1], argv[1:])
 
 

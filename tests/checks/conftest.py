@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.checks.target import Target
-from tests.contained import ContainedProcess, contained_argv, require_containment
+from tests.contained import ContainedProcess, require_containment, start_contained
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = Path(__file__).resolve().parent / "broken" / "launch.py"
@@ -51,11 +50,10 @@ def serving(app: Path, argv: list[str], log: Path):
     """Run `argv` (a server on 127.0.0.1) isolated; yield its Target; stop it."""
     _needs_root()
     port = _free_port()
-    cmd = contained_argv(log.parent / f"ns-{port}", log.parent,
-                         [a.replace("{port}", str(port)) for a in argv])
     env = {**os.environ, "PYTHONPATH": str(app), "NO_PROXY": "127.0.0.1,localhost"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=app, env=env, stdout=out, stderr=subprocess.STDOUT)
+    log.write_bytes(b"")
+    proc = start_contained(log.parent / f"ns-{port}", log.parent,
+                           [a.replace("{port}", str(port)) for a in argv], cwd=app, env=env, log=log)
     url = f"http://127.0.0.1:{port}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:

@@ -28,7 +28,8 @@ from openenv.core.generic_client import GenericEnvClient
 from openenv.core.sync_client import SyncEnvClient
 
 from pipeline.checks.repair import HEALTH_WITHIN_S
-from tests.contained import ContainedProcess, contained_argv, require_containment
+from tests.forked_server import Forked
+from tests.contained import ContainedProcess, require_containment, start_contained
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_SHELL_TIMEOUT_S = 3.0
@@ -69,7 +70,7 @@ class LiveServer:
     """A running server process and how to talk to it."""
 
     url: str
-    process: subprocess.Popen
+    process: subprocess.Popen | Forked
     log_path: Path
     modules_path: Path
 
@@ -148,16 +149,10 @@ def start_server(
     modules_path = workdir / f"modules-{port}.json"
     env = {k: v for k, v in os.environ.items() if k != "ARENA_TASKS_FILE"}
     env["PYTHONPATH"] = pythonpath if pythonpath is not None else str(REPO_ROOT)
-    with open(log_path, "wb") as log:
-        argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
-                tasks_file or "", str(modules_path)]
-        process = subprocess.Popen(
-            contained_argv(workdir / f"ns-{port}", workdir, argv),
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    log_path.write_bytes(b"")
+    argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
+            tasks_file or "", str(modules_path)]
+    process = start_contained(workdir / f"ns-{port}", workdir, argv, cwd=workdir, env=env, log=log_path)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
     deadline = time.monotonic() + HEALTH_WITHIN_S
     while time.monotonic() < deadline:
