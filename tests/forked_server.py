@@ -80,6 +80,9 @@ def _run_python(pyargv: list[str], env: dict[str, str]) -> int:
     """Run `python PYARGV...` in this process (after the namespaces are made)."""
     os.environ.clear()
     os.environ.update(env)
+    if env.get("PYTHONUNBUFFERED"):  # as `python` started with it writes its output
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(line_buffering=True, write_through=True)
     pythonpath = env.get("PYTHONPATH", "")
     for name in [m for m in sys.modules if m == "env" or m.startswith("env.")]:
         del sys.modules[name]
