@@ -203,10 +203,6 @@ class Forked:
         if self._process.exitcode is None:
             self._process.kill()
 
-    def send_signal(self, sig: int) -> None:
-        if self._process.exitcode is None:
-            os.kill(self.pid, sig)
-
 
 def forkable(argv: list[str]) -> bool:
     """Whether `argv` is a command of this interpreter that `start` can fork."""
