@@ -85,8 +85,8 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
         pulled = pull(image, Path(tmp) / "oci")
         layout = Layout(Path(tmp) / "oci")
         image_config = parse_config(layout.read_blob(pulled.config_digest))
-        inherited = inherited_files(image_config, [layout.blob_path(d.digest) for d in pulled.layers],
-                                    cfg.app_dir)
+        layers = [(d.digest, layout.blob_path(d.digest)) for d in pulled.layers]
+        inherited = inherited_files(image_config, layers, cfg.app_dir)
     env = image_config.config.env_map()
     runtime = ContainerRuntime(cfg.runtime)
     plan = external.StartPlan(runtime=runtime, budget=cfg.budgets["external"].values,

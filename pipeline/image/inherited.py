@@ -14,12 +14,11 @@ The build's own layers are the trailing ones whose history line starts with
 
 from __future__ import annotations
 
-import gzip
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from pipeline.image.build import HISTORY_PREFIX
+from pipeline.image.oci import listing
 from pipeline.image.oci.image import ImageConfig
 
 _WHITEOUT = ".wh."
@@ -37,26 +36,20 @@ def own_layer_count(config: ImageConfig) -> int:
     return count
 
 
-def _members(blob: Path) -> list[tuple[str, bool]]:
-    """(path, is a regular file) of every member of a gzip'd layer, in order."""
-    with gzip.open(blob, "rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
-        return [(str(PurePosixPath(info.name.lstrip("./"))), info.isfile()) for info in tar]
-
-
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory + "/")
 
 
-def inherited_files(config: ImageConfig, layer_blobs: Sequence[Path], app_dir: str) -> tuple[str, ...]:
+def inherited_files(config: ImageConfig, layers: Sequence[tuple[str, Path]], app_dir: str) -> tuple[str, ...]:
     """Absolute paths of the regular files the base leaves under `app_dir` that the
-    build's own layers do not replace, sorted. `layer_blobs` are the image's layer
-    files in manifest order."""
+    build's own layers do not replace, sorted. `layers` are the image's layers in
+    manifest order: (digest, blob file) each (pipeline.image.oci.listing reads them)."""
     app = app_dir.strip("/")
     own = own_layer_count(config)
-    base, ours = layer_blobs[:len(layer_blobs) - own], layer_blobs[len(layer_blobs) - own:]
+    base, ours = layers[:len(layers) - own], layers[len(layers) - own:]
     files: set[str] = set()
-    for blob in base:
-        for path, regular in _members(blob):
+    for digest, blob in base:
+        for path, regular in listing.entries(blob, digest):
             parent, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
             if name == _OPAQUE:
                 files = {f for f in files if not f.startswith(parent + "/")}
@@ -67,5 +60,5 @@ def inherited_files(config: ImageConfig, layer_blobs: Sequence[Path], app_dir: s
                 files.add(path)
             else:
                 files.discard(path)
-    replaced = {path for blob in ours for path, _ in _members(blob)}
+    replaced = {path for digest, blob in ours for path, _ in listing.entries(blob, digest)}
     return tuple(sorted(f"/{f}" for f in files - replaced))

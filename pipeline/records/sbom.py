@@ -32,6 +32,8 @@ from pipeline.config import REPO_ROOT, Source
 from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.image.oci import digest as oci_digest
+from pipeline.image.oci import listing
+from pipeline.image.oci.listing import clean as _clean
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -129,14 +131,10 @@ class FileView:
         return None
 
 
-def _clean(name: str) -> str:
-    """Tar member names as image paths: `./usr/x` and `/usr/x` are `usr/x`; `.` is ``."""
-    path = posixpath.normpath("/" + name).lstrip("/")
-    return "" if path == "." else path
-
-
 def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) -> None:
-    """Apply one layer: its whiteouts remove lower files, then its files are added."""
+    """Apply one layer: its whiteouts remove lower files, then its files are added. What
+    the layer lists is recorded under its digest once its bytes match it (listing)."""
+    listed: list[listing.Entry] = []
     added: dict[str, bytes] = {}
     links: dict[str, str] = {}
     hardlinks: dict[str, str] = {}
@@ -152,6 +150,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
                 name = _clean(m.name)
                 if not name:
                     continue
+                listed.append((name, m.isreg()))
                 base = posixpath.basename(name)
                 parent = posixpath.dirname(name)
                 if base == _OPAQUE:
@@ -178,6 +177,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
     if actual != layer_digest:
         raise DigestMismatch(f"layer blob {blob.name} does not match its digest", expected=layer_digest,
                              actual=actual, hint="the OCI layout is corrupt; rebuild the image")
+    listing.record(layer_digest, listed)
     for path, children_only in removed:
         view._drop(path, children_only=children_only)
     view.files.update(added)

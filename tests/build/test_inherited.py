@@ -18,7 +18,7 @@ def _image(tmp_path, base_layers, own_layers):
     news = [NewLayer(l.digest, l.diff_id, l.size, "COPY something") for l in base_layers]
     news += [NewLayer(l.digest, l.diff_id, l.size, f"{HISTORY_PREFIX}x layer") for l in own_layers]
     image = derive(None, news, ConfigChanges(), source_date_epoch=1)
-    return parse_config(image.config_bytes), [l.path for l in (*base_layers, *own_layers)]
+    return parse_config(image.config_bytes), [(l.digest, l.path) for l in (*base_layers, *own_layers)]
 
 
 def test_base_files_under_the_app_dir_that_the_build_does_not_replace(tmp_path):
@@ -45,4 +45,12 @@ def test_whiteouts_in_later_base_layers_remove_files(tmp_path):
 def test_a_base_without_app_dir_files_leaves_nothing(tmp_path):
     config, blobs = _image(tmp_path, [_layer(tmp_path, {"usr/bin/python3": b"py"})],
                            [_layer(tmp_path, {"opt/arena/env/a.py": b"a"})])
+    assert inherited_files(config, blobs, "/opt/arena") == ()
+
+
+def test_a_whiteout_at_the_top_of_a_later_base_layer_removes_the_app_dir(tmp_path):
+    """`.wh.opt` in the layer's root (named `./.wh.opt` in its tar) removes all of /opt below it."""
+    base = [_layer(tmp_path, {"opt/arena/instance.json": b"{}"}),
+            _layer(tmp_path, {}, (FileEntry("./.wh.opt", "file", 0o600, source=b""),))]
+    config, blobs = _image(tmp_path, base, [])
     assert inherited_files(config, blobs, "/opt/arena") == ()

@@ -76,7 +76,8 @@ def _protected(runtime: ContainerRuntime, image: str, tmp: Path) -> dict:
     pulled = pull(image, tmp / "oci")
     layout = Layout(tmp / "oci")
     config = oci_image.parse_config(layout.read_blob(pulled.config_digest))
-    inherited = inherited_files(config, [layout.blob_path(d.digest) for d in pulled.layers], "/opt/arena")
+    inherited = inherited_files(config, [(d.digest, layout.blob_path(d.digest)) for d in pulled.layers],
+                                "/opt/arena")
     runtime.pull(image)
     container = runtime.start(image, port=8000)
     try:
