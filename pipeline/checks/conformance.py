@@ -1,34 +1,35 @@
 """OpenEnv conformance: openenv-core's own validator against a running server.
 
-The check runs the real command line, `openenv validate --url URL` (openenv-core's
-CLI, installed with its `cli` requirements in the pipeline's environment), exactly as
-the seed release's `openenv_endpoint_validation` did and as the platform's admission
-judges an image. It passes when the command exits 0; its JSON report (one criterion
-per line of the OpenEnv runtime standard) is kept as the observed value, and a failure
-names the criteria that failed.
+The check is `openenv validate --url URL` (openenv-core's CLI, installed with its `cli`
+requirements in the pipeline's environment), as the seed release's
+`openenv_endpoint_validation` ran it and as the platform's admission judges an image. It
+passes when the command would exit 0; its JSON report (one criterion per line of the
+OpenEnv runtime standard) is kept as the observed value, and a failure names the
+criteria that failed.
 
-openenv-core's CLI takes seconds of CPU to import (fastmcp, mcp, openai), and a release
-or a test run validates dozens of servers. When this interpreter has openenv-core, each
-run is therefore a process forked from a multiprocessing forkserver that imported the CLI
-once: the console script's own entry point (`openenv.cli.__main__:main`, all the
-`openenv` script calls) with the same argv and environment, its stdout and stderr to
-files, its exit code read as the command line's. Otherwise the `openenv` on PATH runs.
+For a URL the command calls one function, openenv-core's
+`openenv.cli._validation.validate_running_environment(url, timeout_s=5.0)` (its
+`--timeout` default), prints the report it returns and exits 1 unless the report passed
+(1 too, with the error, when the function raises). When this interpreter has that module,
+the check calls the same function in this process: a process of the CLI spends 3 s of CPU
+importing it (fastmcp, mcp, openai) before a check of under a second, and a release or a
+test run validates dozens of servers; the process that checks has imported openenv-core
+already (its client opens the suite's sessions). Otherwise the `openenv` console script on
+PATH runs. tests/checks/test_conformance.py holds both to the console script's exit code
+and report.
 """
 
 from __future__ import annotations
 
-import atexit
-import importlib.util
 import json
 import logging
-import multiprocessing
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,20 +85,18 @@ def openenv_command() -> str:
 
 
 def validate(url: str, *, timeout_s: float = VALIDATE_TIMEOUT_S) -> Validation:
-    """Run `openenv validate --url <url>` and read its JSON report."""
-    args = ("validate", "--url", url)
-    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
-    if _forkable():
-        command = ("openenv", *args)
-        log.info("$ %s (forked from the preloaded CLI)", shlex.join(command))
-        ran = _run_forked(args, env, timeout_s)
-    else:
-        try:
-            command = (openenv_command(), *args)
-        except FileNotFoundError as exc:
-            return Validation(("openenv", *args), None, error=str(exc))
-        log.info("$ %s", shlex.join(command))
-        ran = _run_command(command, env, timeout_s)
+    """`openenv validate --url <url>`: its exit code and JSON report (see the module's doc)."""
+    command = ("openenv", "validate", "--url", url)
+    validator = _validator()
+    if validator is not None:
+        log.info("$ %s (openenv-core's validator, in this process)", shlex.join(command))
+        return _validate_here(validator, command, url, timeout_s)
+    try:
+        command = (openenv_command(), *command[1:])
+    except FileNotFoundError as exc:
+        return Validation(command, None, error=str(exc))
+    log.info("$ %s", shlex.join(command))
+    ran = _run_command(command, {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}, timeout_s)
     if ran is None:
         return Validation(command, None, error=f"did not finish within {timeout_s:g} s")
     exit_code, stdout, stderr = ran
@@ -109,6 +108,44 @@ def validate(url: str, *, timeout_s: float = VALIDATE_TIMEOUT_S) -> Validation:
     return Validation(command, exit_code, report if isinstance(report, dict) else {})
 
 
+# The CLI's `--timeout` default: each of the validator's HTTP requests waits this long.
+CLI_REQUEST_TIMEOUT_S = 5.0
+
+
+def _validator() -> Callable[..., dict[str, Any]] | None:
+    """openenv-core's runtime validator, when this interpreter has it."""
+    try:
+        from openenv.cli._validation import validate_running_environment
+    except ImportError:
+        return None
+    return validate_running_environment
+
+
+def _validate_here(validator: Callable[..., dict[str, Any]], command: tuple[str, ...], url: str,
+                   timeout_s: float) -> Validation:
+    """What the command line would say, from the validator it calls, in a thread of this
+    process given `timeout_s` in all (past it, the thread is left to its requests' own
+    timeouts and the run is reported unfinished)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            # As printed and read back: the JSON the command line writes.
+            outcome["report"] = json.loads(json.dumps(validator(url, timeout_s=CLI_REQUEST_TIMEOUT_S)))
+        except Exception as exc:  # the command line prints it and exits 1
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=run, name="openenv validate", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return Validation(command, None, error=f"did not finish within {timeout_s:g} s")
+    if "error" in outcome:
+        return Validation(command, 1, error=outcome["error"])
+    report = outcome["report"] if isinstance(outcome.get("report"), dict) else {}
+    return Validation(command, 0 if report.get("passed") else 1, report)
+
+
 def _run_command(argv: tuple[str, ...], env: dict[str, str],
                  timeout_s: float) -> tuple[int, str, str] | None:
     try:
@@ -116,78 +153,6 @@ def _run_command(argv: tuple[str, ...], env: dict[str, str],
     except subprocess.TimeoutExpired:
         return None
     return proc.returncode, proc.stdout, proc.stderr
-
-
-CLI_MODULE = "openenv.cli.__main__"
-_fork_lock = threading.Lock()
-_fork_context: multiprocessing.context.ForkServerContext | None = None
-
-
-def _forkable() -> bool:
-    try:
-        return importlib.util.find_spec(CLI_MODULE) is not None
-    except ImportError:
-        return False
-
-
-def _forkserver() -> multiprocessing.context.ForkServerContext:
-    """The forkserver context whose server imports the CLI once (started on first use,
-    stopped at this process's exit)."""
-    global _fork_context
-    with _fork_lock:
-        if _fork_context is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([CLI_MODULE, __name__])
-            atexit.register(_stop_helpers)
-            _fork_context = context
-        return _fork_context
-
-
-def _stop_helpers() -> None:
-    """At exit: stop the forkserver and multiprocessing's resource tracker and wait for them.
-    (They would exit on their own once this process is gone, a moment later: by then whoever
-    checks that nothing was left behind has looked.)"""
-    from multiprocessing import forkserver, resource_tracker
-
-    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
-        stop = getattr(helper, "_stop", None)
-        if stop is not None:
-            try:
-                stop()
-            except OSError as exc:
-                log.debug("stopping %s: %s", type(helper).__name__, exc)
-
-
-def _run_forked(args: tuple[str, ...], env: dict[str, str],
-                timeout_s: float) -> tuple[int, str, str] | None:
-    with tempfile.TemporaryDirectory(prefix="openenv-validate-") as tmp:
-        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        for path in (out, err):  # there to read even if the child dies before writing
-            open(path, "wb").close()
-        child = _forkserver().Process(target=_cli_main, args=(args, env, out, err),
-                                      name="openenv validate", daemon=True)
-        child.start()
-        child.join(timeout_s)
-        if child.is_alive():
-            child.kill()
-            child.join()
-            return None
-        with open(out, encoding="utf-8", errors="replace") as o, open(err, encoding="utf-8", errors="replace") as e:
-            return child.exitcode if child.exitcode is not None else -1, o.read(), e.read()
-
-
-def _cli_main(args: tuple[str, ...], env: dict[str, str], out: str, err: str) -> None:
-    """In the forked child: the `openenv` console script, stdout and stderr to files."""
-    os.environ.clear()
-    os.environ.update(env)
-    for path, fd in ((out, 1), (err, 2)):
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(handle, fd)
-        os.close(handle)
-    sys.argv = ["openenv", *args]
-    from openenv.cli.__main__ import main
-
-    main()
 
 
 def record_validation(rec: Recorder, name: str, url: str) -> Validation:
