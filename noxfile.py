@@ -83,8 +83,12 @@ def tests(session: nox.Session) -> None:
     # Compiled once here rather than in every process: where PYTHONDONTWRITEBYTECODE is set
     # (CI's machines) each `python -m pipeline` and `openenv` run of the suite (hundreds)
     # would compile what it imports from source again, 1.5 s of CPU each; compiling all of
-    # it takes 20 s once. Sessions that run a few processes skip it.
-    _install(session, "pipeline", "test", bytecode=True)
+    # it takes 15 s once. Sessions that run a few processes skip it. Not the test group:
+    # pytest and its workers import those packages, and they write their bytecode (below);
+    # compiling them all (pandas, numpy and pyarrow, for datasets) took 15 s more, mostly
+    # for modules no test imports.
+    _install(session, "pipeline", bytecode=True)
+    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
     _setup_host(session)
     # Without PYTHONDONTWRITEBYTECODE (CI's machines set it) for the same reason: pytest
     # caches the modules it rewrites for assertions, and Python the checkout's own modules,

@@ -69,13 +69,12 @@ def test_a_server_that_is_not_there_fails_the_same_criteria_both_ways(monkeypatc
     one verdict, the command line's."""
     url = _closed_port()
     here = conformance.validate(url)
-    code, report = _command_line(url)
     monkeypatch.setattr(conformance, "_validator", lambda: None)
     script = conformance.validate(url)
     assert here.command == ("openenv", "validate", "--url", url)
     assert script.command == (conformance.openenv_command(), "validate", "--url", url)
-    assert here.exit_code == script.exit_code == code == 1 and not here.passed and not script.passed
-    assert _without_timestamps(here.report) == _without_timestamps(script.report) == _without_timestamps(report)
+    assert here.exit_code == script.exit_code == 1 and not here.passed and not script.passed
+    assert _without_timestamps(here.report) == _without_timestamps(script.report)
     assert "health_endpoint" in here.failed_criteria
 
 
