@@ -6,7 +6,7 @@ the session's real local registry and yields its BaseRecord. The build holds a f
 lock: the first xdist worker builds, the others wait and then only push the cached
 layout to their own registry. `lock_venv` is a fresh
 venv of Debian's python3.11 with exactly locks/runtime.txt installed by pip with
---require-hashes.
+--require-hashes, made once per run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pipeline.sources import lock
 from pipeline.config import REPO_ROOT
 from pipeline.registry.client import Credentials, RegistryClient
 
-from ..shared import locked, shared_result
+from ..shared import locked, once, shared_result
 
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"
@@ -60,13 +60,19 @@ def pip_install(venv_python: Path, lock_file: Path, find_links: Path):
         capture_output=True, text=True)
 
 
-@pytest.fixture(scope="session")
+@shared_result
 def lock_venv(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("lockvenv")
-    python = make_venv(tmp / "venv")
-    result = pip_install(python, lock.LOCK, wheel_dir(tmp))
-    assert result.returncode == 0, result.stderr
-    return python
+    """Made once per run for every worker that needs it (pip's install and its bytecode
+    compile: 10 s of CPU each time); the tests only run its interpreter."""
+    if not PYTHON311.exists():
+        pytest.skip("needs Debian's /usr/bin/python3.11 (the image's interpreter)")
+
+    def make(root: Path) -> None:
+        python = make_venv(root / "venv")
+        result = pip_install(python, lock.LOCK, wheel_dir(root))
+        assert result.returncode == 0, result.stderr
+
+    return once(tmp_path_factory, "lock-venv", make) / "venv" / "bin" / "python"
 
 
 def registry_client(state) -> RegistryClient:
