@@ -33,7 +33,6 @@ from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
-from pipeline.image.oci.listing import clean as _clean
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -147,7 +146,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
         reader = _HashingReader(raw)
         with tarfile.open(fileobj=reader, mode="r|*") as tar:  # type: ignore[call-overload]
             for m in tar:
-                name = _clean(m.name)
+                name = listing.clean(m.name)
                 if not name:
                     continue
                 listed.append((name, m.isreg()))
@@ -170,7 +169,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
                 elif m.issym():
                     links[name] = m.linkname
                 elif m.islnk():
-                    hardlinks[name] = _clean(m.linkname)
+                    hardlinks[name] = listing.clean(m.linkname)
         while reader.read(1 << 20):
             pass  # hash any trailing padding too
     actual = "sha256:" + reader.hash.hexdigest()
