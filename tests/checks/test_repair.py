@@ -28,6 +28,7 @@ from pipeline.registry.client import Reference, RegistryClient
 from pipeline.verify.limits import ExternalLimits
 from pipeline.verify.runtime import ContainerRuntime
 
+from ..base.basefixtures import base_image  # noqa: F401
 from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins
 
 # The module's fixture runs twenty stand-ins' checks (one waits over two minutes by design):
@@ -44,8 +45,8 @@ JOBS = {"good": ("", REFERENCE), "no-reference": ("", None), "reference-no-fix":
 
 
 @pytest.fixture(scope="module")
-def standins(local_registry, tmp_path_factory):
-    return build_standins(local_registry, tmp_path_factory.mktemp("standins"), task_id=TASK)
+def standins(local_registry, base_image, tmp_path_factory):  # noqa: F811
+    return build_standins(local_registry, base_image, tmp_path_factory.mktemp("standins"), task_id=TASK)
 
 
 def check(image: str, reference: repair.ReferenceRepair | None) -> external.ExternalResult:

@@ -20,6 +20,7 @@ from pipeline.checks import repair
 from pipeline.checks.results import load
 from pipeline.config import REPO_ROOT
 
+from ..base.basefixtures import base_image  # noqa: F401
 from .repair_standin import REFERENCE_SCRIPT, build_standins
 
 pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow]
@@ -39,8 +40,9 @@ def _nox(clone, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=1200)
 
 
-def test_repair_checks_from_a_fresh_clone_against_a_loopback_registry(local_registry, tmp_path):
-    standins = build_standins(local_registry, tmp_path / "work", task_id=TASK, faults=("grader-root",))
+def test_repair_checks_from_a_fresh_clone_against_a_loopback_registry(local_registry, base_image,  # noqa: F811
+                                                                      tmp_path):
+    standins = build_standins(local_registry, base_image, tmp_path / "work", task_id=TASK, faults=("grader-root",))
     assert standins[""].reference.startswith("127.0.0.1:")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", f"file://{REPO_ROOT}", str(clone)], check=True)

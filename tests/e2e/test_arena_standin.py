@@ -199,8 +199,8 @@ def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path
     # The base: the PYroMat stand-in, whose instance.json is the record the rows API serves.
     base = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
                                  runtime=pyromat_runtime)
-    first = build_standin(local_registry, tmp_path / "s1", task_id=TASKS[0])
-    second = build_standin(local_registry, tmp_path / "s2", task_id=TASKS[1])
+    first = build_standin(local_registry, base_image, tmp_path / "s1", task_id=TASKS[0])
+    second = build_standin(local_registry, base_image, tmp_path / "s2", task_id=TASKS[1])
     # The records the rows API serves are the images' own /opt/arena/instance.json.
     texts = {TASKS[0]: first.instance_json.decode(), TASKS[1]: second.instance_json.decode()}
     images = {TASKS[0]: (first.reference, first.compressed_bytes),

@@ -1,11 +1,15 @@
 """Stand-in MiMo repair images, shaped like the real ones (mimo.md), built with the
 project's own machinery.
 
-The base is made by the project's base builder (`pipeline.image.base.build`: mmdebstrap
-+ the slim OpenEnv runtime at /opt/arena-python) with `git` added to its packages (bash
-is Essential), as the real task images have both, and the base's layer of bytecode (the
-real runtime, a python:3.12-slim copy installed with pip, ships its .pyc files too). On it, one layer like the real images' layers 3-5: a root-only (0700) /opt/arena holding the server (server.py, models.py),
-`instance.json` (the task record: test_patch, test_command, ...) and `workspace.tar` (a
+The base is the run's own local base (`pipeline.image.base`: mmdebstrap bookworm + the
+slim OpenEnv runtime at /opt/arena-python + the layer of bytecode, as the real runtime, a
+python:3.12-slim copy installed with pip, ships its .pyc files too), its three layers
+reused by digest, and on it a layer with git (bash is Essential), as the real task images
+have both: the files of bookworm's git package, fetched from the base's mirror by an apt
+that reads none of the host's sources and unpacked by `dpkg-deb` (git's own commands are
+all the checks run; its dependencies beyond the base's libraries, perl and libcurl, serve
+commands they do not). On it, one layer like the real images' layers 3-5: a root-only
+(0700) /opt/arena holding the server (server.py, models.py), `instance.json` (the task record: test_patch, test_command, ...) and `workspace.tar` (a
 git repository at the task's base commit), and the user arena-agent, UID 2000, home
 /home/arena-agent. The config is the real images': User root, WorkingDir /opt/arena,
 the uvicorn Cmd on /opt/arena-python/bin/python3, port 8000, PYTHONUNBUFFERED and
@@ -27,21 +31,23 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import REPO_ROOT
 from pipeline.image import base
 from pipeline.image.oci.image import DOCKER, BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
-from pipeline.image.oci.layer import FileEntry, write_layer
+from pipeline.image.oci.layer import FileEntry, tree_entries, write_layer
 from pipeline.registry.push import push_image
-from pipeline.sources import lock as runtime_lock
+
+from ...base.basefixtures import TEST_STATE
 
 HERE = Path(__file__).resolve().parent
 MODELS = REPO_ROOT / "env" / "server" / "models.py"
 REFERENCE_SCRIPT = HERE / "reference.py"
 REPOSITORY = "test/mimo-repair-standin"
-STATE = REPO_ROOT / ".release" / "test-repair-standin-base"
+# The git layer, kept between runs of a checkout (it is a stand-in: no digest pins it).
+STATE = REPO_ROOT / ".release" / "test-repair-standin-git"
 PYTHON = "/opt/arena-python/bin/python3"
 CMD = (PYTHON, "-m", "uvicorn", "server:app", "--host", "0.0.0.0", "--port", "8000")
 ENV = {"PATH": base.PATH_ENV, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "ENABLE_WEB_INTERFACE": "false"}
@@ -49,7 +55,10 @@ LABELS = {"org.opencontainers.image.source": "https://github.com/akseljoonas/mim
 AGENT = "arena-agent"
 AGENT_UID = 2000
 SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01: the stand-in task's commits and files
-BASE_SPEC = base.BaseSpec(packages=base.PACKAGES + ("git",))
+# What the git layer leaves out of the package, as the base's dpkg leaves documentation
+# out (the licence stays); gitweb and shell completion are never used.
+GIT_LEFT_OUT = ("usr/share/man", "usr/share/locale", "usr/share/lintian", "usr/share/gitweb",
+                "usr/share/bash-completion", "etc/bash_completion.d")
 # The one check each broken stand-in fails (and nothing else).
 FAULT_FAILS = {
     "slow-start": "health_within_120_seconds",
@@ -160,17 +169,16 @@ def compact_json(record: dict) -> bytes:
 
 @dataclass(frozen=True)
 class StandInBase:
-    """The base's layers (OS with git and bash, runtime at /opt/arena-python) as blobs."""
+    """The base's layers (the run's base, then git) and where each one's blob is."""
 
-    key: str
     layers: tuple[dict, ...]   # digest, diff_id, size, created_by, comment
-    blobs: str                 # the directory of the layer blobs (<hex> files)
+    blobs: dict[str, str]      # digest -> the file holding its blob
 
     def new_layers(self) -> list[NewLayer]:
         return [NewLayer(**layer) for layer in self.layers]
 
     def blob(self, digest: str) -> Path:
-        return Path(self.blobs) / digest.split(":", 1)[1]
+        return Path(self.blobs[digest])
 
     def etc(self, name: str) -> bytes:
         """/etc/<name> of the base's OS layer."""
@@ -189,31 +197,64 @@ def layer_file(blob: Path, path: str) -> bytes:
     raise FileNotFoundError(f"{path} is not in {blob}")
 
 
-def standin_base(state: Path = STATE) -> StandInBase:
-    """The stand-in base, built once with the project's base builder (reused while its
-    inputs and the builder are unchanged)."""
-    lock = runtime_lock.load_lock()
-    key = f"{BASE_SPEC.cache_key(base.mmdebstrap_version())}-{lock.sha256[:16]}-{base.builder_sha256()[:16]}"
+def _git_deb(work: Path) -> Path:
+    """bookworm's git package from the base's mirror, by an apt whose sources, lists,
+    cache and package state are in `work` (none of the host's)."""
+    apt = work / "apt"
+    for sub in ("lists/partial", "archives/partial"):
+        (apt / sub).mkdir(parents=True, exist_ok=True)
+    (apt / "sources.list").write_text(f"deb {base.MIRROR} {base.SUITE} main\n")
+    (apt / "status").touch()
+    options = [f"-oDir::State={apt}", f"-oDir::State::Lists={apt / 'lists'}",
+               f"-oDir::State::status={apt / 'status'}", f"-oDir::Cache={apt}",
+               f"-oDir::Cache::Archives={apt / 'archives'}", f"-oDir::Etc::SourceList={apt / 'sources.list'}",
+               "-oDir::Etc::SourceParts=/nonexistent", "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root"]
+    for args in (("update",), ("download", "git")):
+        proc = subprocess.run(["apt-get", "-q", *options, *args], cwd=work, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, f"apt-get {' '.join(args)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return next(work.glob("git_*.deb"))
+
+
+def _left_out(rel: str) -> bool:
+    if rel.startswith("usr/share/doc/"):
+        return rel.count("/") > 3 or (rel.count("/") == 3 and not rel.endswith("/copyright"))
+    return any(rel == d or rel.startswith(d + "/") for d in GIT_LEFT_OUT)
+
+
+def _git_layer(state: Path) -> tuple[dict, Path]:
+    """The git layer (made once per checkout) and its blob."""
+    record = state / "git-layer.json"
+    if record.exists():
+        layer = json.loads(record.read_text())
+        blob = state / "blobs" / layer["digest"].split(":", 1)[1]
+        if blob.exists():
+            return layer, blob
+    with tempfile.TemporaryDirectory(prefix="standin-git-") as tmp:
+        deb = _git_deb(Path(tmp))
+        tree = Path(tmp) / "tree"
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
+        written = write_layer(tree_entries(tree, skip=_left_out), state / "blobs",
+                              source_date_epoch=SOURCE_DATE_EPOCH, mtime_policy="clamp")
+    layer = {"digest": written.digest, "diff_id": written.diff_id, "size": written.size,
+             "created_by": f"stand-in: dpkg-deb -x {deb.name}", "comment": ""}
+    record.write_text(json.dumps(layer))
+    return layer, written.path
+
+
+def standin_base(run_base: base.BaseRecord, run_blobs: Path, state: Path = STATE) -> StandInBase:
+    """The stand-in base: `run_base`'s layers (their blobs in `run_blobs`), then git's."""
+    blobs = {l.digest: str(run_blobs / l.digest.split(":", 1)[1]) for l in run_base.layers}
+    missing = [d for d, path in blobs.items() if not Path(path).exists()]
+    assert not missing, f"the run's base layers {missing} are not in {run_blobs}"
+    layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
+               "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in run_base.layers]
     state.mkdir(parents=True, exist_ok=True)
     with open(state / ".lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
-        record = state / "standin-base.json"
-        if record.exists():
-            data = json.loads(record.read_text())
-            cached = StandInBase(data["key"], tuple(data["layers"]), data["blobs"])
-            if cached.key == key and all(cached.blob(l["digest"]).exists() for l in cached.layers):
-                return cached
-        shutil.rmtree(state / "oci", ignore_errors=True)
-        # Its rootfs in a temporary directory (a tmpfs in the tests session): the layers
-        # below are what later runs reuse.
-        with tempfile.TemporaryDirectory(prefix="standin-rootfs-") as rootfs:
-            built = base.build(BASE_SPEC, lock, python=PYTHON, state_dir=state, rootfs_cache=Path(rootfs))
-        blobs = built.layout / "blobs" / "sha256"
-        layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
-                   "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in built.layers]
-        made = StandInBase(key, tuple(layers), str(blobs))
-        record.write_text(json.dumps(asdict(made)))
-        return made
+        git, blob = _git_layer(state)
+    blobs[git["digest"]] = str(blob)
+    return StandInBase((*layers, git), blobs)
 
 
 # ----------------------------------------------------------------- the images
@@ -239,14 +280,14 @@ def _entries(standin: StandInBase, task_id: str, work: Path) -> tuple[list[FileE
             *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items()))], record
 
 
-def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...] = FAULTS,
-                   standin: StandInBase | None = None) -> dict[str, StandIn]:
+def build_standins(registry, run_base: base.BaseRecord, work: Path, *, task_id: str,
+                   faults: tuple[str, ...] = FAULTS) -> dict[str, StandIn]:
     """Push the stand-in of `task_id` and its broken variants to `registry` (a
     pipeline.registry.local state); {"": the good one, fault: its broken one}."""
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown:
         raise ValueError(f"unknown fault(s) {unknown}")
-    standin = standin or standin_base()
+    standin = standin_base(run_base, TEST_STATE / "oci" / "blobs" / "sha256")
     work.mkdir(parents=True, exist_ok=True)
     entries, record = _entries(standin, task_id, work)
     layer = write_layer(entries, work, source_date_epoch=SOURCE_DATE_EPOCH)
@@ -271,6 +312,6 @@ def build_standins(registry, work: Path, *, task_id: str, faults: tuple[str, ...
     return out
 
 
-def build_standin(registry, work: Path, *, task_id: str, fault: str = "") -> StandIn:
+def build_standin(registry, run_base: base.BaseRecord, work: Path, *, task_id: str, fault: str = "") -> StandIn:
     """One stand-in (good, or broken by `fault`)."""
-    return build_standins(registry, work, task_id=task_id, faults=(fault,) if fault else ())[fault]
+    return build_standins(registry, run_base, work, task_id=task_id, faults=(fault,) if fault else ())[fault]
