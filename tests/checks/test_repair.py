@@ -32,8 +32,11 @@ from ..base.basefixtures import base_image  # noqa: F401
 from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins
 
 # The module's fixture runs twenty stand-ins' checks (one waits over two minutes by design):
-# 430 s alone on two cores, twice that beside a second run of the suite.
-pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
+# 430 s alone on two cores, twice that beside a second run of the suite. `first`: it waits
+# for the run's base (the stand-ins' base) and then runs two to four minutes; queued behind
+# the other tests that need the base, it started six minutes into a run and ended it.
+pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow, pytest.mark.first,
+              pytest.mark.timeout(1800)]
 TASK = "format-code-task-000666"
 REFERENCE = repair.ReferenceRepair.read(REFERENCE_SCRIPT)
 # References that are not the repair: one runs and repairs nothing, one fails.
