@@ -9,8 +9,9 @@ have both: the files of bookworm's git package, fetched from the base's mirror b
 that reads none of the host's sources and unpacked by `dpkg-deb` (git's own commands are
 all the checks run; its dependencies beyond the base's libraries, perl and libcurl, serve
 commands they do not). On it, one layer like the real images' layers 3-5: a root-only
-(0700) /opt/arena holding the server (server.py, models.py), `instance.json` (the task record: test_patch, test_command, ...) and `workspace.tar` (a
-git repository at the task's base commit), and the user arena-agent, UID 2000, home
+(0700) /opt/arena holding the server (server.py, models.py), `instance.json` (the task
+record: test_patch, test_command, ...) and `workspace.tar` (a git repository at the task's
+base commit), and the user arena-agent, UID 2000, home
 /home/arena-agent. The config is the real images': User root, WorkingDir /opt/arena,
 the uvicorn Cmd on /opt/arena-python/bin/python3, port 8000, PYTHONUNBUFFERED and
 ENABLE_WEB_INTERFACE, the source label; Docker schema 2, like theirs.
@@ -38,6 +39,7 @@ from pipeline.config import REPO_ROOT
 from pipeline.image import base
 from pipeline.image.oci.image import DOCKER, BaseImage, ConfigChanges, NewLayer, derive, parse_manifest
 from pipeline.image.oci.layer import FileEntry, tree_entries, write_layer
+from pipeline.image.oci.layout import Layout
 from pipeline.registry.push import push_image
 
 from ...base.basefixtures import TEST_STATE
@@ -242,11 +244,11 @@ def _git_layer(state: Path) -> tuple[dict, Path]:
     return layer, written.path
 
 
-def standin_base(run_base: base.BaseRecord, run_blobs: Path, state: Path = STATE) -> StandInBase:
-    """The stand-in base: `run_base`'s layers (their blobs in `run_blobs`), then git's."""
-    blobs = {l.digest: str(run_blobs / l.digest.split(":", 1)[1]) for l in run_base.layers}
+def standin_base(run_base: base.BaseRecord, run_layout: Layout, state: Path = STATE) -> StandInBase:
+    """The stand-in base: `run_base`'s layers (their blobs in `run_layout`), then git's."""
+    blobs = {l.digest: str(run_layout.blob_path(l.digest)) for l in run_base.layers}
     missing = [d for d, path in blobs.items() if not Path(path).exists()]
-    assert not missing, f"the run's base layers {missing} are not in {run_blobs}"
+    assert not missing, f"the run's base layers {missing} are not in {run_layout.root}"
     layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
                "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in run_base.layers]
     state.mkdir(parents=True, exist_ok=True)
@@ -287,7 +289,7 @@ def build_standins(registry, run_base: base.BaseRecord, work: Path, *, task_id: 
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown:
         raise ValueError(f"unknown fault(s) {unknown}")
-    standin = standin_base(run_base, TEST_STATE / "oci" / "blobs" / "sha256")
+    standin = standin_base(run_base, Layout.open(TEST_STATE / "oci"))
     work.mkdir(parents=True, exist_ok=True)
     entries, record = _entries(standin, task_id, work)
     layer = write_layer(entries, work, source_date_epoch=SOURCE_DATE_EPOCH)
