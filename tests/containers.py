@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -83,12 +84,34 @@ def loopback_images(rt: ContainerRuntime | None = None) -> set[str]:
     rt = rt or _runtime()
     if rt is None:
         return set()
-    ids = sorted(set(rt._cli("images", "--quiet", "--no-trunc", check=False).stdout.decode().split()))
-    if not ids:
-        return set()
-    out = rt._cli("image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", *ids,
-                  check=False)
-    return {line for line in out.stdout.decode().split() if _LOOPBACK.match(line) and "@sha256:" in line}
+    return {name for name in _store_names(rt) if _LOOPBACK.match(name) and "@sha256:" in name}
+
+
+# Listing the store is two commands, `images` (the IDs) then `image inspect` (each one's
+# names). Either fails outright, printing nothing or part, when an image is removed while it
+# reads the store ("retrieving label for image ...", "reading image ...: image not known"),
+# which beside other tests and runs that pull and remove images happens a few times a minute.
+# A failed listing taken for an empty store failed a run (2026-12-03: a test's "names there
+# before" came out empty); the pair is run again until both succeed, or it is an error.
+_LIST_ATTEMPTS = 10
+
+
+def _store_names(rt: ContainerRuntime) -> list[str]:
+    for attempt in range(_LIST_ATTEMPTS):
+        if attempt:
+            time.sleep(0.1 * attempt)
+        out = rt._cli("images", "--quiet", "--no-trunc", check=False)
+        ids = sorted(set(out.stdout.decode().split()))
+        if out.returncode == 0 and ids:
+            out = rt._cli("image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", *ids,
+                          check=False)
+        if out.returncode == 0:
+            return out.stdout.decode().split()
+    raise ToolError(f"listing the images of {rt.engine}'s store failed {_LIST_ATTEMPTS} times in a row",
+                    expected=f"`{rt.engine} images` and `{rt.engine} image inspect` exit 0",
+                    actual=out.stderr.decode(errors="replace").strip()[-500:],
+                    hint=f"run `{rt.engine} images` by hand: a damaged store needs `{rt.engine} rmi` of the "
+                         "image it names")
 
 
 def _port_answers(port: int) -> bool:
