@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ pytestmark = [pytest.mark.container, pytest.mark.root]
 
 def _pushed(state, root, repository: str, *aliases: str) -> str | list[str]:
     """A small image pushed to the registry `state`; its name by digest (its names, pushed
-    to `repository` and each of `aliases` too)."""
-    image = _build_image(root)
+    to `repository` and each of `aliases` too). Its content is new to the engine's store: the
+    helper's default seeds count from 0 in each process, and the same image pulled by a test of
+    another worker or run (the same ID under other names) made removals collide."""
+    image = _build_image(root, seed=uuid.uuid4().int)
     blobs = {f"sha256:{p.name}": p for p in (root / "blobs" / "sha256").iterdir() if not p.name.startswith(".")}
     names = []
     for repo in (repository, *aliases):
