@@ -231,7 +231,7 @@ def mmdebstrap_version() -> str:
     return out.split()[-1]
 
 
-def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
+def _mmdebstrap(spec: BaseSpec, target: Path, scratch: Path) -> None:
     argv: list[str | Path] = [
         _proc.which("mmdebstrap"), "--quiet", "--mode=root", "--format=directory",
         f"--variant={spec.variant}", "--include=" + ",".join(spec.packages),
@@ -250,7 +250,10 @@ def _mmdebstrap(spec: BaseSpec, target: Path) -> None:
     # .deb it unpacks and apt/dpkg run maintainer scripts; a user's shims first on PATH
     # (pyenv's are bash scripts that start a dozen processes) would run them instead of
     # Debian's, and cost a few seconds of CPU per build.
-    env = {"PATH": PATH_ENV, "LC_ALL": "C.UTF-8", "TZ": "UTC",
+    # TMPDIR: mmdebstrap's own temporary files (its gpg home, apt's configuration) go to
+    # `scratch`, beside the tree, not to /tmp, where a killed build would leave them for
+    # good; mmdebstrap unsets it inside the chroot, so the rootfs never sees it.
+    env = {"PATH": PATH_ENV, "LC_ALL": "C.UTF-8", "TZ": "UTC", "TMPDIR": str(scratch),
            "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
     # mmdebstrap's root mode bind-mounts the host's /dev, /proc and /sys into the target.
     # In a mount namespace of its own they go when it ends, even when it is killed; in
@@ -320,12 +323,18 @@ def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> P
     if target.exists():
         remove_tree(target)
     partial = target.with_name(target.name + ".partial")
-    if partial.exists():
-        remove_tree(partial)
+    scratch = target.with_name(target.name + ".tmp")
+    for stale in (partial, scratch):  # a build that was killed
+        if stale.exists():
+            remove_tree(stale)
     say(f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
         f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
     started = time.monotonic()
-    _mmdebstrap(spec, partial)
+    scratch.mkdir(mode=0o700)
+    try:
+        _mmdebstrap(spec, partial, scratch)
+    finally:
+        remove_tree(scratch)
     os.replace(partial.with_name(partial.name + _INDEX_SUFFIX),
                target.with_name(target.name + _INDEX_SUFFIX))
     os.replace(partial, target)

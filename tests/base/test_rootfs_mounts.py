@@ -85,9 +85,11 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path):
+def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path, monkeypatch):
     """mmdebstrap mounts /dev, /proc and /sys into its target: in its own mount
-    namespace, which the host never sees and which goes with it when it is killed."""
+    namespace, which the host never sees and which goes with it when it is killed. Its
+    temporary files (a gpg home) are beside the tree, not in /tmp, where a killed build
+    would leave them for good; the next build removes them."""
     cache = tmp_path / "rootfs"
     code = ("import sys; from pathlib import Path; from pipeline.image import base; "
             "base.rootfs(base.BaseSpec(), Path(sys.argv[1]), use_cache=False).__enter__()")
@@ -107,6 +109,20 @@ def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     assert base.mounts_under(cache) == []
-    partial = next(cache.glob("*.partial"))
-    base.remove_tree(partial)
-    assert not partial.exists()
+    [scratch] = cache.glob("*.tmp")
+    assert list(scratch.glob("mmdebstrap.gpghome.*")), \
+        f"mmdebstrap's temporary files are not in {scratch}: {sorted(p.name for p in scratch.iterdir())}"
+    # The next build starts from neither the killed one's tree nor its temporary files
+    # (mmdebstrap itself is played here: what is checked is what rootfs() leaves around it).
+    seen: list[list[str]] = []
+
+    def mmdebstrap(spec: base.BaseSpec, target: Path, scratch_dir: Path) -> None:
+        seen.append(sorted(p.name for p in scratch_dir.iterdir()) + (["partial"] if target.exists() else []))
+        target.mkdir()
+        target.with_name(target.name + ".Packages").write_text("")
+
+    monkeypatch.setattr(base, "_mmdebstrap", mmdebstrap)
+    with base.rootfs(base.BaseSpec(), cache, use_cache=False) as tree:
+        assert tree.is_dir()
+    assert seen == [[]], f"the next build found the killed one's files: {seen}"
+    assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.partial"))
