@@ -5,7 +5,7 @@ in every world-writable directory, removing UID-2000 IPC objects and rebuilding
 /workspace; at start it may add the sandbox user to /etc/passwd. Run on the host
 directly, that would hit other people's processes and files. `contained_argv` wraps
 a command so it runs as PID 1 of new PID, mount and IPC namespaces (in a user namespace
-whose UID/GID 2000 is a host ID of its own: tests/userns_exec.py), chrooted into an
+whose UID/GID 2000 is a host ID of its own: tests/userns_exec.py), pivoted into an
 overlay of the host's root whose writes go to a private tmpfs: the server sees only
 its own processes and IPC objects, and everything it writes (/etc/passwd, /workspace,
 /tmp, /dev/shm, /dev/mqueue) disappears with the namespace. /dev/shm is an overlay of the
@@ -40,11 +40,12 @@ from tests import forked_server
 USERNS_EXEC = Path(__file__).with_name("userns_exec.py")
 
 # As the host's root, in a mount namespace of its own. $1: a host directory to hold the
-# namespace's tmpfs; $2: the shared directory; then the command that enters the rest.
+# namespace's tmpfs; $2: the shared directory; $3: a Python; then the command that enters
+# the rest (none: only the mounts, for tests/forked_server.py).
 _SETUP_MOUNTS = r"""
 set -eu
-scratch=$1 share=$2
-shift 2
+scratch=$1 share=$2 python=$3
+shift 3
 mount -t tmpfs -o mode=0700 arena-contained "$scratch"
 mkdir "$scratch/upper" "$scratch/work" "$scratch/root"
 r=$scratch/root
@@ -60,20 +61,28 @@ mount -t tmpfs -o mode=0755 contained-workspace "$r/workspace"
 mount --rbind /sys "$r/sys"
 mkdir -p "$r$share"
 mount --bind "$share" "$r$share"
+mount --rbind /proc "$r/proc"
+# pivot_root, not chroot: a chrooted process may not make a user namespace, and the server
+# makes one for every episode (env/server/sandbox.py). The old root is detached at once.
+cd "$r"
+pivot_root . .
+"$python" -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).umount2(b".", 2))'
+cd /
 exec "$@"
 """
 
 # As PID 1 of the new PID namespace, root of the new user namespace, which owns it and the
-# IPC namespace. $1: the root made above; $2: the shared directory; then argv (none: only
-# the mounts, for tests/forked_server.py, which chroots itself).
+# IPC namespace. $1: the shared directory; then argv (none: only the mounts, for
+# tests/forked_server.py).
 _ENTER_MOUNTS = r"""
 set -eu
-r=$1 share=$2
-shift 2
-mount -t mqueue mqueue "$r/dev/mqueue"
-mount -t proc proc "$r/proc"
+share=$1
+shift 1
+mount -t mqueue mqueue /dev/mqueue
+mount -t proc proc /proc
 """
-_ENTER = _ENTER_MOUNTS + r"""exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$share" "$@"
+_ENTER = _ENTER_MOUNTS + r"""cd "$share"
+exec "$@"
 """
 
 
@@ -81,7 +90,7 @@ def require_containment() -> None:
     """Skip unless this process can make the namespaces (root, util-linux, overlayfs)."""
     if os.geteuid() != 0:
         pytest.skip("the environment server needs root to drop commands to UID 2000")
-    missing = [tool for tool in ("unshare", "chroot", "mount") if shutil.which(tool) is None]
+    missing = [tool for tool in ("unshare", "pivot_root", "mount") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"containing the server needs {', '.join(missing)} (util-linux, coreutils)")
 
@@ -91,9 +100,9 @@ def contained_argv(scratch: Path, share: Path, argv: list[str]) -> list[str]:
     scratch.mkdir(parents=True, exist_ok=True)
     enter = [sys.executable, str(USERNS_EXEC), "--",
              "unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--propagation", "private",
-             "/bin/sh", "-c", _ENTER, "contained", str(scratch / "root"), str(share), *argv]
+             "/bin/sh", "-c", _ENTER, "contained", str(share), *argv]
     return ["unshare", "--mount", "--propagation", "private",
-            "/bin/sh", "-c", _SETUP_MOUNTS, "contained", str(scratch), str(share), *enter]
+            "/bin/sh", "-c", _SETUP_MOUNTS, "contained", str(scratch), str(share), sys.executable, *enter]
 
 
 def start_contained(scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[str, str],

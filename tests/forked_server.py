@@ -8,7 +8,7 @@ PYTHONPATH, e.g. a root-only copy); a server is a fork of it that then makes the
 namespaces `contained_argv` makes, as the same steps in the same order (the same shell
 script for the overlay, tests/userns_exec.py's `enter` for the user namespace), and runs
 the same Python command line (`-c CODE`, `-m MODULE` or `SCRIPT`, with its arguments)
-as PID 1 of the new PID namespace, chrooted into the overlay, with the requested
+as PID 1 of the new PID namespace, pivoted into the overlay, with the requested
 environment, working directory and sys.path of a fresh interpreter.
 
 Only commands of this interpreter are forked; anything else (another virtualenv's
@@ -130,19 +130,19 @@ def _serve(scratch: str, share: str, cwd: str, env: dict[str, str], pyargv: list
         os.chdir(cwd)
         # unshare --mount --propagation private sh -c SETUP_MOUNTS (as the host's root)
         _unshare(CLONE_NEWNS, "CLONE_NEWNS")
-        subprocess.run(["/bin/sh", "-c", setup_mounts, "contained", scratch, share], check=True)
+        subprocess.run(["/bin/sh", "-c", setup_mounts, "contained", scratch, share, sys.executable],
+                       check=True)
         # python userns_exec.py -- unshare --mount --pid --ipc --fork --kill-child --propagation private
         userns_exec.enter()
         _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC, "CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC")
-        root = os.path.join(scratch, "root")
         init = os.fork()
         if init == 0:
             status = 1
             try:
                 _check(_libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-                # the mounts of _ENTER, then chroot and cd to the shared directory
-                subprocess.run(["/bin/sh", "-c", enter_script, "contained", root, share], check=True)
-                os.chroot(root)
+                # the mounts of _ENTER (setup_mounts pivoted the whole mount namespace, this
+                # process included, into the overlay), then cd to the shared directory
+                subprocess.run(["/bin/sh", "-c", enter_script, "contained", share], check=True)
                 os.chdir(share)
                 status = _run_python(pyargv, env)
             finally:

@@ -17,8 +17,9 @@ from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
 from env.server import mcp
-from env.server.environment import Curriculum, ServerConfig, ShellEnvironment
+from env.server.environment import Curriculum, ServerConfig, ShellEnvironment, sandbox_spec
 from env.server.models import ShellAction, ShellObservation
+from env.server.sandbox import SandboxFactory
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
 from env.server.workspace import home_dir
 
@@ -39,11 +40,17 @@ ENV_NAME = "openenv-arena"
 def create_server_app(tasks_file: str | None = None, config: ServerConfig = ServerConfig()) -> FastAPI:
     """Build the OpenEnv app for the task module at ``tasks_file`` (None: first-party families)."""
     curriculum = Curriculum(load_task_module(tasks_file))
+    sandboxes = None
     if os.geteuid() == 0:
         check_sandbox_tools()
         ensure_sandbox_identity(config.uid, config.gid, home_dir(config.workspace_root))
+        config.workspace_root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        sandboxes = SandboxFactory(sandbox_spec(config))
+        # The first episode's sandbox, made now: a server that cannot isolate episodes
+        # fails here, at start, saying why, rather than at its first reset.
+        sandboxes.take().destroy()
     app = create_app(
-        partial(ShellEnvironment, curriculum, config),
+        partial(ShellEnvironment, curriculum, sandboxes, config),
         ShellAction,
         ShellObservation,
         env_name=ENV_NAME,

@@ -9,11 +9,9 @@ module's ``make_task`` for the case, never from the files the agent can edit.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +23,13 @@ from openenv.core.env_server.types import EnvironmentMetadata, State
 
 from env.catalog import CASE_IDS, make_case, parse_case_id
 from env.server.answer import ANSWER_NAME, MAX_ANSWER_BYTES, read_answer
-from env.server.ipc import IpcError, remove_sandbox_ipc
 from env.server.models import MAX_OUTPUT_CHARS, ShellAction, ShellObservation
+from env.server.sandbox import Sandbox, SandboxFactory, SandboxSpec, workspace_size
 from env.server.shell import (
     DEFAULT_TIMEOUT_S,
+    OOM_SCORE_ADJ,
     OUTPUT_TAIL_BYTES,
+    RESOURCE_LIMITS,
     SANDBOX_GID,
     SANDBOX_UID,
     run_command,
@@ -37,18 +37,15 @@ from env.server.shell import (
 from env.server.workspace import (
     DEFAULT_ROOT,
     INSTRUCTIONS_NAME,
-    PURGE_BUDGET_S,
-    WorkspaceError,
     home_dir,
-    kill_sandbox_processes,
-    rebuild_workspace,
-    remove_sandbox_files,
     repo_dir,
-    sandbox_writable_dirs,
+    write_case_files,
 )
 
 MAX_ACTIONS = 16
 RESET_FIELDS = ("seed", "episode_id", "task_id")
+# An episode ID is the client's label, echoed in the state: a UUID fits many times over.
+MAX_EPISODE_ID_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -108,28 +105,11 @@ def instructions_for(task: dict[str, Any], config: ServerConfig) -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
-def _writable_dirs(uid: int, gid: int, workspace_root: Path) -> tuple[Path, ...]:
-    # Scanned once per server: the directories the sandbox can write to are fixed by
-    # the image (or host), and a scan of a large host tree takes seconds.
-    return sandbox_writable_dirs(uid, gid, exclude=(workspace_root,))
-
-
-def clear_sandbox(config: ServerConfig) -> None:
-    """Remove every trace of the last episode outside the workspace: its processes, its
-    files in every directory it could write to, its System V IPC objects.
-
-    A reset that cannot clean raises WorkspaceError (the client gets the message as
-    an error; the server stays up and the next reset tries again).
-    """
-    deadline = time.monotonic() + PURGE_BUDGET_S
-    kill_sandbox_processes(config.uid)
-    try:
-        remove_sandbox_ipc(config.uid, config.gid)
-    except IpcError as exc:
-        raise WorkspaceError(f"reset could not remove the last episode's IPC objects: {exc}") from exc
-    remove_sandbox_files(config.uid, _writable_dirs(config.uid, config.gid, config.workspace_root),
-                         deadline=deadline)
+def sandbox_spec(config: ServerConfig) -> SandboxSpec:
+    """The sandbox every episode of a server with ``config`` gets."""
+    return SandboxSpec(uid=config.uid, gid=config.gid, workspace=config.workspace_root,
+                       workspace_bytes=workspace_size(config.workspace_root),
+                       limits=RESOURCE_LIMITS, oom_score_adj=OOM_SCORE_ADJ)
 
 
 class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
@@ -137,11 +117,14 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = False
 
-    def __init__(self, curriculum: Curriculum, config: ServerConfig = ServerConfig()) -> None:
+    def __init__(self, curriculum: Curriculum, sandboxes: SandboxFactory | None,
+                 config: ServerConfig = ServerConfig()) -> None:
         super().__init__()
         self._curriculum = curriculum
+        self._sandboxes = sandboxes
         self._config = config
         self._episode: _Episode | None = None
+        self._sandbox: Sandbox | None = None
 
     def reset(
         self,
@@ -155,6 +138,9 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
             raise ValueError(
                 f"unknown reset field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(RESET_FIELDS)}"
             )
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID_CHARS):
+            raise ValueError(f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters, got "
+                             f"{type(episode_id).__name__} of length {len(str(episode_id))}; send a shorter one")
         case_id = self._curriculum.case_ids[0] if task_id is None else task_id
         task = self._curriculum.task(case_id)
         if os.geteuid() != 0:
@@ -162,12 +148,19 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
                 "the environment server must run as root to give the shell UID "
                 f"{self._config.uid}; start it as root (e.g. in the image)"
             )
+        if self._sandboxes is None:
+            raise PermissionError("this server was built without sandboxes (not as root)")
         self._episode = None
+        self._end_sandbox()
         instructions = instructions_for(task, self._config)
-        clear_sandbox(self._config)
-        rebuild_workspace(
-            self._config.workspace_root, task["files"], instructions, self._config.uid, self._config.gid
-        )
+        sandbox = self._sandboxes.take()
+        try:
+            write_case_files(sandbox.path(repo_dir(self._config.workspace_root)), task["files"],
+                             instructions, self._config.uid, self._config.gid)
+        except BaseException:
+            sandbox.destroy()
+            raise
+        self._sandbox = sandbox
         self._episode = _Episode(
             case_id=case_id,
             task=task,
@@ -194,13 +187,13 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         last = episode.actions >= self._config.max_actions
         if action.operation == "finish":
             return self._finish(episode, prefix="", exit_code=None)
+        assert self._sandbox is not None  # made by the reset that made the episode
         result = run_command(
+            self._sandbox,
             action.command,
             cwd=repo_dir(self._config.workspace_root),
             home=home_dir(self._config.workspace_root),
             timeout_s=self._config.shell_timeout_s,
-            uid=self._config.uid,
-            gid=self._config.gid,
         )
         if last:
             return self._finish(
@@ -215,7 +208,8 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         )
 
     def _finish(self, episode: _Episode, prefix: str, exit_code: int | None) -> ShellObservation:
-        read = read_answer(repo_dir(self._config.workspace_root) / ANSWER_NAME)
+        assert self._sandbox is not None
+        read = read_answer(self._sandbox.path(repo_dir(self._config.workspace_root)) / ANSWER_NAME)
         if read.answer is None:
             reward = 0.0
             verdict = f"reward 0.0: {read.reason}"
@@ -257,14 +251,18 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         )
 
     def close(self) -> None:
-        """End the session: its sandbox processes do not outlive it.
+        """End the session: nothing of its episode outlives it.
 
         openenv-core also builds throwaway instances (for /metadata) and closes them;
-        those never reset, so they leave the live session's processes alone.
+        those never reset, so they have no sandbox to end.
         """
-        if self._episode is not None:
-            self._episode = None
-            kill_sandbox_processes(self._config.uid)
+        self._episode = None
+        self._end_sandbox()
+
+    def _end_sandbox(self) -> None:
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            sandbox.destroy()
 
     def get_metadata(self) -> EnvironmentMetadata:
         """Name and description served at /metadata."""

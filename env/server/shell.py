@@ -1,4 +1,4 @@
-"""Run one agent command as the sandbox user (UID/GID 2000), bounded in time, output and resources."""
+"""Run one agent command in the episode's sandbox as UID/GID 2000, bounded in time, output and resources."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import os
 import pwd
 import selectors
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from env.server.sandbox import Sandbox
 
 SANDBOX_UID = 2000
 SANDBOX_GID = 2000
@@ -25,20 +26,15 @@ TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` reports, so agents recognise
 SCRUBBED_PATH = "/usr/local/bin:/usr/bin:/bin"
 SCRUBBED_LANG = "C.UTF-8"
 
-# The UID drop and the limits are applied by two small util-linux programs exec'd in
-# front of bash, not by a Python preexec_fn: without preexec_fn (and without Popen's
-# user=/group=) CPython can vfork, and forking the large server process was the
-# dominant cost of a trivial command (about 20 ms against 2 ms).
-SETPRIV = "/usr/bin/setpriv"
-PRLIMIT = "/usr/bin/prlimit"
-CHOOM = "/usr/bin/choom"
 # When the container's memory limit is reached, the kernel's OOM killer picks the
 # sandbox's processes first, never the server.
 OOM_SCORE_ADJ = 1000
 
-# Soft = hard limits. The per-UID process count stops fork bombs; the file size stops
-# runaway writes (SIGXFSZ); the address space keeps one process from eating the host.
-# Each is far above what `python3 script.py` needs.
+# Soft = hard limits, set by the sandbox's PID 1 before it drops to UID 2000
+# (env/server/nsinit.py). The process count stops fork bombs (counted per UID in the
+# episode's user namespace); the file size stops runaway writes (SIGXFSZ); the address
+# space keeps one process from eating the host. Each is far above what
+# `python3 script.py` needs.
 RESOURCE_LIMITS: tuple[tuple[str, int], ...] = (
     ("nproc", 256),
     ("fsize", 256 * 1024 * 1024),
@@ -51,6 +47,8 @@ _READ_CHUNK = 65_536
 # After the command exits, background children may keep the pipe open; output that
 # is already buffered is still collected, but we do not wait for them to close it.
 _DRAIN_AFTER_EXIT_S = 0.05
+# How long a killed command's end may take to be reported.
+KILL_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -95,73 +93,50 @@ def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID,
 
 def check_sandbox_tools() -> None:
     """Raise FileNotFoundError naming what is missing if the UID drop or limits cannot be applied."""
-    missing = [tool for tool in (SETPRIV, PRLIMIT, CHOOM, SHELL) if not os.access(tool, os.X_OK)]
+    missing = [tool for tool in (SHELL,) if not os.access(tool, os.X_OK)]
     if missing:
         raise FileNotFoundError(
-            f"the sandbox shell needs {', '.join(missing)} (Debian packages util-linux and bash)"
+            f"the sandbox needs {', '.join(missing)} (Debian package bash)"
         )
 
 
-def sandbox_argv(command: str, uid: int, gid: int) -> list[str]:
-    """The exec chain: drop to ``uid``/``gid`` without supplementary groups or new privileges,
-    lower the resource limits, become the OOM killer's first choice, then ``bash -c command``."""
-    limits = [f"--{name}={value}:{value}" for name, value in RESOURCE_LIMITS]
-    return [
-        SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--",
-        PRLIMIT, *limits, "--",
-        CHOOM, "-n", str(OOM_SCORE_ADJ), "--",
-        SHELL, "-c", command,
-    ]
-
-
 def run_command(
+    sandbox: Sandbox,
     command: str,
     *,
     cwd: Path,
     home: Path,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    uid: int = SANDBOX_UID,
-    gid: int = SANDBOX_GID,
 ) -> ShellResult:
-    """Run ``command`` with bash as ``uid``/``gid`` in ``cwd`` and return its combined output tail.
+    """Run ``command`` with bash as the sandbox user in ``cwd`` and return its combined output tail.
 
     The command gets its own session and process group; on timeout the whole group is
     killed. Only the last ``OUTPUT_TAIL_BYTES`` bytes of stdout+stderr are kept.
     """
-    proc = subprocess.Popen(
-        sandbox_argv(command, uid, gid),
-        cwd=cwd,
-        env=sandbox_environment(home),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        umask=0o022,
-        close_fds=True,
-    )
-    assert proc.stdout is not None
+    proc, fd = sandbox.run(command, cwd=cwd, env=sandbox_environment(home))
     tail = bytearray()
     total = 0
     timed_out = False
     deadline = time.monotonic() + timeout_s
     exited_at: float | None = None
-    fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
+        # The command's end is a message from the sandbox: it wakes the loop as output does.
+        sel.register(sandbox.control, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
             if exited_at is None and now >= deadline:
                 timed_out = True
-                _kill_group(proc.pid)
-                proc.wait()
+                proc.kill_group()
+                proc.wait(timeout=KILL_WAIT_S)
                 exited_at = now
             if exited_at is not None and now - exited_at > _DRAIN_AFTER_EXIT_S:
                 break
             wait_s = _DRAIN_AFTER_EXIT_S if exited_at is not None else min(0.02, deadline - now)
-            if not sel.select(timeout=max(wait_s, 0.0)):
+            if not any(key.fd == fd for key, _ in sel.select(timeout=max(wait_s, 0.0))):
                 continue
             chunk = _read_available(fd)
             if chunk is None:
@@ -176,9 +151,9 @@ def run_command(
             proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid)
-    proc.stdout.close()
-    returncode = proc.wait()
+            proc.kill_group()
+    os.close(fd)
+    returncode = proc.wait(timeout=KILL_WAIT_S)
     truncated = total > OUTPUT_TAIL_BYTES
     text = bytes(tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
     notes = []
@@ -207,10 +182,3 @@ def _read_available(fd: int) -> bytes | None:
         if not chunk:
             return bytes(data) if data else None
         data += chunk
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -65,6 +65,22 @@ def http_get(url: str) -> tuple[int, dict]:
         return exc.code, {}
 
 
+def _status(pid: int) -> dict[str, list[str]]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.split()
+    return fields
+
+
+def host_pid_alive(pid: int) -> bool:
+    """Whether the host has a live (non-zombie) process ``pid``."""
+    try:
+        return _status(pid)["State"][0] != "Z"
+    except (OSError, KeyError, IndexError):
+        return False
+
+
 @dataclass
 class LiveServer:
     """A running server process and how to talk to it."""
@@ -85,12 +101,52 @@ class LiveServer:
         return self.contained.host_id(2000)
 
     def path(self, inside: str | os.PathLike) -> Path:
-        """A path as the server sees it (e.g. /workspace/repo), openable by the test."""
-        return self.contained.path(inside)
+        """A path as the current episode's commands see it (e.g. /workspace/repo, /tmp),
+        openable by the test; before the first reset, as the server sees it."""
+        init = self.episode_init()
+        if init is None:
+            return self.contained.path(inside)
+        return Path(f"/proc/{init}/root") / os.fspath(inside).lstrip("/")
 
-    def pid_alive(self, pid: int) -> bool:
-        """Whether the server's namespace has a live (non-zombie) process ``pid``."""
-        return self.contained.pid_alive(pid)
+    def episode_init(self) -> int | None:
+        """The host PID of the current episode's PID 1 (env/server/nsinit.py), if any.
+
+        The server holds two sandboxes: the current episode's and the next one, made
+        after it (env/server/sandbox.py); the current one is the older."""
+        server_ns = os.readlink(f"/proc/{self.contained.init_pid()}/ns/pid")
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                if b"nsinit.py" not in Path(f"/proc/{name}/cmdline").read_bytes():
+                    continue
+                fields = _status(int(name))
+                if fields["NSpid"][-1] != "1" or len(fields["NSpid"]) < 2:
+                    continue
+                if os.readlink(f"/proc/{fields['PPid'][0]}/ns/pid") != server_ns:
+                    continue
+                started = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[19])
+            except (OSError, KeyError, IndexError):
+                continue
+            found.append((started, int(name)))
+        return min(found)[1] if found else None
+
+    def episode_pids(self) -> list[int]:
+        """Host PIDs of the current episode's processes other than its PID 1."""
+        init = self.episode_init()
+        if init is None:
+            return []
+        episode_ns = os.readlink(f"/proc/{init}/ns/pid")
+        pids = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != init:
+                try:
+                    if os.readlink(f"/proc/{name}/ns/pid") == episode_ns and host_pid_alive(int(name)):
+                        pids.append(int(name))
+                except OSError:
+                    continue
+        return pids
 
     def client(self, message_timeout_s: float = 60.0) -> SyncEnvClient:
         """A connected sync client (its session is the server's one session)."""

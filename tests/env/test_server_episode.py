@@ -9,6 +9,7 @@ import os
 import pytest
 
 from env.catalog import CASE_IDS
+from tests.env.conftest import host_pid_alive
 
 pytestmark = pytest.mark.root
 
@@ -75,11 +76,11 @@ def test_reset_discards_the_workspace_and_sandbox_temp_files(server):
 def test_reset_kills_a_background_process(server):
     with server.session() as env:
         env.reset(task_id=CASE)
-        out = shell(env, "nohup setsid sleep 1000 >/dev/null 2>&1 & echo $!").observation
-        pid = int(out["output"])
-        assert server.pid_alive(pid)
+        shell(env, "nohup setsid sleep 1000 >/dev/null 2>&1 & echo $!")
+        pids = server.episode_pids()
+        assert len(pids) == 1
         env.reset(task_id=CASE)
-        assert not server.pid_alive(pid)
+        assert not host_pid_alive(pids[0])
 
 
 def test_correct_answer_scores_one_and_finish_ends_the_episode(server, oracle_json):

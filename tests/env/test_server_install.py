@@ -52,8 +52,9 @@ def _install_root_only(source: Path, target: Path) -> None:
 
 @pytest.mark.slow
 def test_code_and_task_module_unreadable_by_uid_2000(start_live_server):
-    # /tmp itself is traversable, so only the install's own modes protect it.
-    base = Path(tempfile.mkdtemp(prefix="arena-install-", dir="/tmp"))
+    # /srv is traversable and not one of the sandbox's own scratch directories (which
+    # hide what the host has there), so only the install's own modes protect it.
+    base = Path(tempfile.mkdtemp(prefix="arena-install-", dir="/srv"))
     try:
         os.chmod(base, 0o755)
         install = base / "arena"

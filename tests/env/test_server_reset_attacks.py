@@ -1,30 +1,30 @@
 """The attack battery: what a hostile agent leaves behind, and the reset that must undo it.
 
-Each test makes one shape (or trace) as UID 2000 in the workspace and in the shared
-temporary directories, resets, and requires the next episode to start clean: only
-the case's files in the workspace, no UID-2000 file in any directory the sandbox can
-write, no UID-2000 process, no IPC object, the server healthy. The server runs
-contained (tests/contained.py), so all this happens in its namespace only.
+Each test makes one shape (or trace) as UID 2000 in the workspace and in the scratch
+directories, resets, and requires the next episode to start clean: only the case's
+files in the workspace, no UID-2000 file in any directory, no UID-2000 process, no IPC
+object, the server healthy. Every other directory is read-only to the agent, even a
+world-writable one. The server runs contained (tests/contained.py), so all this happens
+in its namespace only.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from env.catalog import CASE_IDS
-from tests.env.conftest import require_root, start_server
+from tests.env.conftest import host_pid_alive, require_root, start_server
 
 pytestmark = pytest.mark.root
 
 CASE = CASE_IDS[3]
 PYTHON = "/usr/bin/python3"
 SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
-# A world-writable directory no list names: the server must find it by scanning.
+# A world-writable directory no list names: the agent sees it read-only.
 UNLISTED = "/var/lib/arena-drop"
 
 
@@ -35,7 +35,7 @@ def attacked(tmp_path_factory):
     require_root()
     live = start_server(tmp_path_factory.mktemp("attacked"), shell_timeout_s=30.0)
     try:
-        drop = live.path(UNLISTED)
+        drop = live.contained.path(UNLISTED)  # the server's own view, writable by root
         drop.mkdir()
         os.chmod(drop, 0o1777)
         yield live
@@ -93,7 +93,7 @@ def sandbox_processes(server) -> list[int]:
     return found
 
 
-def attack_then_reset(server, text: str, *, places=("/workspace/repo", "/tmp", UNLISTED)) -> None:
+def attack_then_reset(server, text: str, *, places=("/workspace/repo", "/tmp")) -> None:
     with server.session(message_timeout_s=120) as env:
         env.reset(task_id=CASE)
         for place in places:
@@ -111,11 +111,17 @@ for _ in range(10_000):
 open("bottom", "w").close()
 """
 
+# As many files as the place allows (a scratch tmpfs has an inode limit of its own).
 WIDE = """
-import os
+import errno, os
 os.mkdir("wide")
 for i in range(100_000):
-    os.close(os.open(f"wide/{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+    try:
+        os.close(os.open(f"wide/{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        break
 """
 
 LINKS_AND_LOOPS = """
@@ -181,8 +187,7 @@ os.wait()
     ("held-open-ignoring-sigterm", HELD_OPEN),
 ])
 def test_reset_survives_every_shape(attacked, shape, text):
-    places = ("/workspace/repo", "/tmp") if shape == "width-100000" else ("/workspace/repo", "/tmp", UNLISTED)
-    attack_then_reset(attacked, text, places=places)
+    attack_then_reset(attacked, text)
     assert attacked.path("/etc/passwd").read_text().startswith("root:")
 
 
@@ -192,7 +197,7 @@ def test_reset_after_random_trees_across_many_episodes(attacked):
     with attacked.session(message_timeout_s=120) as env:
         env.reset(task_id=CASE)
         for episode in range(8):
-            place = rng.choice(["/workspace/repo", "/tmp", "/dev/shm", "/var/tmp", UNLISTED, "/workspace/home"])
+            place = rng.choice(["/workspace/repo", "/tmp", "/dev/shm", "/var/tmp", "/workspace/home"])
             parts = rng.sample([DEEP.replace("10_000", str(rng.randrange(1, 800))), LINKS_AND_LOOPS,
                                 UNREADABLE, SPECIAL, ODD_NAMES], k=rng.randrange(1, 4))
             text = "import os\nbase = os.getcwd()\n" + "\n".join(
@@ -225,12 +230,12 @@ def test_what_an_episode_leaves_is_seen_before_the_reset(attacked):
 def test_reset_kills_setsid_and_double_forked_processes(attacked):
     with attacked.session() as env:
         env.reset(task_id=CASE)
-        out = run(env, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; "
-                       "( ( sleep 1000 </dev/null >/dev/null 2>&1 & echo $! ) & ); sleep 0.2")
-        pids = [int(p) for p in out["output"].split()]
-        assert len(pids) == 2 and all(attacked.pid_alive(p) for p in pids)
+        run(env, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; "
+                 "( ( sleep 1000 </dev/null >/dev/null 2>&1 & echo $! ) & ); sleep 0.2")
+        pids = attacked.episode_pids()
+        assert len(pids) == 2
         env.reset(task_id=CASE)
-        assert not any(attacked.pid_alive(p) for p in pids)
+        assert not any(host_pid_alive(p) for p in pids)
         assert_clean(attacked, env)
 
 
@@ -250,32 +255,16 @@ def test_reset_removes_sysv_ipc_and_posix_message_queues(attacked):
         assert_clean(attacked, env)
 
 
-def test_reset_removes_files_in_a_world_writable_directory_found_by_scanning(attacked):
+def test_every_other_directory_is_read_only_to_the_agent(attacked):
     with attacked.session() as env:
         env.reset(task_id=CASE)
-        assert run(env, f"touch {UNLISTED}/left && mkdir -p {UNLISTED}/tree/x")["exit_code"] == 0
+        for place in (UNLISTED, "/etc", "/var/lib", "/opt"):
+            out = run(env, f"touch {place}/left; mkdir {place}/tree")
+            assert out["exit_code"] != 0, place
+            assert out["output"].count("Read-only file system") == 2 or place != UNLISTED, out["output"]
+        assert run(env, f"ls -A {UNLISTED}")["output"] == ""
         env.reset(task_id=CASE)
         assert_clean(attacked, env)
-
-
-@pytest.mark.slow
-def test_a_reset_that_cannot_clean_says_so_and_the_server_stays_healthy(start_live_server):
-    # Something the sandbox cannot make but an operator could: a mount point inside the
-    # workspace. The reset refuses to cross it, says so, and the server goes on serving
-    # (its own server: this one stays unable to clean; recovery is in test_purge.py).
-    live = start_live_server()
-    with live.session() as env:
-        env.reset(task_id=CASE)
-        run(env, "mkdir mnt && touch mnt/under")
-        pid = live.contained.init_pid()
-        subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "--", "mount", "-t", "tmpfs", "stuck",
-                        "/workspace/repo/mnt"], check=True)
-        for _ in range(2):
-            with pytest.raises(RuntimeError, match="could not empty the workspace.*mount point"):
-                env.reset(task_id=CASE)
-            assert live.healthy() and live.get("/schema")[0] == 200
-        with pytest.raises(RuntimeError, match="no episode in progress"):
-            run(env, "echo must not run")
 
 
 def test_fork_bomb_output_flood_memory_hog_sparse_answer_and_killing_the_server(attacked):

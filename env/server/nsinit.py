@@ -1,0 +1,247 @@
+"""PID 1 of one episode's namespaces: it prepares them, starts the agent's commands, reaps.
+
+The server starts ``python -I -S nsinit.py FD NAMESPACES`` (env/server/sandbox.py). It
+speaks to the server over one SOCK_SEQPACKET socket (number FD), one JSON object per packet:
+
+1. it unshares the namespaces (``user,pid,net,mount,ipc,uts``) and says ``{"ready": true}``;
+   the server, which alone may, writes the new user namespace's ID maps (root and the
+   sandbox UID/GID, each to itself) and sends the setup. This process keeps the full
+   capabilities it got in the new user namespace (it does not exec, which would drop them);
+2. it forks the PID namespace's PID 1, and only waits for it from then on. PID 1 makes every mount it inherited read-only (recursively) and mounts size- and
+   inode-limited tmpfs filesystems on the workspace and the scratch directories, a new
+   mqueue filesystem, brings the loopback interface up, joins a new session keyring and
+   sets no_new_privs for itself and everything it starts; then it says ``{"ok": true}``
+   (or ``{"error": "..."}``);
+3. then, per ``{"op": "run", ...}`` with a pipe's write end attached, it forks the
+   command (its own session, the resource limits, the OOM killer's first choice, the
+   sandbox UID/GID without supplementary groups, ``bash -c``) and answers ``{"pid": N}``;
+   when that process ends it says ``{"exit": N, "code": C}``. ``{"op": "kill", "pgid": N}``
+   kills a process group. Every other process that ends here (orphans come to PID 1) is
+   reaped at once.
+
+When the server closes the socket, or kills PID 1, the episode ends: the kernel
+kills every process of the PID namespace, and the namespaces, their tmpfs contents,
+keyrings and IPC objects go with them. Nothing of the agent's outlives it.
+
+Standard library only and no imports from the server: it starts with ``python -I -S``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import platform
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added after the unification)
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000,
+                   "ipc": 0x08000000, "uts": 0x04000000}
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+SHELL = "/bin/bash"
+PACKET = 65_536
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) -> None:
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags),
+                       data.encode() if data is not None else None), f"mount -t {fstype} {target}")
+
+
+def _read_only_everywhere() -> None:
+    attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    _check(_libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr),
+                         ctypes.sizeof(attr)), "mount_setattr(/, read-only, recursive)")
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request)[:18])[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+def _new_session_keyring() -> None:
+    # The server's session keyring would otherwise be shared by every episode's commands.
+    number = SYS_KEYCTL.get(platform.machine())
+    if number is None:
+        raise OSError(f"no keyctl system call number known for {platform.machine()}")
+    if _libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
+
+
+def prepare(setup: dict) -> None:
+    """Make this mount namespace the sandbox's filesystem view, then lock this process down."""
+    # Inherited by every command (and it makes this PID 1, too, the OOM killer's first
+    # choice: the episode goes before the server does).
+    with open("/proc/self/oom_score_adj", "w") as adj:
+        adj.write(str(setup["oom_score_adj"]))
+    if setup["read_only"]:
+        _read_only_everywhere()
+    for path, size, inodes, mode in setup["scratch"]:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={size},nr_inodes={inodes},mode={mode:o}")
+    workspace = setup["workspace"]
+    _mount("tmpfs", workspace["path"], "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
+    uid, gid = setup["uid"], setup["gid"]
+    for name, mode in (("repo", 0o755), ("home", 0o700)):
+        path = os.path.join(workspace["path"], name)
+        os.mkdir(path, mode)
+        os.chown(path, uid, gid)
+        os.chmod(path, mode)
+    if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
+        _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _loopback_up()
+    socket.sethostname(setup["hostname"])
+    if setup["session_keyring"]:
+        _new_session_keyring()
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _start(run: dict, out: int, setup: dict) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for name, value in setup["limits"]:
+            resource.setrlimit(getattr(resource, f"RLIMIT_{name.upper()}"), (value, value))
+        os.setgroups([])
+        os.setresgid(setup["gid"], setup["gid"], setup["gid"])
+        os.setresuid(setup["uid"], setup["uid"], setup["uid"])
+        os.umask(0o022)
+        os.chdir(run["cwd"])
+        os.execve(SHELL, [SHELL, "-c", run["command"]], run["env"])
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the loop
+        try:
+            os.write(2, f"arena sandbox: the command could not start: {exc}\n".encode())
+        finally:
+            os._exit(127)
+    return 0  # not reached
+
+
+def _send(ctl: socket.socket, message: dict) -> None:
+    ctl.send(json.dumps(message).encode())
+
+
+def serve(ctl: socket.socket, setup: dict) -> None:
+    """Start and reap commands until the server goes away."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    leaders: set[int] = set()
+    while True:
+        ready, _, _ = select.select([ctl, wake_r], [], [])
+        if wake_r in ready:
+            while True:
+                try:
+                    if not os.read(wake_r, 512):
+                        break
+                except BlockingIOError:
+                    break
+        _reap(ctl, leaders)
+        if ctl not in ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(ctl, PACKET, 1)
+        if not data:
+            return
+        request = json.loads(data)
+        if request["op"] == "run":
+            try:
+                pid = _start(request, fds[0], setup)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            leaders.add(pid)
+            _send(ctl, {"pid": pid})
+        elif request["op"] == "kill":
+            for fd in fds:
+                os.close(fd)
+            try:
+                os.killpg(request["pgid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _reap(ctl: socket.socket, leaders: set[int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in leaders:
+            leaders.discard(pid)
+            _send(ctl, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def main(argv: list[str]) -> int:
+    ctl = socket.socket(fileno=int(argv[1]))
+    flags = sum(NAMESPACE_FLAGS[name] for name in argv[2].split(","))
+    if _libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        _send(ctl, {"error": f"unshare({argv[2]}): {os.strerror(err)}"})
+        return 1
+    _send(ctl, {"ready": True})
+    data = ctl.recv(PACKET)
+    if not data:
+        return 0
+    setup = json.loads(data)
+    # The PID namespace is for the children of this process: the first is its PID 1.
+    # This process only waits for it (and dies with the server, which holds its socket).
+    init = os.fork()
+    if init:
+        ctl.close()
+        _, status = os.waitpid(init, 0)
+        return os.waitstatus_to_exitcode(status)
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    try:
+        prepare(setup)
+    except OSError as exc:
+        _send(ctl, {"error": str(exc)})
+        return 1
+    _send(ctl, {"ok": True})
+    serve(ctl, setup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

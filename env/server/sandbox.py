@@ -1,0 +1,325 @@
+"""Each episode in namespaces of its own: what an agent's commands can reach, and how it ends.
+
+An episode's commands run in a `Sandbox`: new user, PID, network, mount, IPC and UTS
+namespaces whose PID 1 is env/server/nsinit.py. Ending the episode kills that PID 1; the
+kernel then kills every process of the PID namespace, however fast they fork, and the
+namespaces go with the last of them. So by construction nothing of an episode outlives
+its reset:
+
+- processes: all in the episode's PID namespace (a process cannot leave it);
+- files: the only writable places are tmpfs filesystems of the episode's mount namespace
+  (the workspace and the scratch directories, each with a size and an inode limit);
+  every other mount is read-only there;
+- the network: a network namespace with only a loopback interface, on which nothing of
+  the server listens;
+- kernel keyrings: the user and user-session keyrings belong to the user namespace, and
+  PID 1 joins a new session keyring;
+- System V IPC and POSIX message queues: the IPC namespace (and a new mqueue mount).
+
+The next episode's sandbox is made ahead of time (`SandboxFactory`), so a reset only
+kills the old one, writes the case's files and takes the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NSINIT = Path(__file__).with_name("nsinit.py")
+# Every namespace the episode gets (nsinit.py's names).
+NAMESPACES = ("user", "pid", "net", "mount", "ipc", "uts")
+HOSTNAME = "arena"
+
+# The scratch directories an agent may write besides the workspace: each a tmpfs of the
+# episode with its own size and inode limit (path, bytes, inodes, mode). A directory the
+# system does not have is not made (the rest of the filesystem is read-only).
+MIB = 1 << 20
+SCRATCH = (
+    ("/tmp", 1024 * MIB, 65_536, 0o1777),
+    ("/var/tmp", 256 * MIB, 16_384, 0o1777),
+    ("/dev/shm", 256 * MIB, 16_384, 0o1777),
+    ("/run/lock", 1 * MIB, 256, 0o1777),
+)
+# The workspace's inode limit; its size is that of the filesystem the runtime gives the
+# workspace directory (the budget's writable workspace), read once per server.
+WORKSPACE_INODES = 262_144
+
+# How long the server waits for a sandbox's PID 1 to answer, and for an ended one to go.
+HANDSHAKE_S = 10.0
+TEARDOWN_S = 10.0
+_PACKET = 65_536
+
+
+class SandboxError(RuntimeError):
+    """An episode's namespaces could not be made, used or ended (an infrastructure fault)."""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What every sandbox of a server gets: identity, limits, workspace and scratch mounts."""
+
+    uid: int
+    gid: int
+    workspace: Path
+    workspace_bytes: int
+    limits: tuple[tuple[str, int], ...]
+    oom_score_adj: int
+    workspace_inodes: int = WORKSPACE_INODES
+    scratch: tuple[tuple[str, int, int, int], ...] = SCRATCH
+    namespaces: tuple[str, ...] = NAMESPACES
+    read_only: bool = True
+    session_keyring: bool = True
+
+    def setup(self) -> dict:
+        """The setup message nsinit.py reads."""
+        return {
+            "uid": self.uid, "gid": self.gid, "hostname": HOSTNAME,
+            "workspace": {"path": str(self.workspace), "size": self.workspace_bytes,
+                          "inodes": self.workspace_inodes},
+            "scratch": [list(entry) for entry in self.scratch],
+            "limits": [list(limit) for limit in self.limits],
+            "oom_score_adj": self.oom_score_adj,
+            "read_only": self.read_only,
+            "mqueue": "ipc" in self.namespaces,
+            "session_keyring": self.session_keyring,
+        }
+
+
+def workspace_size(path: Path) -> int:
+    """The size of the filesystem holding ``path`` (what the runtime gives the workspace)."""
+    info = os.statvfs(path)
+    return info.f_blocks * info.f_frsize
+
+
+@dataclass
+class Command:
+    """One command running in a sandbox, as much of `subprocess.Popen` as the shell needs."""
+
+    sandbox: "Sandbox"
+    pid: int
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code if the command has ended (without waiting)."""
+        if self.returncode is None:
+            self._receive(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; subprocess.TimeoutExpired past ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"command {self.pid}", timeout or 0.0)
+            self._receive(left if left is not None else 1.0)
+        return self.returncode
+
+    def kill_group(self) -> None:
+        """SIGKILL the command's process group (its own session)."""
+        self.sandbox.send({"op": "kill", "pgid": self.pid})
+
+    def _receive(self, timeout: float) -> None:
+        message = self.sandbox.receive(timeout)
+        if message is not None and message.get("exit") == self.pid:
+            self.returncode = int(message["code"])
+
+
+@dataclass
+class Sandbox:
+    """One episode's namespaces, held by their PID 1 (nsinit.py)."""
+
+    spec: SandboxSpec
+    process: subprocess.Popen
+    control: socket.socket
+    init_pid: int | None = None
+    pidfd: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, spec: SandboxSpec) -> "Sandbox":
+        """Start the namespaces' PID 1; `open` finishes the setup."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(NSINIT), str(theirs.fileno()), ",".join(spec.namespaces)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env={}, cwd="/",
+            )
+        except OSError as exc:
+            ours.close()
+            raise SandboxError(f"could not start {NSINIT}: {exc}") from exc
+        finally:
+            theirs.close()
+        return cls(spec=spec, process=process, control=ours)
+
+    def open(self) -> None:
+        """Map the IDs, have PID 1 mount the sandbox's filesystems; SandboxError if it cannot."""
+        ready = self.receive(HANDSHAKE_S)
+        if ready is None or not ready.get("ready"):
+            why = ready.get("error") if ready else f"no answer within {HANDSHAKE_S:g} s"
+            raise SandboxError(
+                f"the episode's namespaces could not be made ({why}): the container runtime must "
+                "allow user namespaces (podman's default seccomp profile does; Docker's needs a "
+                "profile that allows unshare)")
+        if "user" in self.spec.namespaces:
+            for name, first in (("uid_map", self.spec.uid), ("gid_map", self.spec.gid)):
+                Path(f"/proc/{self.process.pid}/{name}").write_text(f"0 0 1\n{first} {first} 1\n")
+        self.send(self.spec.setup())
+        self.control.settimeout(HANDSHAKE_S)
+        try:
+            data, ancillary, _, _ = self.control.recvmsg(_PACKET, socket.CMSG_SPACE(12))
+        except OSError as exc:
+            raise SandboxError(f"the episode's PID 1 did not answer within {HANDSHAKE_S:g} s") from exc
+        reply = json.loads(data) if data else {"error": "PID 1 exited"}
+        if not reply.get("ok"):
+            raise SandboxError(f"the episode's namespaces could not be set up: {reply.get('error')}")
+        self.init_pid = _sender_pid(ancillary)
+        self.pidfd = os.pidfd_open(self.init_pid)
+
+    @property
+    def root(self) -> Path:
+        """The sandbox's filesystem as the server can open it (its PID 1's root)."""
+        if self.init_pid is None:
+            raise SandboxError("the sandbox is not open")
+        return Path(f"/proc/{self.init_pid}/root")
+
+    def path(self, inside: Path) -> Path:
+        """``inside`` (absolute, as commands see it) as a path the server can open."""
+        return self.root / os.fspath(inside).lstrip("/")
+
+    def run(self, command: str, *, cwd: Path, env: Mapping[str, str]) -> tuple[Command, int]:
+        """Start ``command``; (its handle, the read end of its combined stdout and stderr)."""
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.send({"op": "run", "command": command, "cwd": str(cwd), "env": dict(env)}, fds=[write_end])
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        while True:
+            reply = self.receive(HANDSHAKE_S)
+            if reply is None:
+                os.close(read_end)
+                raise SandboxError(f"the sandbox did not start the command within {HANDSHAKE_S:g} s")
+            if "pid" in reply:
+                return Command(self, int(reply["pid"])), read_end
+
+    def send(self, message: dict, fds: list[int] | None = None) -> None:
+        """One message to PID 1 (SandboxError if it is gone)."""
+        try:
+            with self._lock:
+                socket.send_fds(self.control, [json.dumps(message).encode()], fds or [])
+        except OSError as exc:
+            raise SandboxError(f"the episode's sandbox is gone: {exc}") from exc
+
+    def receive(self, timeout: float) -> dict | None:
+        """The next message from PID 1, or None if none came within ``timeout`` seconds."""
+        self.control.settimeout(timeout if timeout > 0 else 0.0)
+        try:
+            data = self.control.recv(_PACKET)
+        except (TimeoutError, BlockingIOError):
+            return None
+        except OSError as exc:
+            raise SandboxError(f"the episode's sandbox is gone: {exc}") from exc
+        if not data:
+            raise SandboxError("the episode's sandbox ended (its PID 1 exited)")
+        return json.loads(data)
+
+    def destroy(self) -> None:
+        """Kill PID 1 (and so every process of the episode) and wait until all are gone."""
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.close(self.pidfd)
+            self.pidfd = None
+        else:
+            self.process.kill()  # PID 1, if there is one yet, dies with it (PR_SET_PDEATHSIG)
+        self.control.close()
+        try:
+            # nsinit's first process returns once PID 1 has exited, which it does only after
+            # the kernel has killed and reaped every other process of its PID namespace.
+            self.process.wait(timeout=TEARDOWN_S)
+        except subprocess.TimeoutExpired as exc:
+            self.process.kill()
+            raise SandboxError(f"the last episode's processes were not gone {TEARDOWN_S:g} s after "
+                               "they were killed") from exc
+
+
+def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:
+    # SO_PASSCRED: the kernel gives the sender's PID as this process sees it.
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid, _, _ = struct.unpack("iII", data[:12])
+            return pid
+    raise SandboxError("the sandbox's PID 1 sent no credentials")
+
+
+class SandboxFactory:
+    """Makes the sandboxes of one server, the next one always ready ahead of time."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._next: threading.Thread | None = None
+        self._ready: Sandbox | None = None
+        self._failure: BaseException | None = None
+
+    def _prepare(self) -> None:
+        try:
+            sandbox = Sandbox.start(self.spec)
+            try:
+                sandbox.open()
+            except BaseException:
+                sandbox.destroy()
+                raise
+            self._ready = sandbox
+        except BaseException as exc:  # reported by the `take` that needed it
+            self._failure = exc
+
+    def prepare(self) -> None:
+        """Start making the next sandbox in the background."""
+        with self._lock:
+            if self._next is None and self._ready is None:
+                self._failure = None
+                self._next = threading.Thread(target=self._prepare, name="arena-next-sandbox", daemon=True)
+                self._next.start()
+
+    def take(self) -> Sandbox:
+        """The sandbox made ahead of time (made now if there is none); then start the next."""
+        self.prepare()
+        with self._lock:
+            if self._next is not None:
+                self._next.join()
+                self._next = None
+            sandbox, self._ready = self._ready, None
+            failure, self._failure = self._failure, None
+        if sandbox is None:
+            if isinstance(failure, SandboxError):
+                raise failure
+            raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
+        self.prepare()
+        return sandbox
+
+    def close(self) -> None:
+        """End the sandbox made ahead of time."""
+        with self._lock:
+            if self._next is not None:
+                self._next.join()
+                self._next = None
+            sandbox, self._ready = self._ready, None
+        if sandbox is not None:
+            sandbox.destroy()
