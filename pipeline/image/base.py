@@ -87,8 +87,10 @@ _CLEANUP_HOOK = (
 _INDEX_SUFFIX = ".Packages"
 
 
-# Relative to pipeline/: the modules whose code makes the base's bytes.
-BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py")
+# Relative to pipeline/: the modules whose code makes the base's bytes (formats.py: the
+# config's `created` time).
+BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py",
+                   "formats.py")
 
 
 @dataclass(frozen=True)
