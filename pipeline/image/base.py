@@ -33,6 +33,7 @@ from pipeline.sources import lock as runtime_lock
 from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError
+from pipeline.formats import deb822_paragraphs, dpkg_installed
 from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import OCI, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layout import Layout
@@ -358,27 +359,6 @@ def _in_rootfs(rel: str) -> bool:
         rel not in _NOT_IN_LAYER[1:]
 
 
-def _stanzas(text: str, packages: frozenset[str] | None = None) -> list[dict[str, str]]:
-    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line); with
-    `packages`, only the paragraphs that start with `Package: <one of them>` (an apt index
-    holds the whole suite, about 60,000 paragraphs, for the hundred a rootfs installs)."""
-    out = []
-    for block in text.split("\n\n"):
-        if packages is not None:
-            first = block.lstrip("\n").partition("\n")[0]
-            name = first[len("Package:"):].strip() if first.startswith("Package:") else None
-            if name not in packages:
-                continue
-        fields = {}
-        for line in block.splitlines():
-            if line and not line[0].isspace() and ":" in line:
-                key, _, value = line.partition(":")
-                fields[key] = value.strip()
-        if fields:
-            out.append(fields)
-    return out
-
-
 def installed_debs(root: Path) -> tuple[Deb, ...]:
     """Every package installed in the rootfs with the sha256 of the .deb apt resolved."""
     root = Path(root)
@@ -386,11 +366,10 @@ def installed_debs(root: Path) -> tuple[Deb, ...]:
     if not index_path.is_file():
         raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
                            hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
-    installed = [pkg for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
-                 if pkg.get("Status", "").endswith(" installed")]
+    installed = dpkg_installed((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
     index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
-             for p in _stanzas(index_path.read_text(encoding="utf-8"),
-                               frozenset(pkg["Package"] for pkg in installed))}
+             for p in deb822_paragraphs(index_path.read_text(encoding="utf-8"),
+                                        {pkg["Package"] for pkg in installed})}
     debs = []
     for pkg in installed:
         key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
@@ -415,12 +394,12 @@ def changed_debs(recorded: tuple[Deb, ...], rebuilt: tuple[Deb, ...]) -> list[st
 def debian_python_version(root: Path) -> str:
     """Upstream version of the rootfs' python3.11 package (e.g. 3.11.2)."""
     status = (Path(root) / "var/lib/dpkg/status").read_text(encoding="utf-8")
-    m = re.search(r"^Package: python3\.11\n(?:[^\n]+\n)*?Version: (\d+\.\d+\.\d+)", status,
-                  re.MULTILINE)
+    versions = [p.get("Version", "") for p in dpkg_installed(status) if p["Package"] == "python3.11"]
+    m = re.match(r"\d+\.\d+\.\d+", versions[0]) if versions else None
     if m is None:
         raise ReleaseError("python3.11 is not installed in the base rootfs",
                            hint=f"check that PACKAGES includes python3 ({root})")
-    return m[1]
+    return m[0]
 
 
 # ------------------------------------------------------------------ the Python runtime

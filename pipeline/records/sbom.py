@@ -31,6 +31,7 @@ from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, Source
 from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
+from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
 
@@ -216,25 +217,9 @@ class AppFile:
 
 def parse_dpkg_status(text: str) -> list[DebPackage]:
     """Installed packages of a dpkg status file (half-installed or removed ones are skipped)."""
-    pkgs = []
-    for para in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        key = None
-        for line in para.splitlines():
-            if line[:1] in (" ", "\t") and key:
-                continue  # continuation lines (descriptions, conffiles) are not needed
-            k, sep, v = line.partition(":")
-            if sep:
-                key = k.strip()
-                fields[key] = v.strip()
-        if "Package" not in fields or not fields.get("Status", "").endswith(" installed"):
-            continue
-        pkgs.append(DebPackage(
-            name=fields["Package"], version=fields.get("Version", ""),
-            arch=fields.get("Architecture", "all"),
-            source=fields.get("Source", fields["Package"]).split(" ")[0],
-        ))
-    return pkgs
+    return [DebPackage(name=p["Package"], version=p.get("Version", ""), arch=p.get("Architecture", "all"),
+                       source=p.get("Source", p["Package"]).split(" ")[0])
+            for p in dpkg_installed(text)]
 
 
 def distro_of(os_release: bytes | None) -> str:
