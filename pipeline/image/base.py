@@ -1,8 +1,9 @@
 """The local base image: a minimal Debian rootfs plus the slim OpenEnv runtime.
 
-`mmdebstrap` makes a bookworm rootfs (Essential packages, `python3` — not just
-`python3-minimal`, which lacks compiled stdlib modules such as `resource` — and
-`passwd` for `useradd`) with SOURCE_DATE_EPOCH set; documentation, man pages,
+`mmdebstrap` makes a bookworm rootfs from a Debian mirror (Essential packages, `python3`
+— not just `python3-minimal`, which lacks compiled stdlib modules such as `resource` —
+and `passwd` for `useradd`; every .deb installed is recorded in `locks/base.json`, see
+SNAPSHOT) with SOURCE_DATE_EPOCH set; documentation, man pages,
 locales, apt and log leftovers and Debian's timestamp-based bytecode are left out. The
 runtime of `locks/runtime.txt` is installed on the host with `installer` (no pip in
 the image) into a venv-like prefix at the interpreter path release.toml names
@@ -45,10 +46,15 @@ STATE_DIR = REPO_ROOT / ".release" / "base"
 REPOSITORY = "arena/base"
 TAG = "bookworm"
 SUITE = "bookworm"
-# The point in time the base is pinned to: the Debian archive as snapshot.debian.org
-# served it at 2025-05-20T00:00:00Z. The image names only the snapshot, never the mirror
-# that served the packages: this machine's deb.debian.org serves exactly that snapshot,
-# and RELEASE_DEBIAN_MIRROR / --mirror can point elsewhere without moving the digest.
+# The Debian archive the base is named after: snapshot.debian.org at 2025-05-20T00:00:00Z.
+# The packages do not come from it. mmdebstrap fetches them from MIRROR (deb.debian.org;
+# RELEASE_DEBIAN_MIRROR / --mirror), which serves bookworm as it is now, a newer point
+# release than the snapshot's. What pins the base's packages is the .deb list of
+# locks/base.json (name, version, architecture and sha256 of each), with the base digest:
+# a mirror that has moved on installs other .debs and gives another digest, and
+# `reproduce` names the .debs that changed. The snapshot is still an input: it is the apt
+# source the image names (/etc/apt/sources.list and the OS layer's history comment, both
+# under the digest), it keys the rootfs cache, and its time is SOURCE_DATE_EPOCH.
 SNAPSHOT = "20250520T000000Z"
 
 
@@ -103,7 +109,8 @@ class BaseSpec:
     source_date_epoch: int = SOURCE_DATE_EPOCH
     variant: str = VARIANT
     packages: tuple[str, ...] = PACKAGES
-    # Where the snapshot's packages are downloaded from: not an input of the image.
+    # Where the packages are downloaded from. The image does not name it (so it is not in
+    # the cache key), but what it serves is what gets installed: see SNAPSHOT.
     mirror: str = MIRROR
 
     def cache_key(self, mmdebstrap_version: str) -> str:
@@ -245,7 +252,8 @@ def _mmdebstrap(spec: BaseSpec, target: Path, scratch: Path) -> None:
     argv += [f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
              f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
              f"--customize-hook={_CLEANUP_HOOK}",
-             # mmdebstrap writes the mirror it used; the image names the snapshot instead.
+             # mmdebstrap writes the mirror it used; the image names the snapshot instead
+             # (a name only: the packages came from the mirror, see SNAPSHOT).
              f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
              '> "$1"/etc/apt/sources.list',
              spec.suite, target, spec.mirror]
