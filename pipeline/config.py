@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.formats import SHORT_COMMIT, is_commit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "release.toml"
 TRUST_FILE = "trust.toml"
-_REV = re.compile(r"^[0-9a-f]{40}$")
-_SHORT_REV = re.compile(r"^[0-9a-fA-F]{4,39}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 
@@ -306,8 +305,8 @@ def _req(table: dict[str, Any], key: str, typ: type, where: str) -> Any:
 def _source(t: dict[str, Any], i: int) -> Source:
     where = f"sources[{i}]"
     rev = _req(t, "revision", str, where)
-    if not _REV.match(rev):
-        kind = "a short revision" if _SHORT_REV.match(rev) else "a moving ref (branch or tag name)"
+    if not is_commit(rev):
+        kind = "a short revision" if SHORT_COMMIT.fullmatch(rev) else "a moving ref (branch or tag name)"
         raise ConfigError(f"{where}.revision is {kind}, not a full commit id",
                           expected="40 lowercase hex digits", actual=rev)
     sha = _req(t, "sha256", str, where)
@@ -488,7 +487,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
     ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]
     _check_references(ext_tasks, sources, profiles)
     ext_rev = _req(ext, "revision", str, "external")
-    if not _REV.match(ext_rev):
+    if not is_commit(ext_rev):
         raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
     budgets = {}
     for kind, t in _req(raw, "budgets", dict, "release.toml").items():

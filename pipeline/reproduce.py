@@ -6,9 +6,10 @@
    modules changed between that commit and HEAD (stale records).
 2. The base: read by its recorded digest from a registry when one serves it (the local
    registry if it runs, or --base-registry); otherwise, for the local base, rebuilt
-   from the recorded commit's locks/base.json (mmdebstrap from the Debian snapshot plus
-   the wheel lock) into an OCI layout, no registry involved, and its digest compared.
-   A drifted base names the .deb files that changed.
+   from the recorded commit's locks/base.json (mmdebstrap from a Debian mirror, which
+   must still serve the .debs the lock lists, plus the wheel lock) into an OCI layout,
+   no registry involved, and its digest compared. A drifted base names the .deb files
+   that changed.
 3. The derived image is rebuilt from that base source and the whole image digest is
    compared. "Not rebuilt" is a failure; `--layers-only` compares the application
    layers only and says the result is PARTIAL.
@@ -244,12 +245,12 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
     if lock.sha256 != record.runtime_lock_sha256:
         raise VerificationError("the wheel lock is not the one the base was built from",
                                 expected=record.runtime_lock_sha256, actual=lock.sha256)
-    say(f"reproduce: rebuilding the base from locks/base.json (Debian snapshot "
-        f"{record.debian_snapshot}, packages from {mirror}; about a minute)")
-    # No rootfs cache: a cached tree would hide a drift of the snapshot's packages.
+    say(f"reproduce: rebuilding the base from locks/base.json ({len(record.debs)} .debs "
+        f"from {mirror}; about a minute)")
+    # No rootfs cache: a cached tree would hide a drift of the mirror's packages.
     built = _base.build(record.spec(mirror), lock, python=record.python, state_dir=work,
                         rootfs_cache=work / "rootfs", use_cache=False)
-    how = f"rebuilt from locks/base.json (snapshot {record.debian_snapshot_url})"
+    how = f"rebuilt from locks/base.json ({len(record.debs)} locked .debs from {mirror})"
     if built.manifest_digest == record.digest:
         return (BaseSource.from_layout(built.layout, record.name, record.digest),
                 BaseOutcome(record.digest, built.manifest_digest, how))

@@ -19,15 +19,14 @@ re-hashed as well, and it must hold nothing else.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pipeline._io import sha256_bytes, sha256_file
 from pipeline.audit.rows import INFO, Check, Rows, State, equal
 from pipeline.errors import VerificationError
+from pipeline.formats import is_commit
 from pipeline.records import card, dataset, sbom as sbom_mod, statement as release_statement
 
-_REVISION = re.compile(r"^[0-9a-f]{40}$")
 
 
 def _bound_records(stmt: dict) -> dict[str, str]:
@@ -75,7 +74,7 @@ def _publication(s: State) -> None:
         equal(f"publication of the dataset by the {target.profile} profile (which does not publish it)",
               (False, None), (pub.published, pub.revision))
         return
-    if not (pub.published and isinstance(pub.revision, str) and _REVISION.match(pub.revision)):
+    if not (pub.published and is_commit(pub.revision)):
         raise VerificationError(f"the {target.profile} profile publishes the dataset, but provenance.json records "
                                 "no published revision", expected="published, a 40-hex revision",
                                 actual=f"published {pub.published}, revision {pub.revision!r}")

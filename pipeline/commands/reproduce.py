@@ -22,7 +22,7 @@ def reproduce_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-registry", default=None,
                    help="read the base (and recorded blobs) from this registry (host:port)")
     p.add_argument("--mirror", default=os.environ.get("RELEASE_DEBIAN_MIRROR", base_mod.MIRROR),
-                   help="Debian mirror serving the lock's snapshot (not an image input)")
+                   help="Debian mirror to fetch the lock's .debs from (the image does not name it)")
     p.add_argument("--vendor-dir", type=Path, default=None,
                    help="verified vendored sources (default: <repo>/vendor)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",

@@ -7,23 +7,24 @@ from pathlib import Path
 
 from pipeline import config as config_mod, plan
 from pipeline.progress import say
-from pipeline.sources import dataset, lock as runtime_lock, lock_cp312, vendor as vendor_mod
+from pipeline.sources import dataset, lock as runtime_lock, vendor as vendor_mod
 
 
 def lock_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Regenerate the hash-pinned runtime locks (CPython 3.11 and 3.12)."
     p.add_argument("--in", dest="pins", type=Path, default=runtime_lock.LOCK_IN)
     p.add_argument("--out", type=Path, default=runtime_lock.LOCK)
-    p.add_argument("--out-cp312", type=Path, default=lock_cp312.LOCK,
+    p.add_argument("--out-cp312", type=Path, default=runtime_lock.CP312.lock,
                    help="the same runtime for CPython 3.12, the arena base's interpreter")
     p.add_argument("--cache", type=Path, default=runtime_lock.WHEEL_CACHE)
 
 
 def lock(args: argparse.Namespace) -> int:
-    result, size = runtime_lock.generate(args.pins, args.out, args.cache)
+    result, size = runtime_lock.generate(args.pins, args.out, args.cache, python=runtime_lock.CP311)
     print(f"{result.path}: {len(result.wheels)} wheels, sha256 {result.sha256}")
-    print(f"installed size: {size.human()} ({size.bytes} bytes)")
-    cp312 = lock_cp312.generate(args.pins, args.out_cp312, args.cache)
+    if size is not None:
+        print(f"installed size: {size.human()} ({size.bytes} bytes)")
+    cp312, _ = runtime_lock.generate(args.pins, args.out_cp312, args.cache, python=runtime_lock.CP312)
     print(f"{cp312.path}: {len(cp312.wheels)} wheels for CPython 3.12, sha256 {cp312.sha256}")
     return 0
 

@@ -1,8 +1,9 @@
 """The local base image: a minimal Debian rootfs plus the slim OpenEnv runtime.
 
-`mmdebstrap` makes a bookworm rootfs (Essential packages, `python3` — not just
-`python3-minimal`, which lacks compiled stdlib modules such as `resource` — and
-`passwd` for `useradd`) with SOURCE_DATE_EPOCH set; documentation, man pages,
+`mmdebstrap` makes a bookworm rootfs from a Debian mirror (Essential packages, `python3`
+— not just `python3-minimal`, which lacks compiled stdlib modules such as `resource` —
+and `passwd` for `useradd`; every .deb installed is recorded in `locks/base.json`, see
+SNAPSHOT) with SOURCE_DATE_EPOCH set; documentation, man pages,
 locales, apt and log leftovers and Debian's timestamp-based bytecode are left out. The
 runtime of `locks/runtime.txt` is installed on the host with `installer` (no pip in
 the image) into a venv-like prefix at the interpreter path release.toml names
@@ -33,6 +34,7 @@ from pipeline.sources import lock as runtime_lock
 from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError
+from pipeline.formats import deb822_paragraphs, dpkg_installed
 from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import OCI, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layout import Layout
@@ -44,10 +46,15 @@ STATE_DIR = REPO_ROOT / ".release" / "base"
 REPOSITORY = "arena/base"
 TAG = "bookworm"
 SUITE = "bookworm"
-# The point in time the base is pinned to: the Debian archive as snapshot.debian.org
-# served it at 2025-05-20T00:00:00Z. The image names only the snapshot, never the mirror
-# that served the packages: this machine's deb.debian.org serves exactly that snapshot,
-# and RELEASE_DEBIAN_MIRROR / --mirror can point elsewhere without moving the digest.
+# The Debian archive the base is named after: snapshot.debian.org at 2025-05-20T00:00:00Z.
+# The packages do not come from it. mmdebstrap fetches them from MIRROR (deb.debian.org;
+# RELEASE_DEBIAN_MIRROR / --mirror), which serves bookworm as it is now, a newer point
+# release than the snapshot's. What pins the base's packages is the .deb list of
+# locks/base.json (name, version, architecture and sha256 of each), with the base digest:
+# a mirror that has moved on installs other .debs and gives another digest, and
+# `reproduce` names the .debs that changed. The snapshot is still an input: it is the apt
+# source the image names (/etc/apt/sources.list and the OS layer's history comment, both
+# under the digest), it keys the rootfs cache, and its time is SOURCE_DATE_EPOCH.
 SNAPSHOT = "20250520T000000Z"
 
 
@@ -87,8 +94,10 @@ _CLEANUP_HOOK = (
 _INDEX_SUFFIX = ".Packages"
 
 
-# Relative to pipeline/: the modules whose code makes the base's bytes.
-BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py")
+# Relative to pipeline/: the modules whose code makes the base's bytes (formats.py: the
+# config's `created` time).
+BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py",
+                   "formats.py")
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,8 @@ class BaseSpec:
     source_date_epoch: int = SOURCE_DATE_EPOCH
     variant: str = VARIANT
     packages: tuple[str, ...] = PACKAGES
-    # Where the snapshot's packages are downloaded from: not an input of the image.
+    # Where the packages are downloaded from. The image does not name it (so it is not in
+    # the cache key), but what it serves is what gets installed: see SNAPSHOT.
     mirror: str = MIRROR
 
     def cache_key(self, mmdebstrap_version: str) -> str:
@@ -242,7 +252,8 @@ def _mmdebstrap(spec: BaseSpec, target: Path, scratch: Path) -> None:
     argv += [f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
              f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
              f"--customize-hook={_CLEANUP_HOOK}",
-             # mmdebstrap writes the mirror it used; the image names the snapshot instead.
+             # mmdebstrap writes the mirror it used; the image names the snapshot instead
+             # (a name only: the packages came from the mirror, see SNAPSHOT).
              f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
              '> "$1"/etc/apt/sources.list',
              spec.suite, target, spec.mirror]
@@ -356,27 +367,6 @@ def _in_rootfs(rel: str) -> bool:
         rel not in _NOT_IN_LAYER[1:]
 
 
-def _stanzas(text: str, packages: frozenset[str] | None = None) -> list[dict[str, str]]:
-    """deb822 paragraphs (dpkg status, apt Packages) as field -> value (first line); with
-    `packages`, only the paragraphs that start with `Package: <one of them>` (an apt index
-    holds the whole suite, about 60,000 paragraphs, for the hundred a rootfs installs)."""
-    out = []
-    for block in text.split("\n\n"):
-        if packages is not None:
-            first = block.lstrip("\n").partition("\n")[0]
-            name = first[len("Package:"):].strip() if first.startswith("Package:") else None
-            if name not in packages:
-                continue
-        fields = {}
-        for line in block.splitlines():
-            if line and not line[0].isspace() and ":" in line:
-                key, _, value = line.partition(":")
-                fields[key] = value.strip()
-        if fields:
-            out.append(fields)
-    return out
-
-
 def installed_debs(root: Path) -> tuple[Deb, ...]:
     """Every package installed in the rootfs with the sha256 of the .deb apt resolved."""
     root = Path(root)
@@ -384,11 +374,10 @@ def installed_debs(root: Path) -> tuple[Deb, ...]:
     if not index_path.is_file():
         raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
                            hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
-    installed = [pkg for pkg in _stanzas((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
-                 if pkg.get("Status", "").endswith(" installed")]
+    installed = dpkg_installed((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
     index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
-             for p in _stanzas(index_path.read_text(encoding="utf-8"),
-                               frozenset(pkg["Package"] for pkg in installed))}
+             for p in deb822_paragraphs(index_path.read_text(encoding="utf-8"),
+                                        {pkg["Package"] for pkg in installed})}
     debs = []
     for pkg in installed:
         key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
@@ -413,12 +402,12 @@ def changed_debs(recorded: tuple[Deb, ...], rebuilt: tuple[Deb, ...]) -> list[st
 def debian_python_version(root: Path) -> str:
     """Upstream version of the rootfs' python3.11 package (e.g. 3.11.2)."""
     status = (Path(root) / "var/lib/dpkg/status").read_text(encoding="utf-8")
-    m = re.search(r"^Package: python3\.11\n(?:[^\n]+\n)*?Version: (\d+\.\d+\.\d+)", status,
-                  re.MULTILINE)
+    versions = [p.get("Version", "") for p in dpkg_installed(status) if p["Package"] == "python3.11"]
+    m = re.match(r"\d+\.\d+\.\d+", versions[0]) if versions else None
     if m is None:
         raise ReleaseError("python3.11 is not installed in the base rootfs",
                            hint=f"check that PACKAGES includes python3 ({root})")
-    return m[1]
+    return m[0]
 
 
 # ------------------------------------------------------------------ the Python runtime

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.config import ReleaseConfig
-from pipeline.image.oci.image import ConfigChanges, rfc3339
+from pipeline.formats import epoch_time
+from pipeline.image.oci.image import ConfigChanges
 from pipeline.image.payload import VendoredTaskFile, tasks_file_in_image
 
 # The variable naming the vendored task file, as env/server/app.py reads it. env/ is the
@@ -61,7 +62,7 @@ def image_config(cfg: ReleaseConfig, *, base_name: str, base_digest: str, revisi
     labels = {
         "org.opencontainers.image.source": cfg.source_url,
         "org.opencontainers.image.revision": revision,
-        "org.opencontainers.image.created": rfc3339(source_date_epoch),
+        "org.opencontainers.image.created": epoch_time(source_date_epoch),
         "org.opencontainers.image.base.digest": base_digest,
         "org.opencontainers.image.base.name": base_name,
         "org.opencontainers.image.title": cfg.name,

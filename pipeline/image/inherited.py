@@ -8,21 +8,20 @@ replace, so the check suite can prove UID 2000 still cannot read them in the der
 image (`image/protected-inherited`).
 
 The build's own layers are the trailing ones whose history line starts with
-`build.HISTORY_PREFIX`; every layer before them is the base's. Whiteouts (`.wh.<name>`,
-`.wh..wh..opq`) in later base layers remove what earlier ones added.
+`build.HISTORY_PREFIX`; every layer before them is the base's. Each layer is applied onto
+the ones below it as the SBOM reader applies it (`listing.hidden`: whiteouts and
+replacements hide only what lower layers hold); a file the build's layers replace or
+delete is not inherited.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pipeline.image.build import HISTORY_PREFIX
 from pipeline.image.oci import listing
 from pipeline.image.oci.image import ImageConfig
-
-_WHITEOUT = ".wh."
-_OPAQUE = ".wh..wh..opq"
 
 
 def own_layer_count(config: ImageConfig) -> int:
@@ -36,29 +35,17 @@ def own_layer_count(config: ImageConfig) -> int:
     return count
 
 
-def _under(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory + "/")
-
-
 def inherited_files(config: ImageConfig, layers: Sequence[tuple[str, Path]], app_dir: str) -> tuple[str, ...]:
     """Absolute paths of the regular files the base leaves under `app_dir` that the
-    build's own layers do not replace, sorted. `layers` are the image's layers in
+    build's own layers do not replace or delete, sorted. `layers` are the image's layers in
     manifest order: (digest, blob file) each (pipeline.image.oci.listing reads them)."""
-    app = app_dir.strip("/")
-    own = own_layer_count(config)
-    base, ours = layers[:len(layers) - own], layers[len(layers) - own:]
+    under_app = app_dir.strip("/") + "/"
+    first_own = len(layers) - own_layer_count(config)
     files: set[str] = set()
-    for digest, blob in base:
-        for path, regular in listing.entries(blob, digest):
-            parent, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
-            if name == _OPAQUE:
-                files = {f for f in files if not f.startswith(parent + "/")}
-            elif name.startswith(_WHITEOUT):
-                gone = str(PurePosixPath(parent, name[len(_WHITEOUT):]))
-                files = {f for f in files if not _under(f, gone)}
-            elif regular and _under(path, app) and path != app:
-                files.add(path)
-            else:
-                files.discard(path)
-    replaced = {path for digest, blob in ours for path, _ in listing.entries(blob, digest)}
-    return tuple(sorted(f"/{f}" for f in files - replaced))
+    for index, (digest, blob) in enumerate(layers):
+        members = listing.entries(blob, digest)
+        files -= listing.hidden(files, members)
+        if index < first_own:
+            files.update(m.path for m in members
+                         if m.regular and m.path.startswith(under_app) and not listing.is_whiteout(m.path))
+    return tuple(sorted(f"/{f}" for f in files))

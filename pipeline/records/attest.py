@@ -19,13 +19,14 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline._io import canonical_json, sha256_bytes, sha256_file, write_atomic
 from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.formats import utc_time
 from pipeline.image.oci import digest as oci_digest
 from pipeline.checks.results import SuiteResult
 from pipeline.records import provenance as provenance_record
@@ -155,8 +156,8 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Ma
             },
             "metadata": {
                 "invocationId": invocation_id,
-                "startedOn": _rfc3339(started),
-                "finishedOn": _rfc3339(finished),
+                "startedOn": utc_time(started),
+                "finishedOn": utc_time(finished),
             },
             # provenance.json's exact bytes are one function of the record: binding their
             # hash here makes any edit of it (not only of the pinned inputs) detectable.
@@ -164,10 +165,6 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Ma
                             "digest": {"sha256": sha256_bytes(provenance_record.to_json(prov))}}],
         },
     }
-
-
-def _rfc3339(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ------------------------------------------------------------------ check results

@@ -17,7 +17,6 @@ hold exactly the folder's files (and the `.gitattributes` the Hub keeps).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,12 +24,12 @@ from pathlib import Path
 
 from pipeline._io import sha256_bytes, sha256_file
 from pipeline.errors import ConfigError, DigestMismatch, HubError
+from pipeline.formats import is_commit
 from pipeline.progress import say
 from pipeline.records.provenance import DatasetPublication
 
 REPO_TYPE = "dataset"
 HUB_KEEPS = ".gitattributes"  # created with every Hub repository; never deleted by the client either
-_REVISION = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def upload(target: HubTarget, folder: Path, paths: Iterable[str], *, token: str,
                        actual=_why(exc),
                        hint="check HF_TOKEN's write access and that the dataset repository exists") from None
     revision = str(info.oid)
-    if not _REVISION.match(revision):
+    if not is_commit(revision):
         raise HubError("the Hub answered the commit without a commit id", expected="40 hex digits", actual=revision)
     say(f"    {target.repository}: committed {len(paths)} file(s) at {revision}")
     return revision

@@ -38,11 +38,11 @@ from securesystemslib.signer import KEY_FOR_TYPE_AND_SCHEME, SigstoreKey
 from pipeline._io import is_tree_path, sha256_file
 from pipeline.config import ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.formats import parse_utc_time, utc_time
 
 LAYOUT_FILE = "layout.json"
 LINKS_DIR = "links"
 DEFAULT_VALID_DAYS = 365
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # A keyless release names its sigstore identity as the layout's functionary; securesystemslib
 # loads such keys only once they are registered (its documented opt-in for SigstoreKey).
 KEY_FOR_TYPE_AND_SCHEME.setdefault((SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME), SigstoreKey)
@@ -168,7 +168,7 @@ def layout(functionary, specs, command: Sequence[str], released_on: datetime, da
     key = {**functionary.to_dict(), "keyid": functionary.keyid}
     lay = Layout()
     lay.keys = {functionary.keyid: key}
-    lay.expires = (released_on + timedelta(days=days)).astimezone(timezone.utc).strftime(TIME_FORMAT)
+    lay.expires = utc_time(released_on + timedelta(days=days))
     for spec in specs:
         step = Step(name=spec.name, pubkeys=[functionary.keyid], threshold=1)
         step.expected_command = list(command)
@@ -295,11 +295,11 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         if identity is not None:
             _sigstore_functionary(lay, identity)
         _is_release_layout(lay, suffix)
-        expires = datetime.strptime(lay.expires, TIME_FORMAT).replace(tzinfo=timezone.utc)
+        expires = parse_utc_time(lay.expires)
         if released_on > expires:
             raise VerificationError("in-toto: the layout had already expired when the release was made",
                                     expected=f"released before {lay.expires}",
-                                    actual=f"released {released_on.strftime(TIME_FORMAT)}")
+                                    actual=f"released {utc_time(released_on)}")
         with _cwd(root):
             chain = verifylib.load_links_for_layout(lay, str(att / LINKS_DIR))
             if key is not None:
@@ -337,7 +337,7 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
                                     actual=actual)
     now = now or datetime.now(timezone.utc)
     state = "expired" if now > expires else "valid until"
-    return f"layout {state} {lay.expires} (release {released_on.strftime(TIME_FORMAT)}: valid then)"
+    return f"layout {state} {lay.expires} (release {utc_time(released_on)}: valid then)"
 
 
 def _equal_functionaries(named: list[str], signer: list[str]) -> None:

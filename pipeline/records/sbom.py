@@ -31,6 +31,7 @@ from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, Source
 from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
+from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
 
@@ -44,8 +45,6 @@ SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoona
 _DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD)$")
 _STATUS_FILES = ("var/lib/dpkg/status",)
 _OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
-_WHITEOUT = ".wh."
-_OPAQUE = ".wh..wh..opq"
 
 
 # ------------------------------------------------------------------ reading the image
@@ -111,11 +110,13 @@ class FileView:
     files: dict[str, bytes] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
 
-    def _drop(self, path: str, *, children_only: bool = False) -> None:
-        prefix = path + "/"
-        for table in (self.files, self.links):
-            for p in [p for p in table if p.startswith(prefix) or (not children_only and p == path)]:
-                del table[p]
+    def paths(self) -> set[str]:
+        return self.files.keys() | self.links.keys()
+
+    def drop(self, paths: set[str]) -> None:
+        for path in paths:
+            self.files.pop(path, None)
+            self.links.pop(path, None)
 
     def read(self, path: str) -> bytes | None:
         """File content at `path`, following symlinks inside the view."""
@@ -131,13 +132,13 @@ class FileView:
 
 
 def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) -> None:
-    """Apply one layer: its whiteouts remove lower files, then its files are added. What
-    the layer lists is recorded under its digest once its bytes match it (listing)."""
+    """Apply one layer: what it hides of the lower layers goes (listing.hidden: its
+    whiteouts and replacements), then its own files are added. What the layer lists is
+    recorded under its digest once its bytes match it (listing)."""
     listed: list[listing.Entry] = []
     added: dict[str, bytes] = {}
     links: dict[str, str] = {}
     hardlinks: dict[str, str] = {}
-    removed: list[tuple[str, bool]] = []
     try:
         raw = open(blob, "rb")
     except FileNotFoundError:
@@ -146,22 +147,12 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
         reader = _HashingReader(raw)
         with tarfile.open(fileobj=reader, mode="r|*") as tar:  # type: ignore[call-overload]
             for m in tar:
-                name = listing.clean(m.name)
+                entry = listing.member(m)
+                name = entry.path
                 if not name:
                     continue
-                listed.append((name, m.isreg()))
-                base = posixpath.basename(name)
-                parent = posixpath.dirname(name)
-                if base == _OPAQUE:
-                    removed.append((parent, True))
-                    continue
-                if base.startswith(_WHITEOUT):
-                    removed.append((posixpath.join(parent, base[len(_WHITEOUT):]), False))
-                    continue
-                if not m.isdir() and (name in view.files or name in view.links):
-                    # A non-directory replaces whatever lower layers had at this path.
-                    removed.append((name, False))
-                if not wanted(name, app_dir):
+                listed.append(entry)
+                if listing.is_whiteout(name) or not wanted(name, app_dir):
                     continue
                 if m.isreg():
                     f = tar.extractfile(m)
@@ -177,8 +168,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
         raise DigestMismatch(f"layer blob {blob.name} does not match its digest", expected=layer_digest,
                              actual=actual, hint="the OCI layout is corrupt; rebuild the image")
     listing.record(layer_digest, listed)
-    for path, children_only in removed:
-        view._drop(path, children_only=children_only)
+    view.drop(listing.hidden(view.paths(), listed))
     view.files.update(added)
     view.links.update(links)
     for name, target in hardlinks.items():
@@ -227,25 +217,9 @@ class AppFile:
 
 def parse_dpkg_status(text: str) -> list[DebPackage]:
     """Installed packages of a dpkg status file (half-installed or removed ones are skipped)."""
-    pkgs = []
-    for para in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        key = None
-        for line in para.splitlines():
-            if line[:1] in (" ", "\t") and key:
-                continue  # continuation lines (descriptions, conffiles) are not needed
-            k, sep, v = line.partition(":")
-            if sep:
-                key = k.strip()
-                fields[key] = v.strip()
-        if "Package" not in fields or not fields.get("Status", "").endswith(" installed"):
-            continue
-        pkgs.append(DebPackage(
-            name=fields["Package"], version=fields.get("Version", ""),
-            arch=fields.get("Architecture", "all"),
-            source=fields.get("Source", fields["Package"]).split(" ")[0],
-        ))
-    return pkgs
+    return [DebPackage(name=p["Package"], version=p.get("Version", ""), arch=p.get("Architecture", "all"),
+                       source=p.get("Source", p["Package"]).split(" ")[0])
+            for p in dpkg_installed(text)]
 
 
 def distro_of(os_release: bytes | None) -> str:

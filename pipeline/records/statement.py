@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pipeline._io import canonical_json, is_tree_path, sha256_file, write_atomic
 from pipeline.records.attest import STATEMENT_TYPE, Subject
 from pipeline.records.dataset import FOLDER as DATASET_FOLDER
 from pipeline.errors import VerificationError
+from pipeline.formats import parse_utc_time, utc_time
 
 NAME = "release"
 RECORD_FILES = ("provenance.json", "submission.json")
@@ -34,7 +35,6 @@ RECORD_FILES = ("provenance.json", "submission.json")
 UNBOUND = (signing.PUBLIC_KEY_FILE, signing.KEYID_FILE, signing.IDENTITY_FILE)
 REQUIRED = ("provenance.json", "submission.json", "attestations/sbom.cdx.json", "attestations/checks.json",
             "attestations/layout.json")
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def predicate_type(source_url: str) -> str:
@@ -136,7 +136,7 @@ def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_
         "predicateType": predicate_type(source_url),
         "predicate": {
             "profile": profile,
-            "releasedOn": released_on.astimezone(timezone.utc).strftime(TIME_FORMAT),
+            "releasedOn": utc_time(released_on),
             "signing": signing_kind,
         },
     })
@@ -154,9 +154,9 @@ def write(root: Path, signer, image: Subject, *, source_url: str, profile: str,
 
 
 def parse_time(value: Any, *, what: str) -> datetime:
-    """A UTC time as the statements write it (TIME_FORMAT)."""
+    """A UTC time as the statements write it (pipeline.formats.TIME_FORMAT)."""
     try:
-        return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=timezone.utc)
+        return parse_utc_time(value)
     except (TypeError, ValueError):
         raise VerificationError(f"{what} is not a valid UTC time", expected="YYYY-MM-DDTHH:MM:SSZ",
                                 actual=value) from None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.records import attest, statement as release_statement, signing
+from pipeline.formats import utc_time
+from pipeline.records import attest, signing
 from pipeline._io import pretty_json, sha256_file, write_atomic
 
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
@@ -39,7 +40,7 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
     skipped = sorted(c.id for c in rows if c.status == "skipped")
     return {
         "verifier": {"id": VERIFIER_ID, "version": {"pipeline": __version__}},
-        "timeVerified": verified_on.astimezone(timezone.utc).strftime(release_statement.TIME_FORMAT),
+        "timeVerified": utc_time(verified_on),
         "resourceUri": f"oci://{image}",
         "policy": described("release.toml"),
         "inputAttestations": inputs,

@@ -19,15 +19,13 @@ an integrity failure.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import _proc
 from pipeline.errors import SourceError, ToolError
+from pipeline.formats import SHORT_COMMIT, is_commit
 
-FULL_REVISION = re.compile(r"^[0-9a-f]{40}$")
-_HEX = re.compile(r"^[0-9a-fA-F]{4,39}$")
 
 
 def hermetic_env() -> dict[str, str]:
@@ -51,9 +49,9 @@ def check_revision(revision: str, *, where: str = "revision") -> str:
 
     A short id is ambiguous and a branch or tag name moves, so neither pins anything.
     """
-    if FULL_REVISION.match(revision):
+    if is_commit(revision):
         return revision
-    if _HEX.match(revision):
+    if SHORT_COMMIT.fullmatch(revision):
         raise SourceError(
             f"{where} is a short revision, which is ambiguous",
             expected="a full 40-hex commit id", actual=revision,

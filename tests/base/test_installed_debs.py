@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import ReleaseError
-from pipeline.image.base import Deb, installed_debs
+from pipeline.image.base import Deb, debian_python_version, installed_debs
 
 STATUS = """\
 Package: bash
@@ -77,3 +77,17 @@ def test_a_version_the_index_does_not_hold_is_an_error(tmp_path):
     root = _rootfs(tmp_path, STATUS.replace("5.2.15-2+b13", "5.2.15-2+b14"), INDEX.format(**HASHES))
     with pytest.raises(ReleaseError, match="installed package bash 5.2.15-2\\+b14 is not in the apt index"):
         installed_debs(root)
+
+
+def test_the_python_version_is_the_installed_python3_11s(tmp_path):
+    status = STATUS + """
+Package: python3.11
+Status: install ok installed
+Description: Interactive high-level object-oriented language (version 3.11)
+ Version: 9.9.9 in a continuation line is no field
+Version: 3.11.2-6+deb12u6
+"""
+    assert debian_python_version(_rootfs(tmp_path, status, "")) == "3.11.2"
+    gone = status.replace("install ok installed\nDescription", "deinstall ok config-files\nDescription")
+    with pytest.raises(ReleaseError, match="python3.11 is not installed"):
+        debian_python_version(_rootfs(tmp_path / "gone", gone, ""))

@@ -48,7 +48,7 @@ from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_image
-from pipeline.sources import lock, lock_cp312
+from pipeline.sources import lock
 from ..checks.repair_standin import layer_file
 from ..shared import once, shared_result
 
@@ -102,9 +102,9 @@ def runtime_layer(blobs: Path, work: Path) -> oci_layer.Layer:
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     _copy_interpreter(staging)
-    cp312 = lock.load_lock(lock_cp312.LOCK)
-    lock.install(lock_cp312.fetch(cp312), destdir=staging, prefix=f"/{PREFIX}", interpreter=PYTHON,
-                 python_version="3.12")
+    cp312 = lock.load_lock(lock.CP312.lock)
+    lock.install(lock.fetch(cp312, python=lock.CP312), destdir=staging, prefix=f"/{PREFIX}", interpreter=PYTHON,
+                 python_version=lock.CP312.version)
     entries = oci_layer.tree_entries(staging, normalize=oci_layer.normalized)
     layer = oci_layer.write_layer(entries, blobs, source_date_epoch=SDE)
     shutil.rmtree(staging)

@@ -26,8 +26,9 @@ def _ref(digest, path):
 def test_members_in_archive_order_as_image_paths(tmp_path):
     layer = _layer(tmp_path)
     # write_layer orders by name as written: "./opt" before "etc/...".
-    assert listing.read(layer.path) == (("opt", False), ("etc/.wh.motd", True), ("opt/arena", False),
-                                        ("opt/arena/a.py", True), ("opt/arena/link", False))
+    assert listing.read(layer.path) == (("opt", False, True), ("etc/.wh.motd", True, False),
+                                        ("opt/arena", False, True), ("opt/arena/a.py", True, False),
+                                        ("opt/arena/link", False, False))
     assert [listing.clean(n) for n in ("./usr/x", "/usr/x", "usr/x/", ".", "./")] == ["usr/x"] * 3 + ["", ""]
 
 

@@ -49,7 +49,7 @@ def test_fresh_clone_reproduces_the_whole_image_digest(released, local_registry,
 
 
 def test_drifted_base_names_the_debs_that_changed(released, tmp_path):
-    """A lock whose digest and one .deb no longer match what the snapshot gives: the base
+    """A lock whose digest and one .deb no longer match what the mirror gives: the base
     rebuild differs and reproduce names the package."""
     clone = fresh_clone(released, tmp_path / "clone")
     lock_path = clone / "locks" / "base.json"

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
 from pipeline._io import canonical_json
 from pipeline.errors import ReleaseError
+from pipeline.formats import epoch_time
 from pipeline.image.oci import digest as _digest
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -67,11 +67,6 @@ def family_of(manifest_media_type: str) -> Family:
             return fam
     raise ManifestError("unsupported manifest media type", expected=" or ".join(MANIFEST_TYPES),
                         actual=manifest_media_type)
-
-
-def rfc3339(epoch: int) -> str:
-    """`SOURCE_DATE_EPOCH` as the UTC timestamp configs carry."""
-    return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -418,7 +413,7 @@ def derive(base: BaseImage | None, layers: Sequence[NewLayer], changes: ConfigCh
     With a base, the base's family is kept (a Docker schema-2 base gets schema-2
     layers) and `family` is ignored; without one, the image starts from scratch.
     """
-    created = rfc3339(source_date_epoch)
+    created = epoch_time(source_date_epoch)
     if base is not None:
         family = base.manifest.family
         _digest.verify(base.config_bytes, base.manifest.config.digest, what="base image config")
