@@ -7,10 +7,11 @@ import re
 import shlex
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline import configschema
 from pipeline.errors import ConfigError
 from pipeline.formats import SHORT_COMMIT, is_commit
 
@@ -21,15 +22,11 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 
 # The per-task budgets of the request, in the order of the request the platform accepted
-# (mimo.md, "The Arena request and admission").
-REQUEST_BUDGET_FIELDS = (
-    "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
-    "tool_calls_per_minute", "completion_tokens", "context_tokens", "memory_gib",
-    "cpu_floor_vcpus", "workspace_gib",
-)
+# (mimo.md, "The Arena request and admission"); declared, with their meaning, in the schema.
+REQUEST_BUDGET_FIELDS = tuple(configschema.REQUEST_BUDGETS)
 # Every key of a [budgets.*] table: the request's, plus limits of the environment that are
 # not request fields (recorded in provenance.json).
-ENVIRONMENT_LIMIT_FIELDS = ("observation_tokens",)
+ENVIRONMENT_LIMIT_FIELDS = tuple(configschema.ENVIRONMENT_LIMITS)
 BUDGET_FIELDS = REQUEST_BUDGET_FIELDS + ENVIRONMENT_LIMIT_FIELDS
 
 
@@ -230,22 +227,16 @@ class RuntimeConfig:
 
 
 def _runtime(t: dict[str, Any]) -> RuntimeConfig:
+    """[runtime], its types already checked by the schema."""
     engines = {}
     for name in ("podman", "docker"):
         sub = t.get(name, {})
-        if not isinstance(sub, dict):
-            raise ConfigError(f"runtime.{name} must be a table", actual=type(sub).__name__)
-        for key in ("global_args", "run_args"):
-            value = sub.get(key, [])
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"runtime.{name}.{key} must be a list of strings",
-                                  actual=repr(value))
         engines[name] = EngineArgs(tuple(sub.get("global_args", [])), tuple(sub.get("run_args", [])))
     engine = t.get("engine", "auto")
     if engine not in RUNTIME_ENGINES:
         raise ConfigError("runtime.engine", expected=" or ".join(RUNTIME_ENGINES), actual=engine)
     timeout = t.get("health_timeout_s", RuntimeConfig.health_timeout_s)
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+    if timeout <= 0:
         raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
     return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)
 
@@ -292,24 +283,14 @@ class ReleaseConfig:
         raise ConfigError(f"no [[sources]] entry named {name!r} in {self.path}")
 
 
-def _req(table: dict[str, Any], key: str, typ: type, where: str) -> Any:
-    if key not in table:
-        raise ConfigError(f"{where}: missing key {key!r}")
-    value = table[key]
-    if typ is int and isinstance(value, bool) or not isinstance(value, typ):
-        raise ConfigError(f"{where}.{key} has the wrong type", expected=typ.__name__,
-                          actual=type(value).__name__)
-    return value
-
-
 def _source(t: dict[str, Any], i: int) -> Source:
     where = f"sources[{i}]"
-    rev = _req(t, "revision", str, where)
+    rev = t["revision"]
     if not is_commit(rev):
         kind = "a short revision" if SHORT_COMMIT.fullmatch(rev) else "a moving ref (branch or tag name)"
         raise ConfigError(f"{where}.revision is {kind}, not a full commit id",
                           expected="40 lowercase hex digits", actual=rev)
-    sha = _req(t, "sha256", str, where)
+    sha = t["sha256"]
     if not _SHA256.match(sha):
         raise ConfigError(f"{where}.sha256 is not a sha256", expected="64 lowercase hex", actual=sha)
     lic_sha = t.get("license_sha256", "")
@@ -317,14 +298,14 @@ def _source(t: dict[str, Any], i: int) -> Source:
         raise ConfigError(f"{where}.license_sha256 is not a sha256",
                           expected="64 lowercase hex or \"\" (unpinned)", actual=lic_sha)
     source = Source(
-        name=_req(t, "name", str, where),
-        repository=_req(t, "repository", str, where),
+        name=t["name"],
+        repository=t["repository"],
         revision=rev,
-        path=_req(t, "path", str, where).strip("/"),
+        path=t["path"].strip("/"),
         sha256=sha,
-        size=_req(t, "size", int, where),
-        license=_req(t, "license", str, where),
-        license_file=_req(t, "license_file", str, where).strip("/"),
+        size=t["size"],
+        license=t["license"],
+        license_file=t["license_file"].strip("/"),
         profiles=tuple(t.get("profiles", [])),
         license_sha256=lic_sha,
     )
@@ -336,10 +317,10 @@ def _source(t: dict[str, Any], i: int) -> Source:
 
 def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
     where = f"external.tasks[{i}]"
-    image = _req(t, "image", str, where)
+    image = t["image"]
     if not _IMAGE_BY_DIGEST.match(image):
         raise ConfigError(f"{where}.image must be pinned by digest", actual=image)
-    row = _req(t, "row", int, where)
+    row = t["row"]
     if row < 0:
         raise ConfigError(f"{where}.row", expected="a row index >= 0", actual=row)
     record_sha = t.get("record_sha256", "")
@@ -347,11 +328,9 @@ def _external_task(t: dict[str, Any], i: int) -> ExternalTask:
         raise ConfigError(f"{where}.record_sha256 is not a sha256",
                           expected="64 lowercase hex or \"\" (unpinned)", actual=record_sha)
     return ExternalTask(
-        task_id=_req(t, "task_id", str, where), image=image,
-        compressed_bytes=_req(t, "compressed_bytes", int, where),
-        after_block=_req(t, "after_block", int, where),
-        split=_req(t, "split", str, where), row=row,
-        reference=_req(t, "reference", str, where), record_sha256=record_sha,
+        task_id=t["task_id"], image=image, compressed_bytes=t["compressed_bytes"],
+        after_block=t["after_block"], split=t["split"], row=row,
+        reference=t["reference"], record_sha256=record_sha,
     )
 
 
@@ -378,38 +357,32 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 def _strings(t: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = _req(t, key, list, where)
-    if not value or not all(isinstance(v, str) and v for v in value):
+    value = t[key]
+    if not value or not all(value):
         raise ConfigError(f"{where}.{key}", expected="a non-empty list of strings", actual=value)
     return tuple(value)
 
 
 def _dataset(t: dict[str, Any], external_dataset: str) -> DatasetConfig:
     where = "dataset"
-    known = {"hub_url", "license_name", "license_link", "language", "tags", "source_datasets"}
-    if set(t) - known:
-        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known), actual=sorted(set(t) - known))
     source_datasets = _strings(t, "source_datasets", where)
     if external_dataset not in source_datasets:
         raise ConfigError(f"{where}.source_datasets does not name the external tasks' dataset",
                           expected=f"a list holding {external_dataset}", actual=list(source_datasets))
     return DatasetConfig(
-        license_name=_req(t, "license_name", str, where),
-        license_link=_req(t, "license_link", str, where), language=_strings(t, "language", where),
+        license_name=t["license_name"],
+        license_link=t["license_link"], language=_strings(t, "language", where),
         tags=_strings(t, "tags", where), source_datasets=source_datasets,
         hub_url=t.get("hub_url", "https://huggingface.co").rstrip("/"))
-def _admission(raw: Any) -> Admission:
+
+
+def _admission(raw: dict[str, Any]) -> Admission:
     where = "admission"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"[{where}] must be a table", actual=type(raw).__name__)
-    known = {"sandbox_disk_gib", "headroom_gib"}
-    if set(raw) - known:
-        raise ConfigError(f"unknown key(s) in [{where}]", expected=sorted(known), actual=sorted(set(raw) - known))
     default = Admission()
     values = {}
-    for key in sorted(known):
+    for key in ("headroom_gib", "sandbox_disk_gib"):
         value = raw.get(key, getattr(default, key))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if value <= 0:
             raise ConfigError(f"{where}.{key} must be a positive number of GiB", actual=value)
         values[key] = float(value)
     if values["headroom_gib"] >= values["sandbox_disk_gib"]:
@@ -421,13 +394,16 @@ def _admission(raw: Any) -> Admission:
 
 def _field_path(ext: dict[str, Any], key: str, default: str) -> str:
     value = ext.get(key, default)
-    if not isinstance(value, str) or not all(value.split(".")):
+    if not all(value.split(".")):
         raise ConfigError(f"external.{key}", expected="a dotted path into a dataset row", actual=value)
     return value
 
 
 def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
-    """Parse and validate release.toml; ConfigError names the first bad key."""
+    """Parse and validate release.toml; ConfigError names the first bad key.
+
+    The file is first checked against its schema (pipeline.configschema: no unknown key, every
+    required key, every value of its type), then its values are read and checked."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -435,34 +411,32 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         raise ConfigError(f"release config {path} not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"release config {path} is not valid TOML: {exc}") from None
-    rel = _req(raw, "release", dict, "release.toml")
+    configschema.check(raw, configschema.RELEASE, path)
+    rel = raw["release"]
     profiles = {}
-    for name, t in _req(raw, "profiles", dict, "release.toml").items():
+    for name, t in raw["profiles"].items():
         where = f"profiles.{name}"
-        base = _req(t, "base", str, where)
+        base = t["base"]
         if base != "local" and not _IMAGE_BY_DIGEST.match(base):
             raise ConfigError(f"{where}.base must be 'local' or an image pinned by digest",
                               expected="name@sha256:<64 hex>", actual=base)
         profiles[name] = Profile(
             name=name,
             description=t.get("description", ""),
-            registry=_req(t, "registry", str, where),
-            repository=_req(t, "repository", str, where),
-            tag=_req(t, "tag", str, where),
+            registry=t["registry"],
+            repository=t["repository"],
+            tag=t["tag"],
             base=base,
-            tasks=_req(t, "tasks", str, where),
-            signing=_req(t, "signing", str, where),
-            external_tasks_required=_req(t, "external_tasks_required", bool, where),
-            submission_id=_req(t, "submission_id", str, where),
-            dataset=_req(t, "dataset", str, where),
+            tasks=t["tasks"],
+            signing=t["signing"],
+            external_tasks_required=t["external_tasks_required"],
+            submission_id=t["submission_id"],
+            dataset=t["dataset"],
             publish_dataset=t.get("publish_dataset", False),
         )
         if not _REPO_ID.match(profiles[name].dataset):
             raise ConfigError(f"{where}.dataset is not a Hugging Face dataset repository id",
                               expected="owner/name", actual=profiles[name].dataset)
-        if not isinstance(profiles[name].publish_dataset, bool):
-            raise ConfigError(f"{where}.publish_dataset", expected="true or false",
-                              actual=profiles[name].publish_dataset)
     sources = tuple(_source(t, i) for i, t in enumerate(raw.get("sources", [])))
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
@@ -476,34 +450,29 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         if p.tasks != "first-party" and vs is None:
             raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
                               actual=p.tasks)
-    ext = _req(raw, "external", dict, "release.toml")
-    known = {f.name for f in fields(External)}  # [external]'s keys are the record's fields
+    ext = raw["external"]
     # [external.repair] is gone (the repair checks drive the images by mimo.md's protocol);
-    # the release.toml of a commit before its removal still loads, for reproduce.
-    unknown = set(ext) - known - {"repair"}
-    if unknown:
-        raise ConfigError("unknown key(s) in [external]; remove them", expected=sorted(known),
-                          actual=sorted(unknown))
+    # the release.toml of a commit before its removal still loads, for reproduce: the schema
+    # knows its keys, and nothing reads them.
     ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]
     _check_references(ext_tasks, sources, profiles)
-    ext_rev = _req(ext, "revision", str, "external")
+    ext_rev = ext["revision"]
     if not is_commit(ext_rev):
         raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
     budgets = {}
-    for kind, t in _req(raw, "budgets", dict, "release.toml").items():
-        values = {k: _req(t, k, int, f"budgets.{kind}") for k in BUDGET_FIELDS}
-        budgets[kind] = Budgets(split=_req(t, "split", str, f"budgets.{kind}"), values=values)
+    for kind, t in raw["budgets"].items():
+        budgets[kind] = Budgets(split=t["split"], values={k: t[k] for k in BUDGET_FIELDS})
     return ReleaseConfig(
         path=path,
-        name=_req(rel, "name", str, "release"),
-        app_dir=_req(rel, "app_dir", str, "release"),
-        python=_req(rel, "python", str, "release"),
-        port=_req(rel, "port", int, "release"),
-        source_url=_req(rel, "source_url", str, "release"),
+        name=rel["name"],
+        app_dir=rel["app_dir"],
+        python=rel["python"],
+        port=rel["port"],
+        source_url=rel["source_url"],
         profiles=profiles,
         sources=sources,
-        external=External(dataset=_req(ext, "dataset", str, "external"), revision=ext_rev,
-                          license=_req(ext, "license", str, "external"), tasks=tuple(ext_tasks),
+        external=External(dataset=ext["dataset"], revision=ext_rev,
+                          license=ext["license"], tasks=tuple(ext_tasks),
                           subset=ext.get("subset", "default"),
                           id_field=_field_path(ext, "id_field", External.id_field),
                           record_field=_field_path(ext, "record_field", External.record_field),
@@ -511,7 +480,7 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
                           rows_url=ext.get("rows_url",
                                            "https://datasets-server.huggingface.co").rstrip("/")),
         budgets=budgets,
-        dataset=_dataset(_req(raw, "dataset", dict, "release.toml"), ext["dataset"]),
+        dataset=_dataset(raw["dataset"], ext["dataset"]),
         raw=raw,
         runtime=_runtime(raw.get("runtime", {})),
         admission=_admission(raw.get("admission", {})),

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from securesystemslib.signer import SSlibKey
 
+from pipeline import configschema
 from pipeline.records import signing
 from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
@@ -71,26 +72,26 @@ class TrustRoot:
 
 
 def load(path: Path) -> dict:
-    """The tables of a trust file (trust.toml); ConfigError when it is missing or not TOML."""
+    """The tables of a trust file (trust.toml); ConfigError when it is missing, not TOML, or
+    not what its schema (pipeline.configschema.TRUST) allows."""
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path} not found: it pins who may sign a release",
                           hint="restore trust.toml (`python -m pipeline key` prints the pin line)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    configschema.check(raw, configschema.TRUST, path)
+    return raw
 
 
 def pins(cfg: ReleaseConfig, profile: str) -> TrustRoot:
     """The trust root trust.toml (beside `cfg`'s release.toml) pins for `profile` (`[trust.<profile>]`)."""
     path = cfg.trust_path
-    table = ((load(path).get("trust") or {}).get(profile)) or {}
+    table = load(path).get("trust", {}).get(profile, {})
     where = f"[trust.{profile}] of {path.name}"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} is not a table", actual=type(table).__name__)
     keyids = table.get("keyids", [])
-    if not isinstance(keyids, list) or not all(isinstance(k, str) and re.fullmatch(r"[0-9a-f]{64}", k)
-                                               for k in keyids):
+    if not all(re.fullmatch(r"[0-9a-f]{64}", k) for k in keyids):
         raise ConfigError(f"{where}: keyids must be a list of 64-hex key ids", actual=keyids)
     identity, issuer = table.get("identity"), table.get("issuer")
     if (identity is None) != (issuer is None):
