@@ -1,7 +1,7 @@
 """Two runs of the whole suite at once on this machine, as CI runs it: two fresh clones of
 HEAD, `CI=true bash .ci/run` in each, started together. Both must pass, and neither may
-leave a process, a registry or a container behind (the suite's parallel safety, README
-"Two runs on one machine"). Prints each run's wall time and its last lines; the clones
+leave a process, a registry or a container behind (the suite's parallel safety,
+docs/testing.md "Two runs on one machine"). Prints each run's wall time and its last lines; the clones
 are removed afterwards (kept if something of theirs still runs), their logs stay.
 
 Usage: python benchmarks/bench_concurrent.py   (as root, like the suite; ~2x one run's CPU)

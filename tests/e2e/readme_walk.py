@@ -1,6 +1,7 @@
-"""The README walker: the README's runnable blocks, parsed with their markers, run in order
-in fresh clones. Its conventions (the markers, how each kind of block runs) are described
-at the top of tests/e2e/test_readme_walk.py, which walks the real README with it."""
+"""The README walker: the runnable blocks of README.md, then of each docs/*.md, parsed with
+their markers, run in order in fresh clones. Its conventions (the markers, how each kind of
+block runs) are described at the top of tests/e2e/test_readme_walk.py, which walks the real
+documents with it."""
 
 from __future__ import annotations
 
@@ -21,15 +22,17 @@ LANGUAGES = {"sh": "shell", "bash": "shell", "shell": "shell", "python": "python
 SKIP = re.compile(r"skip\s*\((?P<reason>[^()]*\S[^()]*)\)")
 CHECKOUT = re.compile(r"checkout\s+(?P<name>[a-z][a-z0-9-]*)")
 FIRST_CHECKOUT = "newcomer"
+README = "README.md"
+DOCS = "docs"  # every docs/*.md is walked after the README, in name order
 LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:\d+")
 
 
 class ReadmeError(Exception):
-    """The README's markers are malformed: the walk would not do what they say."""
+    """A document's markers are malformed: the walk would not do what they say."""
 
 
 class WalkFailed(AssertionError):
-    """A README block failed: names the block, its checkout and the end of its output."""
+    """A block failed: names the block, its checkout and the end of its output."""
 
 
 @dataclass(frozen=True)
@@ -43,17 +46,34 @@ class Block:
     checkout: str
     skip: str | None = None  # the reason, when marked `skip (...)`
     background: bool = False
+    source: str = README  # the document, relative to the repository: README.md, docs/NAME.md
 
     @property
     def name(self) -> str:
         command = next((l.strip() for l in self.text.splitlines()
                         if l.strip() and not l.strip().startswith("#")), "")
         shown = command if len(command) <= 72 else command[:69] + "..."
-        return f"README.md:{self.line} ({self.section}) `{shown}`"
+        return f"{self.source}:{self.line} ({self.section}) `{shown}`"
 
 
-def parse(text: str) -> list[Block]:
-    """Every sh/bash/shell/python block, in order, with what its markers say."""
+def documents(repo: Path) -> list[Path]:
+    """The documents the walk reads, in walking order: README.md, then docs/*.md by name."""
+    return [repo / README, *sorted((repo / DOCS).glob("*.md"))]
+
+
+def parse_documents(repo: Path) -> list[Block]:
+    """Every runnable block of every document, in walking order. Each document starts in the
+    first checkout (a reader opens it in the clone they set up), and a background server
+    never outlives its document (Walk.run stops it at the end of its section)."""
+    blocks: list[Block] = []
+    for path in documents(repo):
+        blocks += parse(path.read_text(), source=path.relative_to(repo).as_posix())
+    return blocks
+
+
+def parse(text: str, source: str = README) -> list[Block]:
+    """Every sh/bash/shell/python block of the document `source`, in order, with what its
+    markers say."""
     blocks: list[Block] = []
     lines = text.splitlines()
     section, checkout = "(top)", FIRST_CHECKOUT
@@ -69,7 +89,7 @@ def parse(text: str) -> list[Block]:
             continue
         if fence is None:
             if pending:
-                raise ReadmeError(f"README.md:{pending[0][0]}: a readme-walk marker must be on the line "
+                raise ReadmeError(f"{source}:{pending[0][0]}: a readme-walk marker must be on the line "
                                   f"just before a block's opening fence (line {i + 1} is not one)")
             if lines[i].startswith("## "):
                 section = lines[i][3:].strip()
@@ -77,12 +97,12 @@ def parse(text: str) -> list[Block]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
-            raise ReadmeError(f"README.md:{i + 1}: the block opened here is never closed")
+            raise ReadmeError(f"{source}:{i + 1}: the block opened here is never closed")
         language = LANGUAGES.get(fence["info"])
         skip, background = None, False
         for line_no, directive in pending:
             if language is None:
-                raise ReadmeError(f"README.md:{line_no}: marker before a `{fence['info'] or 'plain'}` block, "
+                raise ReadmeError(f"{source}:{line_no}: marker before a `{fence['info'] or 'plain'}` block, "
                                   "which the walk never runs")
             if m := SKIP.fullmatch(directive):
                 skip = m["reason"]
@@ -91,17 +111,17 @@ def parse(text: str) -> list[Block]:
             elif m := CHECKOUT.fullmatch(directive):
                 checkout = m["name"]
             else:
-                raise ReadmeError(f"README.md:{line_no}: unknown readme-walk marker {directive!r} "
+                raise ReadmeError(f"{source}:{line_no}: unknown readme-walk marker {directive!r} "
                                   "(known: skip (REASON), background, checkout NAME)")
         pending = []
         if background and language != "shell":
-            raise ReadmeError(f"README.md:{i + 1}: only a shell block can run in the background")
+            raise ReadmeError(f"{source}:{i + 1}: only a shell block can run in the background")
         if language is not None:
             blocks.append(Block(i + 1, section, language, "\n".join(lines[i + 1:end]) + "\n",
-                                checkout, skip, background))
+                                checkout, skip, background, source))
         i = end + 1
     if pending:
-        raise ReadmeError(f"README.md:{pending[0][0]}: a readme-walk marker with no block after it")
+        raise ReadmeError(f"{source}:{pending[0][0]}: a readme-walk marker with no block after it")
     return blocks
 
 
@@ -170,7 +190,8 @@ class Walk:
         server: _Server | None = None
         try:
             for n, block in enumerate(blocks, 1):
-                if server is not None and block.section != server.block.section:
+                if server is not None and (block.source, block.section) != (server.block.source,
+                                                                            server.block.section):
                     self._stop(server)
                     server = None
                 if block.skip is not None:

@@ -1,20 +1,22 @@
-"""The README, walked as a newcomer: every command, in order, on fresh clones.
+"""The README, then docs/*.md, walked as a newcomer: every command, in order, on fresh clones.
 
-How the walk reads the README (tests/e2e/readme_walk.py):
+How the walk reads the documents (tests/e2e/readme_walk.py):
 
+- The documents are README.md, then every docs/*.md in name order; each one starts in the
+  `newcomer` checkout (below), and a background server stops at the end of its document.
 - It runs every fenced block whose info string is `sh` (or `bash`, `shell`) with
   `bash -e -o pipefail`, in the order the blocks appear, in the local profile, with the
   environment of a newcomer: no `RELEASE_*` variables, the machine's `python3` and `nox`
   (not the test suite's virtualenv), a git identity for the commit the README makes. A block
   that exits non-zero, or runs longer than 30 minutes, fails the walk; the failure names the
-  README line, its section and first command, and shows the end of its output.
+  document and line, its section and first command, and shows the end of its output.
 - A `python` block is fed to `.nox/serve/bin/python -` in its checkout (the serve session's
   virtualenv has the OpenEnv client), as the README says.
 - Other blocks (no info string, toml, ...) are text, never run.
 - Markers: an HTML comment on the line just before a block's opening fence (several may
   stack); a marker anywhere else, or an unknown one, fails the walk:
   - `<!-- readme-walk: skip (REASON) -->`: the block is not run; the walk prints
-    `readme-walk: SKIPPED README.md:LINE (section) `command`: REASON`. For blocks that need
+    `readme-walk: SKIPPED DOCUMENT:LINE (section) `command`: REASON`. For blocks that need
     the internet, credentials or keyless records (arena profile, ghcr.io, sigstore), change
     the host, or are the test suite itself.
   - `<!-- readme-walk: background -->`: a server. The block runs in the background until a
@@ -32,7 +34,7 @@ How the walk reads the README (tests/e2e/readme_walk.py):
   walk) and starts with the base layout and wheel cache of this checkout's `.release/`, if
   any (as tests/e2e/test_release.py does; both are checked by digest when used).
 
-The README is HEAD's: commit a README change before walking it.
+The clones are HEAD's: commit a change to the documents before walking them.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from pipeline.registry import local as localregistry
 from . import readme_walk
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from .caches import seed_caches
-from .readme_walk import ReadmeError, Walk, WalkFailed, parse
+from .readme_walk import ReadmeError, Walk, WalkFailed, parse, parse_documents
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -110,7 +112,7 @@ def test_the_readme_walked_in_order_on_fresh_clones(tmp_path, capsys, base_image
 
     walk = _walk(tmp_path / "walk", say, seed=seed_caches)
     try:
-        outcomes = walk.run(parse(README.read_text()))
+        outcomes = walk.run(parse_documents(REPO))
     finally:
         for checkout in walk.checkouts.values():
             localregistry.stop(checkout / ".release" / "registry")
@@ -160,7 +162,7 @@ def test_a_broken_command_in_a_copy_of_the_readme_fails_the_walk(tmp_path):
 
 
 def test_the_readme_s_markers_parse_and_its_client_uses_serve_s_url():
-    blocks = parse(README.read_text())
+    blocks = parse_documents(REPO)
     runnable = [b for b in blocks if b.skip is None]
     assert runnable[0].checkout == readme_walk.FIRST_CHECKOUT and "nox -s release" in runnable[0].text
     served = [b for b in blocks if b.background]
@@ -168,9 +170,65 @@ def test_the_readme_s_markers_parse_and_its_client_uses_serve_s_url():
     assert served and clients
     for client in clients:
         server = [b for b in served if b.line < client.line][-1]
-        assert server.section == client.section, "the client runs while the server of its section runs"
+        assert (server.source, server.section) == (client.source, client.section), \
+            "the client runs while the server of its section runs"
         assert README_URL in client.text
     assert all(b.skip.strip() for b in blocks if b.skip is not None)
+    # Every document is walked: the README first, then each docs/*.md.
+    docs = sorted((REPO / "docs").glob("*.md"))
+    assert docs and readme_walk.documents(REPO) == [README, *docs]
+
+
+def _documents(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_docs_are_walked_after_the_readme_in_name_order_each_from_the_newcomer_s_clone(tmp_path):
+    repo = _documents(tmp_path, {
+        "README.md": "## Set-up\n\n```sh\necho readme\n```\n\n"
+                     "<!-- readme-walk: checkout auditor -->\n```sh\necho audit\n```\n",
+        "docs/testing.md": "# Testing\n\n## Markers\n\n<!-- readme-walk: skip (the suite) -->\n"
+                           "```sh\nnox -s tests\n```\n",
+        "docs/ci.md": "# CI\n\n```python\nprint('ci')\n```\n\n```toml\nnot = 'run'\n```\n",
+        "docs/notes.txt": "```sh\necho not a markdown document\n```\n",
+    })
+    blocks = parse_documents(repo)
+    assert [(b.source, b.line, b.section, b.checkout) for b in blocks] == [
+        ("README.md", 3, "Set-up", "newcomer"),
+        ("README.md", 8, "Set-up", "auditor"),
+        ("docs/ci.md", 3, "(top)", "newcomer"),  # a document starts in the newcomer's clone again
+        ("docs/testing.md", 6, "Markers", "newcomer"),
+    ]
+    assert blocks[-1].skip == "the suite"
+    assert blocks[2].name == "docs/ci.md:3 ((top)) `print('ci')`"
+
+
+def test_a_docs_file_s_malformed_marker_is_refused_naming_the_file(tmp_path):
+    repo = _documents(tmp_path, {"README.md": "```sh\ntrue\n```\n",
+                                 "docs/arena.md": "# Arena\n\n<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n"})
+    with pytest.raises(ReadmeError, match=r"^docs/arena\.md:3: unknown readme-walk marker"):
+        parse_documents(repo)
+
+
+def test_a_server_stops_at_the_end_of_its_document_even_under_a_same_named_section(tmp_path):
+    # The README ends serving under `## Serving`; docs/later.md opens a `## Serving` of its own,
+    # whose block must run with the README's server stopped.
+    repo = _documents(tmp_path / "repo", {
+        "README.md": _SYNTHETIC.split("## Later")[0],
+        "docs/later.md": "# Later\n\n## Serving\n\n```sh\necho in the docs\n```\n",
+    })
+    said: list[str] = []
+    walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=said.append,
+                python=sys.executable, serve_timeout=60, stop_timeout=30)
+    outcomes = walk.run(parse_documents(repo))
+    assert [(o.block.source, o.status) for o in outcomes] == [
+        ("README.md", "served"), ("README.md", "ran"), ("README.md", "skipped"), ("docs/later.md", "ran")]
+    stopped = said.index(next(s for s in said if s.startswith("readme-walk: stopped README.md:")))
+    assert stopped < said.index(next(s for s in said if s.startswith("readme-walk: ok docs/later.md:5")))
+    assert not readme_walk._answers(outcomes[0].output + "/health")
 
 
 _SYNTHETIC = '''# A README
