@@ -33,7 +33,7 @@ DOCKERFILE = """FROM {base}
 COPY env /opt/arena/env
 COPY LICENSE /opt/arena/licenses/LICENSE
 WORKDIR /opt/arena
-CMD ["/opt/arena-python/bin/python3", "-m", "uvicorn", "env.server.app:app", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["/opt/arena-python/bin/python3", "-m", "env.server.serve", "--host", "0.0.0.0", "--port", "8000"]
 """
 
 

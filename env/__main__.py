@@ -21,11 +21,8 @@ HOST_WORKSPACE = Path("/var/lib/openenv-arena/workspace")
 CONTAINER_MARKERS = (Path("/run/.containerenv"), Path("/.dockerenv"))
 HOST_CHANGES = (
     "adds the group and user 'arena' (UID/GID 2000) to /etc/group and /etc/passwd if missing",
-    "at every reset, kills every process of UID 2000 on this host",
-    "at every reset, deletes every file of UID 2000 in every directory UID 2000 can write "
-    "(/tmp, /var/tmp, /dev/shm, /dev/mqueue and any other found by scanning)",
-    "at every reset, removes every System V IPC object of UID 2000",
-    "empties and rebuilds the workspace directory {workspace}",
+    "makes the directory {workspace} if missing (each episode mounts a tmpfs of its own there, "
+    "in a mount namespace of the episode: the host's directory stays empty)",
 )
 
 
@@ -123,17 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m env serve: --workspace is for --host-mode; in the image it is /workspace",
               file=sys.stderr)
         return 2
-    import uvicorn
-
     from env.loader import TaskModuleError
     from env.server.app import create_server_app
+    from env.server.serve import run
 
     try:
         app = create_server_app(tasks_file, config)
     except TaskModuleError as exc:
         print(f"python -m env serve: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port)
+    run(app, host=args.host, port=args.port)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The ASGI app uvicorn serves: ``uvicorn env.server.app:app`` (the image's command).
+"""The ASGI app the image serves: ``env.server.app:app`` (run by env/server/serve.py).
 
 The task module comes from ``ARENA_TASKS_FILE`` (a vendored file) or, when unset, the
 first-party ``env.families``.
@@ -17,6 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
 from env.server import mcp
+from env.server.messages import MessageGuard
 from env.server.environment import Curriculum, ServerConfig, ShellEnvironment, sandbox_spec
 from env.server.models import ShellAction, ShellObservation
 from env.server.sandbox import SandboxFactory
@@ -58,6 +59,7 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
     )
     serve_standard_routes(app)
     app.add_middleware(_QuietClientClose)
+    app.add_middleware(MessageGuard)
     return app
 
 

@@ -9,8 +9,9 @@ speaks to the server over one SOCK_SEQPACKET socket (number FD), one JSON object
    capabilities it got in the new user namespace (it does not exec, which would drop them);
 2. it forks the PID namespace's PID 1, and only waits for it from then on. PID 1 makes every mount it inherited read-only (recursively) and mounts size- and
    inode-limited tmpfs filesystems on the workspace and the scratch directories, a new
-   mqueue filesystem, brings the loopback interface up, joins a new session keyring and
-   sets no_new_privs for itself and everything it starts; then it says ``{"ok": true}``
+   mqueue filesystem, brings the loopback interface up, joins a new session keyring, sets
+   no_new_privs and a seccomp filter refusing the keyring system calls for itself and
+   everything it starts; then it says ``{"ok": true}``
    (or ``{"error": "..."}``);
 3. then, per ``{"op": "run", ...}`` with a pipe's write end attached, it forks the
    command (its own session, the resource limits, the OOM killer's first choice, the
@@ -50,6 +51,13 @@ SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added after th
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 KEYCTL_JOIN_SESSION_KEYRING = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# The kernel keyring system calls (x86_64 numbers), refused to every process of the episode.
+KEYRING_SYSCALLS = (248, 249, 250)  # add_key, request_key, keyctl
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
 PR_SET_PDEATHSIG = 1
 NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000,
                    "ipc": 0x08000000, "uts": 0x04000000}
@@ -85,6 +93,36 @@ def _loopback_up() -> None:
         request = struct.pack("16sH14s", b"lo", 0, b"")
         flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request)[:18])[1]
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _deny_keyrings() -> None:
+    """A seccomp filter: add_key, request_key and keyctl fail with EPERM, and so does every
+    system call of another ABI (i386, x32), whose numbers the filter does not know.
+
+    Keyrings are the kernel's; a key's description is visible to the same UID in any
+    namespace (/proc/keys) until the key is collected, so an episode must not make any."""
+    deny = len(KEYRING_SYSCALLS) + 5  # the index of the last instruction; jumps count from the next one
+    program = [
+        (BPF_LD_W_ABS, 0, 0, 4),                            # seccomp_data.arch
+        (BPF_JEQ_K, 0, deny - 2, AUDIT_ARCH_X86_64),
+        (BPF_LD_W_ABS, 0, 0, 0),                            # seccomp_data.nr
+        (BPF_JGE_K, deny - 4, 0, X32_SYSCALL_BIT),
+        *((BPF_JEQ_K, deny - 5 - i, 0, number) for i, number in enumerate(KEYRING_SYSCALLS)),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 1),           # EPERM
+    ]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
+    fprog = _SockFprog(len(program), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "prctl(PR_SET_SECCOMP): the keyring filter")
 
 
 def _new_session_keyring() -> None:
@@ -125,6 +163,8 @@ def prepare(setup: dict) -> None:
     if setup["session_keyring"]:
         _new_session_keyring()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if setup["deny_keyrings"]:
+        _deny_keyrings()
 
 
 def _start(run: dict, out: int, setup: dict) -> int:

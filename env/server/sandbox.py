@@ -12,8 +12,9 @@ its reset:
   every other mount is read-only there;
 - the network: a network namespace with only a loopback interface, on which nothing of
   the server listens;
-- kernel keyrings: the user and user-session keyrings belong to the user namespace, and
-  PID 1 joins a new session keyring;
+- kernel keyrings: a seccomp filter refuses add_key, request_key and keyctl (a key's
+  description stays visible to the same UID in /proc/keys until the kernel collects it,
+  whatever the namespace), and PID 1 joins a new session keyring;
 - System V IPC and POSIX message queues: the IPC namespace (and a new mqueue mount).
 
 The next episode's sandbox is made ahead of time (`SandboxFactory`), so a reset only
@@ -79,6 +80,7 @@ class SandboxSpec:
     namespaces: tuple[str, ...] = NAMESPACES
     read_only: bool = True
     session_keyring: bool = True
+    deny_keyrings: bool = True
 
     def setup(self) -> dict:
         """The setup message nsinit.py reads."""
@@ -92,6 +94,7 @@ class SandboxSpec:
             "read_only": self.read_only,
             "mqueue": "ipc" in self.namespaces,
             "session_keyring": self.session_keyring,
+            "deny_keyrings": self.deny_keyrings,
         }
 
 

@@ -68,7 +68,6 @@ def image_config(cfg: ReleaseConfig, *, base_name: str, base_digest: str, revisi
         "org.opencontainers.image.title": cfg.name,
     }
     return ImageConfigValues(
-        cmd=(cfg.python, "-m", "uvicorn", "env.server.app:app",
-             "--host", "0.0.0.0", "--port", str(cfg.port)),
+        cmd=(cfg.python, "-m", "env.server.serve", "--host", "0.0.0.0", "--port", str(cfg.port)),
         entrypoint=(), env=tuple(sorted(env.items())), working_dir=cfg.app_dir,
         exposed_ports=(f"{cfg.port}/tcp",), user="0", labels=tuple(sorted(labels.items())))

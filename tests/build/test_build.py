@@ -105,7 +105,7 @@ def test_build_layout_config_and_protected_modes(tmp_path, source_repo, local_re
     assert all(l.media_type == oci_image.OCI_LAYER_GZIP for l in img.manifest.layers)
     cfg = json.loads(img.config_bytes)
     c = cfg["config"]
-    assert c["Cmd"][:4] == ["/opt/arena-python/bin/python3", "-m", "uvicorn", "env.server.app:app"]
+    assert c["Cmd"][:3] == ["/opt/arena-python/bin/python3", "-m", "env.server.serve"]
     assert c["Cmd"][-4:] == ["--host", "0.0.0.0", "--port", "8000"]
     assert c["WorkingDir"] == "/opt/arena" and "8000/tcp" in c["ExposedPorts"]
     labels = c["Labels"]

@@ -121,7 +121,7 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     assert dfetched.media_type == oci_image.DOCKER_MANIFEST
     assert [l["digest"] for l in dmanifest["layers"][:6]] == list(stand.layers)
     dconfig = json.loads(client.get_blob_bytes(dref.repository, dmanifest["config"]["digest"]))["config"]
-    assert dconfig["Cmd"] == ["/opt/arena-python/bin/python3", "-m", "uvicorn", "env.server.app:app",
+    assert dconfig["Cmd"] == ["/opt/arena-python/bin/python3", "-m", "env.server.serve",
                               "--host", "0.0.0.0", "--port", "8000"]
     assert dconfig["WorkingDir"] == "/opt/arena" and dconfig["User"] == "0"
     assert dconfig["Labels"]["org.opencontainers.image.base.digest"] == ref.digest

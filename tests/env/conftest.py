@@ -37,17 +37,19 @@ TEST_SHELL_TIMEOUT_S = 3.0
 # Runs in the server process: build the app with the factory (so the shell timeout
 # can be shortened), record the imported modules at shutdown, serve.
 LAUNCHER = """
-import json, sys
-import uvicorn
+import json, resource, sys
 from env.server.app import create_server_app
+from env.server.serve import run
 from env.server.environment import ServerConfig
-port, timeout_s, tasks_file, modules_out = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+port, timeout_s, tasks_file, modules_out, nofile = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+if nofile:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (int(nofile), int(nofile)))
 app = create_server_app(tasks_file or None, ServerConfig(shell_timeout_s=timeout_s))
 def record_modules():
     with open(modules_out, "w") as out:
         json.dump(sorted(sys.modules), out)
 app.router.on_shutdown.append(record_modules)
-uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+run(app, host="127.0.0.1", port=int(port), log_level="warning")
 """
 
 
@@ -79,6 +81,19 @@ def host_pid_alive(pid: int) -> bool:
         return _status(pid)["State"][0] != "Z"
     except (OSError, KeyError, IndexError):
         return False
+
+
+def pids_in(pid_namespace: str) -> list[int]:
+    """Host PIDs of the live processes of a PID namespace."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == pid_namespace and host_pid_alive(int(name)):
+                    pids.append(int(name))
+            except OSError:
+                continue
+    return pids
 
 
 @dataclass
@@ -132,21 +147,17 @@ class LiveServer:
             found.append((started, int(name)))
         return min(found)[1] if found else None
 
+    def episode_pid_namespace(self) -> str | None:
+        """The current episode's PID namespace (as /proc/PID/ns/pid names it)."""
+        init = self.episode_init()
+        return None if init is None else os.readlink(f"/proc/{init}/ns/pid")
+
     def episode_pids(self) -> list[int]:
         """Host PIDs of the current episode's processes other than its PID 1."""
         init = self.episode_init()
         if init is None:
             return []
-        episode_ns = os.readlink(f"/proc/{init}/ns/pid")
-        pids = []
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) != init:
-                try:
-                    if os.readlink(f"/proc/{name}/ns/pid") == episode_ns and host_pid_alive(int(name)):
-                        pids.append(int(name))
-                except OSError:
-                    continue
-        return pids
+        return [pid for pid in pids_in(os.readlink(f"/proc/{init}/ns/pid")) if pid != init]
 
     def client(self, message_timeout_s: float = 60.0) -> SyncEnvClient:
         """A connected sync client (its session is the server's one session)."""
@@ -198,8 +209,10 @@ def start_server(
     shell_timeout_s: float = TEST_SHELL_TIMEOUT_S,
     python: list[str] | None = None,
     pythonpath: str | None = None,
+    nofile: int | None = None,
 ) -> LiveServer:
-    """Start the app in a child process and wait until /health answers."""
+    """Start the app in a child process and wait until /health answers (``nofile``: its
+    descriptor limit, as a container run with the budget's limits has)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     modules_path = workdir / f"modules-{port}.json"
@@ -207,7 +220,7 @@ def start_server(
     env["PYTHONPATH"] = pythonpath if pythonpath is not None else str(REPO_ROOT)
     log_path.write_bytes(b"")
     argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
-            tasks_file or "", str(modules_path)]
+            tasks_file or "", str(modules_path), str(nofile or "")]
     process = start_contained(workdir / f"ns-{port}", workdir, argv, cwd=workdir, env=env, log=log_path)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
     deadline = time.monotonic() + HEALTH_WITHIN_S

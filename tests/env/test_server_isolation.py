@@ -1,0 +1,184 @@
+"""A hostile agent against the real server: nothing it does crosses a reset.
+
+The five classes of issue 39, each tried as an agent would: a process that forks faster
+than any kill loop, connections to the server's port, a kernel keyring left for the next
+episode, an inode flood and the reset after it, and messages that used to end a session
+ungraded. The server runs contained (tests/contained.py); each episode runs in
+namespaces of its own inside it (env/server/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from urllib.parse import urlparse
+
+import pytest
+import websockets.sync.client
+
+from env.catalog import CASE_IDS
+from tests.env.conftest import pids_in
+
+pytestmark = pytest.mark.root
+
+CASE = CASE_IDS[0]
+PYTHON = "/usr/bin/python3"
+
+# Forks in a tight loop, the parent exiting each time: a new PID every few microseconds,
+# and every incarnation writes the marker (the next episode's answer, say) where it can.
+HOPPER = r"""
+import os, sys, time
+marker = sys.argv[1]
+if os.fork():
+    os._exit(0)
+os.setsid()
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    for place in ("/workspace/repo/" + marker, "/tmp/" + marker):
+        try:
+            with open(place, "w") as f:
+                f.write("1")
+        except OSError:
+            pass
+    try:
+        if os.fork():
+            os._exit(0)
+    except OSError:
+        time.sleep(0.001)
+"""
+
+
+def run(env, command: str) -> dict:
+    return env.step({"operation": "shell", "command": command}).observation
+
+
+def test_a_hopper_that_outruns_any_kill_loop_dies_with_its_episode(server):
+    with server.session(message_timeout_s=60) as env:
+        env.reset(task_id=CASE)
+        run(env, server.write_command("/workspace/home/hop.py", HOPPER)
+            + f"\n{PYTHON} /workspace/home/hop.py hopper-was-here; sleep 0.5; echo started")
+        episode = server.episode_pid_namespace()
+        # The hopper's PID changes faster than /proc can be listed: seen at least once.
+        assert any(len(pids_in(episode)) > 1 for _ in range(50)), "the hopper runs before the reset"
+        env.reset(task_id=CASE)
+        assert pids_in(episode) == []  # PID 1 is gone, and every process of its namespace
+        time.sleep(0.5)
+        out = run(env, "ls /workspace/repo /tmp; for i in $(seq 50); do sleep 0.01 & done; wait; echo forks-ok")
+        assert "hopper-was-here" not in out["output"] and "forks-ok" in out["output"], out["output"]
+        assert env.step({"operation": "finish"}).reward == 0.0
+
+
+def test_the_agent_cannot_reach_the_server_or_any_network(server):
+    port = urlparse(server.url).port
+    probe = (f"import socket\nfor port in ({port}, 8000):\n"
+             "    s = socket.socket()\n    s.settimeout(2)\n"
+             "    try:\n        s.connect(('127.0.0.1', port)); print('connected', port)\n"
+             "    except OSError as exc:\n        print('refused', port, exc.errno)\n"
+             "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))\n")
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        out = run(env, server.write_command("/workspace/home/net.py", probe) + f"\n{PYTHON} /workspace/home/net.py")
+        assert "connected" not in out["output"], out["output"]
+        assert "['lo']" in out["output"], out["output"]
+
+
+def test_a_flood_of_idle_connections_leaves_the_server_healthy(start_live_server):
+    live = start_live_server(nofile=1024)
+    host, port = "127.0.0.1", urlparse(live.url).port
+    held = []
+    try:
+        for _ in range(1100):
+            sock = socket.socket()
+            sock.settimeout(5)
+            try:
+                sock.connect((host, port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if live.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server did not answer /health under the flood"
+            time.sleep(0.5)
+        with live.session() as env:
+            assert env.reset(task_id=CASE).observation["task_id"] == CASE
+    finally:
+        for sock in held:
+            sock.close()
+
+
+KEYRING = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+KEY_SPEC_USER, KEY_SPEC_SESSION = -4, -3
+if sys.argv[1] == "plant":
+    for ring in (KEY_SPEC_USER, KEY_SPEC_SESSION):
+        made = libc.syscall(248, b"keyring", b"MSG-FROM-EPISODE-1:answer=42", None, 0, ring)  # add_key
+        print("planted" if made > 0 else "refused", ctypes.get_errno())
+else:
+    print(open("/proc/keys").read())
+"""
+
+
+def test_a_keyring_left_by_one_episode_is_not_seen_by_the_next(server):
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        write = server.write_command("/workspace/home/keys.py", KEYRING)
+        planted = run(env, write + f"\n{PYTHON} /workspace/home/keys.py plant")
+        assert planted["output"].split() == ["refused", "1", "refused", "1"], planted  # EPERM
+        env.reset(task_id=CASE)
+        seen = run(env, write + f"\n{PYTHON} /workspace/home/keys.py read")
+        assert "MSG-FROM-EPISODE-1" not in seen["output"], seen["output"]
+
+
+def test_an_inode_flood_is_bounded_and_the_reset_after_it_is_quick(server):
+    flood = ("import errno, os, sys\nmade = 0\nfor place in sys.argv[1:]:\n"
+             "    for i in range(10**7):\n        try:\n"
+             "            os.close(os.open(f'{place}/f{i}', os.O_CREAT | os.O_WRONLY, 0o644))\n"
+             "        except OSError as exc:\n            assert exc.errno == errno.ENOSPC, exc\n            break\n"
+             "        made += 1\nprint('made', made)\n")
+    with server.session(message_timeout_s=120) as env:
+        env.reset(task_id=CASE)
+        out = run(env, server.write_command("/workspace/home/flood.py", flood)
+                  + f"\n{PYTHON} /workspace/home/flood.py /tmp /dev/shm /var/tmp; df -i /tmp | tail -1")
+        made = int(out["output"].split("made ")[1].split()[0])
+        assert 0 < made < 200_000, out["output"]  # each place stops at its own inode limit
+        started = time.monotonic()
+        env.reset(task_id=CASE)
+        assert time.monotonic() - started < 5
+        after = run(env, "ls -A /tmp /dev/shm /var/tmp | grep -c '^f' ; true")
+        assert after["output"].strip() == "0", after["output"]
+
+
+def _ws(server):
+    return websockets.sync.client.connect(server.url.replace("http", "ws", 1) + "/ws", max_size=None)
+
+
+def _call(ws, payload) -> dict:
+    ws.send(payload)
+    return json.loads(ws.recv(timeout=30))
+
+
+@pytest.mark.parametrize(("name", "payload", "says"), [
+    ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}', "surrogate"),
+    ("deep-nesting", "[" * 100_000, "nests deeper"),
+    ("long-episode-id", json.dumps({"type": "reset", "data": {"episode_id": "x" * 100_000}}), "at most 256"),
+    ("not-json", "not json", "not JSON"),
+    ("binary", b"\x00\xff binary", "binary"),
+])
+def test_a_malformed_message_gets_an_error_and_the_episode_goes_on(server, name, payload, says):
+    with _ws(server) as ws:
+        assert _call(ws, json.dumps({"type": "reset", "data": {"task_id": CASE}}))["type"] == "observation"
+        reply = _call(ws, payload)
+        assert reply["type"] == "error" and says in reply["data"]["message"], (name, reply)
+        assert len(reply["data"]["message"]) < 1000
+        after = _call(ws, json.dumps({"type": "step", "data": {"operation": "shell", "command": "echo still"}}))
+        assert after["type"] == "observation" and after["data"]["observation"]["output"] == "still\n", after
+        graded = _call(ws, json.dumps({"type": "step", "data": {"operation": "finish"}}))
+        assert graded["data"]["done"] is True
