@@ -158,8 +158,10 @@ def prepare(setup: dict) -> None:
         os.chmod(path, mode)
     if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
         _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    _loopback_up()
-    socket.sethostname(setup["hostname"])
+    if setup["network"]:
+        _loopback_up()
+    if setup["uts"]:
+        socket.sethostname(setup["hostname"])
     if setup["session_keyring"]:
         _new_session_keyring()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")

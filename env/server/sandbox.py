@@ -93,6 +93,8 @@ class SandboxSpec:
             "oom_score_adj": self.oom_score_adj,
             "read_only": self.read_only,
             "mqueue": "ipc" in self.namespaces,
+            "network": "net" in self.namespaces,
+            "uts": "uts" in self.namespaces,
             "session_keyring": self.session_keyring,
             "deny_keyrings": self.deny_keyrings,
         }

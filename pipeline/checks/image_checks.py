@@ -16,6 +16,7 @@ from pipeline.checks.answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_comp
 from pipeline.checks.case_checks import solve_in_episode
 from pipeline.checks.cases import Case
 from pipeline.checks.client import ServerError, Session, http_get
+from pipeline.checks.isolation_checks import ISOLATION_CHECKS, isolation_checks
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.checks.results import CheckResult
 from pipeline.checks.target import Target
@@ -279,6 +280,7 @@ def run_image_checks(session: Session, target: Target, case: Case,
                 expected="a solver answer to build malformed answers from")
     final_action_check(session, case, next(seeds), rec)
     isolation_check(session, case, next(seeds), rec)
+    isolation_checks(session, target, case, seeds, rec)
     output_cap_check(session, case, next(seeds), rec)
     one_session_check(session, target, case, next(seeds), rec)
     if target.limits:
@@ -313,4 +315,5 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
 IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code", "protected-task-module",
                 "protected-proc-environ", "protected-vendored", "protected-inherited", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
+                *ISOLATION_CHECKS,
                 "timeout", "output-cap", "one-session", *LIMIT_CHECKS)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,14 @@ class Target:
         return f"{self.app_dir.rstrip('/')}/{relative}"
 
     def peek(self, inside: str) -> bool | None:
-        """Whether ``inside`` (a path as the server sees it) exists; None if the suite
-        cannot see the server's filesystem."""
+        """Whether ``inside`` (a path as the server or one of its episodes sees it) exists;
+        None if the suite cannot see the server's filesystem. An episode has a mount
+        namespace of its own (env/server/sandbox.py): the roots of the server's
+        descendants are looked at too."""
         if self.host_root is None:
             return None
-        return os.path.lexists(f"{self.host_root.rstrip('/')}/{inside.lstrip('/')}")
+        roots = [self.host_root, *(f"/proc/{pid}/root" for pid in _descendants(self.host_root))]
+        return any(os.path.lexists(f"{root.rstrip('/')}/{inside.lstrip('/')}") for root in roots)
 
     def with_url(self, url: str) -> "Target":
         """The same layout reached at another URL (another container of the image, whose
@@ -50,3 +55,25 @@ class Target:
                       task_module=self.task_module, vendored_file=self.vendored_file,
                       server_pid=self.server_pid, workspace=self.workspace, limits=self.limits,
                       inherited=self.inherited)
+
+
+def _descendants(host_root: str) -> list[int]:
+    """The host PIDs of every descendant of the process whose root ``host_root`` names
+    (/proc/PID/root); none for another kind of path."""
+    found = re.fullmatch(r"/proc/(\d+)/root/?", host_root)
+    if found is None:
+        return []
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parent = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(name))
+    pending, seen = [int(found.group(1))], []
+    while pending:
+        for child in children.get(pending.pop(), []):
+            seen.append(child)
+            pending.append(child)
+    return seen

@@ -12,8 +12,10 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,13 +38,21 @@ def _needs_root() -> None:
     require_containment()
 
 
+# Not a temporary directory: the sandbox mounts its own scratch filesystems over /tmp and
+# /dev/shm, so the agent would not see the copy there at all (ENOENT, not EACCES).
+APP_PARENT = Path("/srv")
+
+
 @pytest.fixture(scope="session")
-def app_dir(tmp_path_factory) -> Path:
+def app_dir() -> Iterator[Path]:
     """A root-only copy of the environment package, as /opt/arena is in the image."""
-    root = tmp_path_factory.mktemp("arena-app")
-    shutil.copytree(REPO / "env", root / "env", ignore=shutil.ignore_patterns("__pycache__"))
-    os.chmod(root, 0o700)
-    return root
+    root = Path(tempfile.mkdtemp(prefix="arena-app-", dir=APP_PARENT))
+    try:
+        shutil.copytree(REPO / "env", root / "env", ignore=shutil.ignore_patterns("__pycache__"))
+        os.chmod(root, 0o700)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.checks.cases import all_cases
 from pipeline.checks.image_checks import IMAGE_CHECKS
+from pipeline.checks.isolation_checks import ISOLATION_CHECKS
 from pipeline.checks.suite import run_suite
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]  # each runs the whole check suite against a server
@@ -47,6 +48,26 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     assert not (must_pass & failed), f"{fault}: collateral failures {sorted(must_pass & failed)}"
 
 
+@pytest.mark.parametrize(("fault", "must_fail"), [
+    ("no-pid-namespace", {"image/isolation-hopper"}),
+    ("no-network-namespace", {"image/isolation-network"}),
+    ("keyrings-allowed", {"image/isolation-keyring"}),
+    # The hopper's marker files stay in the shared /tmp too.
+    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper"}),
+    ("no-connection-guard", {"image/connection-flood"}),
+    ("fragile-messages", {"image/malformed-input"}),
+])
+def test_a_server_without_an_isolation_defence_fails_its_check(broken_server, fault, must_fail):
+    """Each defence of an episode against a hostile agent (docs/isolation.md), removed alone:
+    its check fails, and the checks of the other defences still pass."""
+    with broken_server(fault) as target:
+        result = run_suite([target], cases=CASES[:1], with_timeout=False, quiet=True)
+    failed = {c.id for c in result.failures}
+    others = {f"image/{n}" for n in ISOLATION_CHECKS} - must_fail
+    assert must_fail <= failed, f"{fault}: these checks should have failed: {sorted(must_fail - failed)}"
+    assert not (others & failed), f"{fault}: collateral failures {sorted(others & failed)}"
+
+
 def _run(target):
     return run_suite([target], cases=CASES, with_timeout=False, quiet=True)
 
@@ -73,8 +94,9 @@ def test_a_drifted_schema_fails_image_schema_naming_the_first_difference(broken_
 
 
 def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_server):
-    """Teeth of tests/env/route_attacks.py: openenv-core's stateless /reset reaches the live
-    episode's workspace and processes, its /mcp answers otherwise; the battery says so."""
+    """Teeth of tests/env/route_attacks.py: openenv-core's stateless routes answer and its /mcp
+    offers tools; the battery says so. (Its stateless /reset makes an environment of its own,
+    whose sandbox is not the live episode's: env/server/sandbox.py.)"""
     from urllib.parse import urlsplit
 
     from tests.env import route_attacks
@@ -82,12 +104,7 @@ def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_s
     with broken_server("openenv-core-routes") as target:
         found = route_attacks.attack(target.url, CASES[0].id, port=urlsplit(target.url).port)
     text = "\n".join(found)
-    # The stateless /reset wiped the workspace and killed every UID 2000 process, the probe too.
-    assert "the probe was killed in the middle of the battery" in text
-    assert "the episode's files are gone after the battery" in text
-    # (Or, when its reset got as far as removing the workspace, no command runs in it any more.)
-    assert ("the episode's background process was killed by the battery" in text
-            or "the episode's background process could not be checked after the battery" in text)
+    assert "/reset answered HTTP 200" in text
     # Its /mcp answers tools/list with something other than an empty tool list, and its
     # OpenAPI paths are those of simulation mode.
     assert "/mcp tools/list offers something" in text

@@ -1,7 +1,9 @@
-"""What an agent can do with the HTTP routes from inside its own episode: the battery.
+"""What a client that reaches the server's port can do to a live episode: the battery.
 
-The agent (UID 2000, through shell actions) reaches the server on 127.0.0.1 and sends
-everything the OpenEnv standard's routes might take: MCP tool calls that would reset, step,
+The agent itself cannot reach the port (its commands run in a network namespace of their
+own: env/server/sandbox.py, checked by image/isolation-network); anyone else who can (a
+second client beside the trainer) sends, while an episode is live, everything the OpenEnv
+standard's routes might take: MCP tool calls that would reset, step,
 finish or read an answer, OpenEnv's MCP session methods (create, close), the stateless
 /reset, /step and /state of openenv-core, and /openapi.json. Before it, the episode leaves a
 marker file and a background process; after it, the episode must be exactly as it was: the
@@ -15,6 +17,8 @@ openenv-core's routes (which it must catch).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from pipeline.checks.client import ServerError, Session
 
@@ -41,9 +45,9 @@ MCP_CALLS = (
                        "params": {"session_id": "any"}}),
 )
 
-# Runs as UID 2000 in the episode: every call, each reply's status and body (cut: the action's
-# output is capped) as one JSON line as soon as it is known (a route that kills the probe leaves
-# the lines before it); for /openapi.json its paths and which of the secrets it shows.
+# Runs beside the episode, as another client: every call, each reply's status and body (cut)
+# as one JSON line as soon as it is known; for /openapi.json its paths and which of the
+# secrets it shows.
 PROBE = r"""
 import json, sys, urllib.error, urllib.request
 base = "http://127.0.0.1:" + sys.argv[1]
@@ -74,24 +78,20 @@ print("ROUTEPROBE-DONE", flush=True)
 """
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-def probe(session: Session, port: int, secrets: tuple[str, ...] = ()) -> tuple[dict[str, tuple[int, str]], str]:
-    """Run the battery from inside the episode (one shell action): the replies it got, and ""
-    if it finished, else what the action returned (a route that killed the episode's
-    processes killed the probe too)."""
+def probe(port: int, secrets: tuple[str, ...] = ()) -> tuple[dict[str, tuple[int, str]], str]:
+    """Run the battery as another client on 127.0.0.1:`port`: the replies it got, and "" if
+    it finished, else how it ended."""
     calls = json.dumps([[name, message] for name, message in MCP_CALLS])
-    reply = session.shell(f"python3 -c {_quote(PROBE)} {port} {_quote(calls)} {_quote(json.dumps(secrets))}")
-    lines = reply.output.splitlines()
+    ran = subprocess.run([sys.executable, "-c", PROBE, str(port), calls, json.dumps(secrets)],
+                         capture_output=True, text=True, timeout=300)
+    lines = ran.stdout.splitlines()
     replies = {}
     for line in lines:
         if line.startswith("ROUTEPROBE "):
             name, (status, body) = json.loads(line[len("ROUTEPROBE "):])
             replies[name] = (status, body)
     finished = "ROUTEPROBE-DONE" in lines
-    return replies, "" if finished else f"exit code {reply.exit_code}, output {reply.output[-300:]!r}"
+    return replies, "" if finished else f"exit code {ran.returncode}, output {ran.stderr[-300:]!r}"
 
 
 def judge(replies: dict[str, tuple[int, str]]) -> list[str]:
@@ -129,13 +129,13 @@ def judge(replies: dict[str, tuple[int, str]]) -> list[str]:
 
 
 def attack(url: str, case_id: str, *, port: int, secrets: tuple[str, ...] = ()) -> list[str]:
-    """The whole battery through one session of the server at `url` (reached on 127.0.0.1:`port`
-    from inside); what went wrong, if anything."""
+    """The whole battery beside one session of the server at `url` (the battery reaches it
+    on 127.0.0.1:`port`); what went wrong, if anything."""
     with Session(url) as session:
         session.reset(case_id, seed=1)
         setup = session.shell(f"echo kept > {MARKER} && (setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
                               f"echo $! > {PIDFILE}); sleep 0.2; cat {PIDFILE}")
-        replies, unfinished = probe(session, port, secrets)
+        replies, unfinished = probe(port, secrets)
         found = judge(replies)
         if unfinished:
             found.append(f"the probe was killed in the middle of the battery after {sorted(replies)} ({unfinished})")
@@ -155,10 +155,10 @@ def attack(url: str, case_id: str, *, port: int, secrets: tuple[str, ...] = ()) 
             found.append("an MCP tool call ran a command in the workspace")
         if setup.done or after.done:
             found.append("the episode ended during the battery (the grader ran)")
-        # Three actions so far (a reset is not one): the routes spent none, so exactly the
+        # Two actions so far (a reset is not one): the routes spent none, so exactly the
         # 16th action ends the episode.
-        rest = [session.shell("true") for _ in range(BUDGET - 3)]
-        early = [3 + i + 1 for i, r in enumerate(rest[:-1]) if r.done]
+        rest = [session.shell("true") for _ in range(BUDGET - 2)]
+        early = [2 + i + 1 for i, r in enumerate(rest[:-1]) if r.done]
         if early:
             found.append(f"the episode ended after {early[0]} actions, not {BUDGET}: the routes spent its budget")
         elif not rest[-1].done:

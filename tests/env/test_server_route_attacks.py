@@ -51,7 +51,7 @@ def _post(server, body: bytes, *, headers: dict[str, str] | None = None, chunked
         conn.close()
 
 
-def test_the_battery_from_inside_leaves_the_episode_as_it_was(server, oracle_json):
+def test_the_battery_beside_an_episode_leaves_it_as_it_was(server, oracle_json):
     assert route_attacks.attack(server.url, CASE, port=_port(server),
                                 secrets=(oracle_json(CASE), "/opt/arena", "expected")) == []
     assert server.healthy()

@@ -1,7 +1,7 @@
 """The attack batteries against the server in a container under limits, as the image runs:
 tests/env/test_server_reset_attacks.py (every shape and trace, then a reset, then the next
 episode must be clean, seen from inside by the sandbox user itself) and tests/env/route_attacks.py
-(the OpenEnv standard's routes, /mcp and /openapi.json, from inside and from a client outside)."""
+(the OpenEnv standard's routes, /mcp and /openapi.json, from clients beside the episode)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -120,10 +121,11 @@ def test_processes_and_ipc_are_gone_after_reset_in_the_container(server):
         assert _clean(session) == CLEAN
 
 
-def test_route_attacks_from_inside_the_container(server):
-    """tests/env/route_attacks.py as the image runs: the agent, UID 2000 in the container, on
-    127.0.0.1:8000 (the image's port): nothing on /mcp or the dropped routes touches its episode."""
-    assert route_attacks.attack(server.url, CASE.id, port=8000, secrets=("/opt/arena", "expected")) == []
+def test_route_attacks_beside_an_episode_in_the_container(server):
+    """tests/env/route_attacks.py as the image runs: a second client on the published port
+    (the agent cannot reach it): nothing on /mcp or the dropped routes touches the episode."""
+    port = urlsplit(server.url).port
+    assert route_attacks.attack(server.url, CASE.id, port=port, secrets=("/opt/arena", "expected")) == []
 
 
 def test_a_flood_from_outside_leaves_the_episode_and_its_budget(server):

@@ -7,6 +7,9 @@ never in the production server; each one must make specific suite checks fail.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import resource
 import sys
 import threading
 from functools import partial
@@ -20,9 +23,12 @@ from env.loader import load_task_module
 from env.server import answer as answer_mod
 from env.server import app as app_mod
 from env.server import environment as env_mod
+from env.server import sandbox as sandbox_mod
 from env.server import shell as shell_mod
 from env.server import workspace as ws_mod
+from env.server.messages import MessageGuard
 from env.server.models import ShellAction, ShellObservation
+from env.server.serve import run
 
 
 class AcceptsWrong(env_mod.ShellEnvironment):
@@ -40,7 +46,7 @@ class RunsAfterDone(env_mod.ShellEnvironment):
     def step(self, action, timeout_s=None, **kwargs):
         episode = self._episode
         if episode is not None and episode.terminal is not None and action.operation == "shell":
-            shell_mod.run_command(action.command, cwd=ws_mod.repo_dir(self._config.workspace_root),
+            shell_mod.run_command(self._sandbox, action.command, cwd=ws_mod.repo_dir(self._config.workspace_root),
                                   home=ws_mod.home_dir(self._config.workspace_root))
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
@@ -53,7 +59,7 @@ class RunsAfterDoneQuietly(env_mod.ShellEnvironment):
         episode = self._episode
         if episode is not None and episode.terminal is not None and action.operation == "shell":
             root = self._config.workspace_root
-            threading.Thread(target=shell_mod.run_command, args=(action.command,), daemon=True,
+            threading.Thread(target=shell_mod.run_command, args=(self._sandbox, action.command), daemon=True,
                              kwargs={"cwd": ws_mod.repo_dir(root), "home": ws_mod.home_dir(root)}).start()
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
@@ -71,15 +77,40 @@ class GradesWithoutReason(env_mod.ShellEnvironment):
 
 
 class LosesOutputWithBackground(env_mod.ShellEnvironment):
-    """Returns no output when a command leaves a background process (as a server reading
+    """Returns no output when a command starts a background process with setsid (as a server reading
     until end of file with a timeout would): what the command made cannot be shown, so
     the isolation check must not pass on what it then fails to find."""
 
     def step(self, action, timeout_s=None, **kwargs):
         observation = super().step(action, timeout_s=timeout_s, **kwargs)
-        if not observation.done and ws_mod.sandbox_pids(self._config.uid):
+        if not observation.done and "setsid" in action.command:
             observation = observation.model_copy(update={"output": ""})
         return observation
+
+
+class ResetLeavesFiles(env_mod.ShellEnvironment):
+    """One sandbox for the server's life: a reset only rewrites the case's files in it."""
+
+    kept = None
+
+    def reset(self, seed=None, episode_id=None, task_id=None, **unknown):
+        cls = type(self)
+        if cls.kept is None:
+            cls.kept = self._sandboxes.take()
+        self._sandbox = cls.kept
+        case_id = self._curriculum.case_ids[0] if task_id is None else task_id
+        task = self._curriculum.task(case_id)
+        repo = self._sandbox.path(ws_mod.repo_dir(self._config.workspace_root))
+        instructions = env_mod.instructions_for(task, self._config)
+        for name in [*task["files"], ws_mod.INSTRUCTIONS_NAME]:
+            (repo / name).unlink(missing_ok=True)
+        ws_mod.write_case_files(repo, task["files"], instructions, self._config.uid, self._config.gid)
+        self._episode = env_mod._Episode(case_id=case_id, task=task, episode_id=episode_id or "kept")
+        return ShellObservation(task_id=case_id, output=instructions[:16_000], exit_code=None, done=False)
+
+    def close(self):
+        self._episode = None
+        self._sandbox = None
 
 
 class TwoSessions(env_mod.ShellEnvironment):
@@ -96,40 +127,55 @@ class DriftedAction(ShellAction):
 
 def _follow_symlinks() -> None:
     original = answer_mod.read_answer
-    env_mod.read_answer = lambda path: original(Path(path).resolve())
+
+    def follow(path):
+        # The path is /proc/PID/root/...: an absolute link target is taken inside that root.
+        path = Path(path)
+        if path.is_symlink():
+            target = os.readlink(path)
+            root = Path(*path.parts[:4])
+            path = root / target.lstrip("/") if target.startswith("/") else path.parent / target
+        return original(path)
+
+    env_mod.read_answer = follow
 
 
 def _no_output_cap() -> None:
     shell_mod.OUTPUT_TAIL_BYTES = 10 ** 8
 
 
-def _no_uid_drop() -> None:
-    original = shell_mod.sandbox_argv
-    shell_mod.sandbox_argv = lambda command, uid, gid: original(command, 0, 0)
+class _RootSpec(sandbox_mod.SandboxSpec):
+    def setup(self) -> dict:
+        return {**super().setup(), "uid": 0, "gid": 0}
 
 
-def _reset_leaves_files() -> None:
-    def keep_and_overwrite(root, files, instructions, uid, gid):
-        repo = ws_mod.repo_dir(root)
-        if repo.is_dir():
-            for name in [*files, ws_mod.INSTRUCTIONS_NAME]:
-                (repo / name).unlink(missing_ok=True)
-            for name, text in {**files, ws_mod.INSTRUCTIONS_NAME: instructions}.items():
-                ws_mod._write_owned(repo / name, text, uid, gid)
-            return repo
-        return ws_mod.rebuild_workspace(root, files, instructions, uid, gid)
+def _root_commands(spec):
+    """Commands run as the server's root, on a writable root filesystem, in no user
+    namespace of their own: no UID drop, as before sandboxes."""
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return _RootSpec(**{**fields, "read_only": False,
+                        "namespaces": tuple(n for n in spec.namespaces if n != "user")})
 
-    env_mod.rebuild_workspace = keep_and_overwrite
-    env_mod.clear_sandbox = lambda config: None
+
+# Sandboxes without one of their defences (env/server/sandbox.py).
+SPECS = {
+    "no-uid-drop": _root_commands,
+    "no-pid-namespace": lambda spec: dataclasses.replace(
+        spec, namespaces=tuple(n for n in spec.namespaces if n != "pid")),
+    "no-network-namespace": lambda spec: dataclasses.replace(
+        spec, namespaces=tuple(n for n in spec.namespaces if n != "net")),
+    "keyrings-allowed": lambda spec: dataclasses.replace(spec, deny_keyrings=False),
+    "scratch-on-disk": lambda spec: dataclasses.replace(spec, scratch=(), read_only=False),
+}
+# Served without the message guard, or by plain uvicorn (no connection guard).
+UNGUARDED = {"fragile-messages", "no-connection-guard"}
 
 
 PATCHES = {
     "follows-symlinks": _follow_symlinks,
     "no-output-cap": _no_output_cap,
-    "no-uid-drop": _no_uid_drop,
-    "reset-leaves-files": _reset_leaves_files,
 }
-CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone,
+CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone, "reset-leaves-files": ResetLeavesFiles,
            "runs-after-done-quietly": RunsAfterDoneQuietly, "grades-without-reason": GradesWithoutReason,
            "loses-output-with-background": LosesOutputWithBackground, "two-sessions": TwoSessions}
 # How the routes are served: the real server's (the OpenEnv standard, `/mcp` offering no tools),
@@ -138,7 +184,7 @@ CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone,
 # server drops because they reach the one workspace around the live session.
 ROUTES = {"no-mcp": "no-mcp", "openenv-core-routes": "openenv-core"}
 ACTIONS = {"schema-drift": DriftedAction}
-FAULTS = sorted({*PATCHES, *CLASSES, *ROUTES, *ACTIONS})
+FAULTS = sorted({*PATCHES, *CLASSES, *ROUTES, *ACTIONS, *SPECS, *UNGUARDED})
 
 
 def build(fault: str):
@@ -148,7 +194,10 @@ def build(fault: str):
     environment = CLASSES.get(fault, env_mod.ShellEnvironment)
     curriculum = env_mod.Curriculum(load_task_module(None))
     shell_mod.ensure_sandbox_identity(shell_mod.SANDBOX_UID, shell_mod.SANDBOX_GID)
-    app = create_app(partial(environment, curriculum, env_mod.ServerConfig()), ACTIONS.get(fault, ShellAction),
+    config = env_mod.ServerConfig()
+    spec = SPECS.get(fault, lambda same: same)(env_mod.sandbox_spec(config))
+    sandboxes = sandbox_mod.SandboxFactory(spec)
+    app = create_app(partial(environment, curriculum, sandboxes, config), ACTIONS.get(fault, ShellAction),
                      ShellObservation, env_name="openenv-arena",
                      max_concurrent_envs=2 if fault == "two-sessions" else 1)
     routes = ROUTES.get(fault, "standard")
@@ -156,8 +205,16 @@ def build(fault: str):
         app_mod.serve_standard_routes(app)
     elif routes == "no-mcp":
         app_mod.keep_served_routes(app)
+    if fault != "fragile-messages":
+        app.add_middleware(MessageGuard)
     return app
 
 
 if __name__ == "__main__":
-    uvicorn.run(build(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    # The descriptor limit of a container run with the budget's limits.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    fault, port = sys.argv[1], int(sys.argv[2])
+    if fault == "no-connection-guard":
+        uvicorn.run(build(fault), host="127.0.0.1", port=port, log_level="warning")
+    else:
+        run(build(fault), host="127.0.0.1", port=port, log_level="warning")

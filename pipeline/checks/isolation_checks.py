@@ -1,0 +1,337 @@
+"""image/isolation-*, connection-flood, malformed-input: a hostile agent against the image.
+
+Each check plays one attack that once crossed a reset or ended a session (docs/isolation.md)
+and passes only if the next episode, or the server, shows nothing of it:
+
+- `isolation-hopper`: a process that forks in a tight loop, its parent exiting each time
+  (no snapshot of PIDs can catch it), writing marker files; after a reset none of it runs
+  and no marker is anywhere, and the next episode can fork;
+- `isolation-network`: the agent cannot connect to the server's port, and sees no network
+  interface but loopback;
+- `isolation-keyring`: a kernel keyring named by one episode is not seen by the next;
+- `isolation-scratch`: an inode flood of the scratch directories is bounded, the reset after it is quick, and the next episode finds none of it;
+- `connection-flood`: more idle connections than the server has file descriptors, held
+  open, do not stop /health from answering, nor a session from starting;
+- `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON
+  and a binary frame each get an error reply naming the problem, and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import shlex
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlparse
+
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
+
+from pipeline.checks import shell as cmd
+from pipeline.checks._record import Recorder
+from pipeline.checks.cases import Case
+from pipeline.checks.client import ServerError, Session, http_get
+from pipeline.checks.target import Target
+
+ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
+                    "connection-flood", "malformed-input")
+# The port the server listens on inside the image (release.toml's `port`).
+IMAGE_PORT = 8000
+FLOOD_CONNECTIONS = 1_100  # more than the 1,024 descriptors of the budget's container
+FLOOD_HEALTHY_WITHIN_S = 20.0
+SCRATCH = ("/tmp", "/dev/shm", "/var/tmp")
+# More than the largest scratch directory's inode limit (env/server/sandbox.py).
+SCRATCH_FILES_EACH = 70_000
+RESET_AFTER_FLOOD_S = 10.0
+# An inode limit at or above this is none (a disk's count, not a tmpfs's nr_inodes).
+INODE_LIMIT_MAX = 1_000_000
+
+_HOPPER = r"""
+import os, sys, time
+marker = sys.argv[1]
+if os.fork():
+    os._exit(0)
+os.setsid()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    for place in ("/workspace/repo/", "/tmp/", "/dev/shm/"):
+        try:
+            with open(place + marker, "w") as out:
+                out.write("{}")
+        except OSError:
+            pass
+    try:
+        if os.fork():
+            os._exit(0)
+    except OSError:
+        time.sleep(0.001)
+"""
+
+_KEYRING = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if sys.argv[1] == "plant":
+    for ring in (-4, -3):  # the user and the session keyring
+        made = libc.syscall(248, b"keyring", sys.argv[2].encode(), None, 0, ring)  # add_key
+        print("planted" if made > 0 else "refused-%d" % ctypes.get_errno())
+try:
+    print(open("/proc/keys").read())
+except OSError as exc:
+    print("no /proc/keys:", exc)
+"""
+
+_FLOOD = r"""
+import errno, os, sys, time
+marker, each = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 20
+for place in sys.argv[3:]:
+    made, stop = 0, "count"
+    for i in range(each):
+        try:
+            os.close(os.open(os.path.join(place, f"{marker}-{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+        except OSError as exc:
+            stop = errno.errorcode.get(exc.errno, str(exc.errno))
+            break
+        made += 1
+        if time.monotonic() > deadline:
+            stop = "time"
+            break
+    print("FLOOD", place, made, stop)
+"""
+
+_COUNT = r"""
+import os, sys
+marker = sys.argv[1]
+for place in sys.argv[2:]:
+    st = os.statvfs(place)
+    left = sum(1 for name in os.listdir(place) if name.startswith(marker))
+    print("LEFT", place, left, st.f_files)
+"""
+
+
+def _script(name: str, text: str, *args: str) -> str:
+    path = f"/workspace/home/{name}"
+    return (f"cat > {path} <<'ARENA_CHECK_EOF'\n{text}\nARENA_CHECK_EOF\n"
+            f"python3 {path} {' '.join(shlex.quote(a) for a in args)}")
+
+
+def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    marker = f"hop-{cmd.token()}"
+    try:
+        session.reset(case.id, seed=seed)
+        started = session.shell(_script("hop.py", _HOPPER, marker) + f"; sleep 0.5; ls {marker} && echo seen")
+        seen = "seen" in started.output
+        session.reset(case.id, seed=seed + 1)
+        time.sleep(1.0)
+        after = session.shell(f"ls -A . /tmp /dev/shm; echo processes=$({cmd.count_processes(marker)}); "
+                              "for i in $(seq 50); do sleep 0.01 & done; wait && echo forks-ok")
+        procs = re.search(r"processes=(\d+)", after.output)
+        left = marker in after.output
+        forks = "forks-ok" in after.output
+        running = procs is None or procs.group(1) != "0"
+        rec.add("isolation-hopper", seen and not left and not running and forks,
+                observed={"hopper_ran": seen, "marker_after_reset": left, "hopper_running_after": running,
+                          "next_episode_forks": forks, "after": after.output[-300:]},
+                expected={"hopper_ran": True, "marker_after_reset": False, "hopper_running_after": False,
+                          "next_episode_forks": True})
+    except ServerError as exc:
+        rec.error("isolation-hopper", exc)
+
+
+def network_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+    ports = sorted({IMAGE_PORT, urlparse(target.url).port or IMAGE_PORT})
+    probe = ("import socket\n"
+             f"for port in {ports!r}:\n"
+             "    s = socket.socket()\n    s.settimeout(3)\n"
+             "    try:\n        s.connect(('127.0.0.1', port))\n        print('CONNECTED', port)\n"
+             "    except OSError as exc:\n        print('REFUSED', port, exc.errno)\n"
+             "lines = open('/proc/self/net/dev').read().splitlines()[2:]\n"
+             "print('INTERFACES', ','.join(sorted(l.split(':')[0].strip() for l in lines)))\n")
+    try:
+        session.reset(case.id, seed=seed)
+        out = session.shell(_script("net.py", probe))
+        interfaces = re.search(r"INTERFACES (\S*)", out.output)
+        reached = "CONNECTED" in out.output
+        only_lo = interfaces is not None and interfaces.group(1) == "lo"
+        rec.add("isolation-network", only_lo and not reached and "REFUSED" in out.output,
+                observed={"server_port_reached": reached, "interfaces": interfaces and interfaces.group(1),
+                          "output": out.output[-300:]},
+                expected={"server_port_reached": False, "interfaces": "lo"})
+    except ServerError as exc:
+        rec.error("isolation-network", exc)
+
+
+def keyring_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    marker = f"MSG-FROM-EPISODE-{cmd.token()}"
+    try:
+        session.reset(case.id, seed=seed)
+        planted = session.shell(_script("keys.py", _KEYRING, "plant", marker))
+        session.reset(case.id, seed=seed + 1)
+        read = session.shell(_script("keys.py", _KEYRING, "read", marker))
+        tried = planted.output.count("planted") + planted.output.count("refused")
+        leaked = marker in read.output
+        rec.add("isolation-keyring", tried == 2 and not leaked,
+                observed={"planting": re.findall(r"planted|refused-\d+", planted.output),
+                          "seen_by_next_episode": leaked},
+                expected={"planting": "planted or refused, twice", "seen_by_next_episode": False})
+    except ServerError as exc:
+        rec.error("isolation-keyring", exc)
+
+
+def scratch_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    marker = f"flood-{cmd.token()}"
+    try:
+        session.reset(case.id, seed=seed)
+        flood = session.shell(_script("flood.py", _FLOOD, marker, str(SCRATCH_FILES_EACH), *SCRATCH))
+        made = {m.group(1): int(m.group(2)) for m in re.finditer(r"FLOOD (\S+) (\d+) \S+", flood.output)}
+        started = time.monotonic()
+        session.reset(case.id, seed=seed + 1)
+        reset_s = time.monotonic() - started
+        after = session.shell(_script("count.py", _COUNT, marker, *SCRATCH))
+        found = {m.group(1): (int(m.group(2)), int(m.group(3)))
+                 for m in re.finditer(r"LEFT (\S+) (\d+) (\d+)", after.output)}
+        left = sum(count for count, _ in found.values())
+        unlimited = sorted(p for p, (_, inodes) in found.items() if not 0 < inodes < INODE_LIMIT_MAX)
+        ok = (sum(made.values()) > 0 and len(found) == len(SCRATCH) and left == 0 and not unlimited
+              and reset_s <= RESET_AFTER_FLOOD_S)
+        rec.add("isolation-scratch", ok,
+                observed={"files_made": made, "reset_seconds": round(reset_s, 2), "files_left": left,
+                          "without_inode_limit": unlimited, "after": after.output[-300:] if not ok else ""},
+                expected={"files_left": 0, "reset_seconds": f"<= {RESET_AFTER_FLOOD_S:g}",
+                          "without_inode_limit": [], "inode_limit": f"< {INODE_LIMIT_MAX}"})
+    except ServerError as exc:
+        rec.error("isolation-scratch", exc)
+
+
+def _raise_descriptor_limit(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        top = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+
+
+def connection_flood_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+    url = urlparse(target.url)
+    _raise_descriptor_limit(FLOOD_CONNECTIONS + 256)
+    held: list[socket.socket] = []
+    healthy_after: float | None = None
+    try:
+        for _ in range(FLOOD_CONNECTIONS):
+            sock = socket.socket()
+            sock.settimeout(2)
+            try:
+                sock.connect((url.hostname or "127.0.0.1", url.port or 80))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        started = time.monotonic()
+        while time.monotonic() - started < FLOOD_HEALTHY_WITHIN_S:
+            if http_get(target.url, "/health", timeout=3)[0] == 200:
+                healthy_after = time.monotonic() - started
+                break
+            time.sleep(0.5)
+    finally:
+        for sock in held:
+            sock.close()
+    try:
+        works = session.reset(case.id, seed=seed).task_id == case.id
+    except ServerError:
+        works = False
+    rec.add("connection-flood", healthy_after is not None and works,
+            observed={"idle_connections_held": len(held), "health_answered_after_s":
+                      None if healthy_after is None else round(healthy_after, 1), "session_after": works},
+            expected={"health_answered_after_s": f"<= {FLOOD_HEALTHY_WITHIN_S:g}", "session_after": True})
+
+
+def _malformed_messages() -> list[tuple[str, str | bytes, str]]:
+    """(name, the raw message, a word its error reply must hold)."""
+    return [
+        ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}',
+         "surrogate"),
+        ("deep-nesting", "[" * 100_000, "nest"),
+        ("long-episode-id", json.dumps({"type": "reset", "data": {"episode_id": "x" * 100_000}}), "episode_id"),
+        ("not-json", "{not json", "JSON"),
+        ("binary-frame", b"\x00\xff\xfe", "binary"),
+    ]
+
+
+CAPACITY_CODE = "CAPACITY_REACHED"
+# A closed session is released by the server shortly after the socket closes.
+SESSION_RELEASED_WITHIN_S = 10.0
+
+
+@contextmanager
+def _raw_session(ws_url: str, reset: str) -> Iterator[Any]:
+    """A raw WebSocket on which ``reset`` was answered (retried while the server still holds
+    the session just closed)."""
+    deadline = time.monotonic() + SESSION_RELEASED_WITHIN_S
+    while True:
+        with connect(ws_url, max_size=None, open_timeout=10) as ws:
+            ws.send(reset)
+            reply = json.loads(ws.recv(timeout=60))
+            if reply.get("data", {}).get("code") != CAPACITY_CODE or time.monotonic() > deadline:
+                yield ws
+                return
+        time.sleep(0.2)
+
+
+def _reopen(session: Session, case: Case, seed: int) -> None:
+    deadline = time.monotonic() + SESSION_RELEASED_WITHIN_S
+    while True:
+        session.open()
+        try:
+            session.reset(case.id, seed=seed)
+            return
+        except ServerError as exc:
+            session.close()
+            if exc.code != CAPACITY_CODE or time.monotonic() > deadline:
+                session.open()
+                return
+            time.sleep(0.2)
+
+
+def malformed_input_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+    ws_url = target.url.replace("http", "ws", 1).rstrip("/") + "/ws"
+    replies: dict[str, Any] = {}
+    went_on = graded = False
+    session.close()  # one session at a time: this check needs its own raw connection
+    try:
+        with _raw_session(ws_url, json.dumps({"type": "reset", "data": {"task_id": case.id, "seed": seed}})) as ws:
+            def call(payload: str | bytes) -> dict[str, Any]:
+                ws.send(payload)
+                return json.loads(ws.recv(timeout=60))
+
+            for name, payload, word in _malformed_messages():
+                reply = call(payload)
+                message = str(reply.get("data", {}).get("message", ""))
+                replies[name] = (reply.get("type") == "error" and word.lower() in message.lower()
+                                 and len(message) < 2_000) or message[:200]
+            step = call(json.dumps({"type": "step", "data": {"operation": "shell", "command": "echo went-on"}}))
+            went_on = "went-on" in json.dumps(step)
+            finished = call(json.dumps({"type": "step", "data": {"operation": "finish"}}))
+            graded = bool(finished.get("data", {}).get("done"))
+    except (OSError, WebSocketException, ValueError, TimeoutError) as exc:
+        replies["connection"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        _reopen(session, case, seed + 1)
+    ok = all(value is True for value in replies.values()) and len(replies) == 5 and went_on and graded
+    rec.add("malformed-input", ok,
+            observed={"error_replies": replies, "episode_went_on": went_on, "graded": graded},
+            expected={"error_replies": "each an error naming the problem", "episode_went_on": True,
+                      "graded": True})
+
+
+def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, rec: Recorder) -> None:
+    """Every check of this module, one fresh seed each."""
+    hopper_check(session, case, next(seeds), rec)
+    network_check(session, target, case, next(seeds), rec)
+    keyring_check(session, case, next(seeds), rec)
+    scratch_check(session, case, next(seeds), rec)
+    connection_flood_check(session, target, case, next(seeds), rec)
+    malformed_input_check(session, target, case, next(seeds), rec)
