@@ -3,9 +3,10 @@
 Starts the real server (as root, host mode from a root-only copy of env/, contained in
 its own namespaces by tests/contained.py so its resets touch nothing of the host) on a
 free loopback port, drives it with openenv-core's client, prints p50/p95 in
-milliseconds. Targets on the 2-core reference machine: reset p50 < 50 ms, `true`
-action p50 < 30 ms. Also prints how long one reset takes after the largest shapes an
-agent can leave (a tree 10,000 levels deep, 100,000 files).
+milliseconds. Targets on the 2-core reference machine: reset p50 < 5 ms, `true` action
+p50 < 10 ms (issue 39 kept them while each episode got namespaces of its own). Also prints
+how long one reset takes after the worst an agent can leave: every scratch directory and
+the workspace filled to its inode limit, a tree 10,000 levels deep, a fork hopper.
 
     sudo python benchmarks/bench_server.py [--rounds N] [--case ID]
 """
@@ -31,8 +32,17 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from pipeline.verify.serve import root_only_copy  # noqa: E402
 from tests.contained import ContainedProcess, contained_argv  # noqa: E402
-from tests.env.test_server_reset_attacks import DEEP, WIDE  # noqa: E402
-TARGETS_MS = {"reset": 50.0, "action `true`": 30.0}
+from pipeline.checks.isolation_checks import FLOOD_SCRIPT, HOPPER_SCRIPT  # noqa: E402
+from tests.env.test_server_reset_attacks import DEEP  # noqa: E402
+
+TARGETS_MS = {"reset": 5.0, "action `true`": 10.0}
+WORST = (
+    ("every scratch directory and the workspace at its inode limit",
+     f"cat > /workspace/home/flood.py <<'EOF'\n{FLOOD_SCRIPT}\nEOF\n"
+     "python3 /workspace/home/flood.py f 10000000 /tmp /dev/shm /var/tmp /run/lock /workspace/repo"),
+    ("a tree 10,000 levels deep", f"python3 - <<'EOF'\n{DEEP}\nEOF"),
+    ("a fork hopper", f"cat > /workspace/home/hop.py <<'EOF'\n{HOPPER_SCRIPT}\nEOF\npython3 /workspace/home/hop.py h"),
+)
 
 
 def _free_port() -> int:
@@ -98,9 +108,9 @@ def main() -> int:
                     env.step({"operation": "shell", "command": "true"})
                     actions.append(time.perf_counter() - started)
             shapes = {}
-            for name, text in (("10,000 levels deep", DEEP), ("100,000 files", WIDE)):
+            for name, command in WORST:
                 env.reset(task_id=args.case)
-                env.step({"operation": "shell", "command": f"python3 - <<'EOF'\n{text}\nEOF"})
+                env.step({"operation": "shell", "command": command})
                 started = time.perf_counter()
                 env.reset(task_id=args.case)
                 shapes[name] = time.perf_counter() - started
@@ -110,7 +120,7 @@ def main() -> int:
             print(f"{name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
                   f"(target p50 < {TARGETS_MS[name]:g} ms: {verdict})")
         for name, seconds in shapes.items():
-            print(f"reset after a tree {name}: {seconds * 1000:8.0f} ms")
+            print(f"reset after {name}: {seconds * 1000:8.0f} ms")
     finally:
         ContainedProcess(process).stop()
         shutil.rmtree(work, ignore_errors=True)

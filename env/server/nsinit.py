@@ -3,7 +3,7 @@
 The server starts ``python -I -S nsinit.py FD NAMESPACES`` (env/server/sandbox.py). It
 speaks to the server over one SOCK_SEQPACKET socket (number FD), one JSON object per packet:
 
-1. it unshares the namespaces (``user,pid,net,mount,ipc,uts``) and says ``{"ready": true}``;
+1. it unshares the namespaces (``user,pid,net,mount,ipc``) and says ``{"ready": true}``;
    the server, which alone may, writes the new user namespace's ID maps (root and the
    sandbox UID/GID, each to itself) and sends the setup. This process keeps the full
    capabilities it got in the new user namespace (it does not exec, which would drop them);
@@ -60,7 +60,7 @@ SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
 PR_SET_PDEATHSIG = 1
 NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000,
-                   "ipc": 0x08000000, "uts": 0x04000000}
+                   "ipc": 0x08000000}
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 SHELL = "/bin/bash"
 PACKET = 65_536
@@ -135,12 +135,30 @@ def _new_session_keyring() -> None:
         raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 
+def _named(what: str, action, *args) -> None:  # noqa: ANN001 - any callable
+    """Run ``action``; an OSError says which step of the setup failed."""
+    try:
+        action(*args)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{what}: {exc.strerror or exc}") from exc
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as out:
+        out.write(text)
+
+
+def _make_owned_dir(path: str, mode: int, uid: int, gid: int) -> None:
+    os.mkdir(path, mode)
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
+
+
 def prepare(setup: dict) -> None:
     """Make this mount namespace the sandbox's filesystem view, then lock this process down."""
     # Inherited by every command (and it makes this PID 1, too, the OOM killer's first
     # choice: the episode goes before the server does).
-    with open("/proc/self/oom_score_adj", "w") as adj:
-        adj.write(str(setup["oom_score_adj"]))
+    _named("oom_score_adj", _write, "/proc/self/oom_score_adj", str(setup["oom_score_adj"]))
     if setup["read_only"]:
         _read_only_everywhere()
     for path, size, inodes, mode in setup["scratch"]:
@@ -152,16 +170,12 @@ def prepare(setup: dict) -> None:
            f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
     uid, gid = setup["uid"], setup["gid"]
     for name, mode in (("repo", 0o755), ("home", 0o700)):
-        path = os.path.join(workspace["path"], name)
-        os.mkdir(path, mode)
-        os.chown(path, uid, gid)
-        os.chmod(path, mode)
+        _named(f"the workspace's {name} directory", _make_owned_dir,
+               os.path.join(workspace["path"], name), mode, uid, gid)
     if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
         _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     if setup["network"]:
-        _loopback_up()
-    if setup["uts"]:
-        socket.sethostname(setup["hostname"])
+        _named("bringing the loopback interface up", _loopback_up)
     if setup["session_keyring"]:
         _new_session_keyring()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")

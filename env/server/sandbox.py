@@ -1,6 +1,6 @@
 """Each episode in namespaces of its own: what an agent's commands can reach, and how it ends.
 
-An episode's commands run in a `Sandbox`: new user, PID, network, mount, IPC and UTS
+An episode's commands run in a `Sandbox`: new user, PID, network, mount and IPC
 namespaces whose PID 1 is env/server/nsinit.py. Ending the episode kills that PID 1; the
 kernel then kills every process of the PID namespace, however fast they fork, and the
 namespaces go with the last of them. So by construction nothing of an episode outlives
@@ -38,8 +38,7 @@ from pathlib import Path
 
 NSINIT = Path(__file__).with_name("nsinit.py")
 # Every namespace the episode gets (nsinit.py's names).
-NAMESPACES = ("user", "pid", "net", "mount", "ipc", "uts")
-HOSTNAME = "arena"
+NAMESPACES = ("user", "pid", "net", "mount", "ipc")
 
 # The scratch directories an agent may write besides the workspace: each a tmpfs of the
 # episode with its own size and inode limit (path, bytes, inodes, mode). A directory the
@@ -85,7 +84,7 @@ class SandboxSpec:
     def setup(self) -> dict:
         """The setup message nsinit.py reads."""
         return {
-            "uid": self.uid, "gid": self.gid, "hostname": HOSTNAME,
+            "uid": self.uid, "gid": self.gid,
             "workspace": {"path": str(self.workspace), "size": self.workspace_bytes,
                           "inodes": self.workspace_inodes},
             "scratch": [list(entry) for entry in self.scratch],
@@ -94,7 +93,6 @@ class SandboxSpec:
             "read_only": self.read_only,
             "mqueue": "ipc" in self.namespaces,
             "network": "net" in self.namespaces,
-            "uts": "uts" in self.namespaces,
             "session_keyring": self.session_keyring,
             "deny_keyrings": self.deny_keyrings,
         }

@@ -51,7 +51,7 @@ RESET_AFTER_FLOOD_S = 10.0
 # An inode limit at or above this is none (a disk's count, not a tmpfs's nr_inodes).
 INODE_LIMIT_MAX = 1_000_000
 
-_HOPPER = r"""
+HOPPER_SCRIPT = r"""
 import os, sys, time
 marker = sys.argv[1]
 if os.fork():
@@ -85,7 +85,7 @@ except OSError as exc:
     print("no /proc/keys:", exc)
 """
 
-_FLOOD = r"""
+FLOOD_SCRIPT = r"""
 import errno, os, sys, time
 marker, each = sys.argv[1], int(sys.argv[2])
 deadline = time.monotonic() + 20
@@ -124,7 +124,7 @@ def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
     marker = f"hop-{cmd.token()}"
     try:
         session.reset(case.id, seed=seed)
-        started = session.shell(_script("hop.py", _HOPPER, marker) + f"; sleep 0.5; ls {marker} && echo seen")
+        started = session.shell(_script("hop.py", HOPPER_SCRIPT, marker) + f"; sleep 0.5; ls {marker} && echo seen")
         seen = "seen" in started.output
         session.reset(case.id, seed=seed + 1)
         time.sleep(1.0)
@@ -187,7 +187,7 @@ def scratch_check(session: Session, case: Case, seed: int, rec: Recorder) -> Non
     marker = f"flood-{cmd.token()}"
     try:
         session.reset(case.id, seed=seed)
-        flood = session.shell(_script("flood.py", _FLOOD, marker, str(SCRATCH_FILES_EACH), *SCRATCH))
+        flood = session.shell(_script("flood.py", FLOOD_SCRIPT, marker, str(SCRATCH_FILES_EACH), *SCRATCH))
         made = {m.group(1): int(m.group(2)) for m in re.finditer(r"FLOOD (\S+) (\d+) \S+", flood.output)}
         started = time.monotonic()
         session.reset(case.id, seed=seed + 1)
