@@ -166,6 +166,8 @@ def prepare(setup: dict) -> None:
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
                    f"size={size},nr_inodes={inodes},mode={mode:o}")
     workspace = setup["workspace"]
+    # Under a scratch directory (a host-mode workspace in /tmp), its fresh tmpfs lacks the path.
+    _named("the workspace's mount point", os.makedirs, workspace["path"], 0o755, True)
     _mount("tmpfs", workspace["path"], "tmpfs", MS_NOSUID | MS_NODEV,
            f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
     uid, gid = setup["uid"], setup["gid"]

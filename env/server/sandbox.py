@@ -311,9 +311,15 @@ class SandboxFactory:
             sandbox, self._ready = self._ready, None
             failure, self._failure = self._failure, None
         if sandbox is None:
-            if isinstance(failure, SandboxError):
-                raise failure
-            raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
+            # Made ahead of time, it may have failed for a passing reason (the server out
+            # of descriptors under a connection flood, say): one more try, now.
+            self._prepare()
+            sandbox, self._ready = self._ready, None
+            if sandbox is None:
+                failure, self._failure = self._failure or failure, None
+                if isinstance(failure, SandboxError):
+                    raise failure
+                raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
         self.prepare()
         return sandbox
 

@@ -32,8 +32,12 @@ DEFAULT_PORT = 8000
 # Seconds a connection may stay silent: before its first request, and between requests.
 KEEP_ALIVE_S = 5
 # Descriptors kept for the server itself: logs, pipes of a running command, the sandbox's
-# control sockets and pidfds, the task module, the next sandbox.
-RESERVED_FDS = 64
+# control sockets and pidfds, the task module, the next sandbox, and the connections
+# accepted in one burst before any is refused (at most BACKLOG).
+RESERVED_FDS = 256
+# Connections waiting to be accepted, and so the most accepted in one go (asyncio accepts
+# up to the backlog at a time; uvicorn's default, 2,048, is more than the descriptors).
+BACKLOG = 64
 APP = "env.server.app:app"
 
 
@@ -65,7 +69,7 @@ class GuardedH11Protocol(H11Protocol):
 
 def config(app: Any = APP, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, **options: Any) -> uvicorn.Config:
     """The uvicorn configuration of the server (``options`` add uvicorn's own)."""
-    return uvicorn.Config(app, host=host, port=port, http=GuardedH11Protocol,
+    return uvicorn.Config(app, host=host, port=port, http=GuardedH11Protocol, backlog=BACKLOG,
                           timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=max_connections(),
                           **options)
 

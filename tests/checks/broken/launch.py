@@ -164,7 +164,10 @@ SPECS = {
         spec, namespaces=tuple(n for n in spec.namespaces if n != "pid")),
     "no-network-namespace": lambda spec: dataclasses.replace(
         spec, namespaces=tuple(n for n in spec.namespaces if n != "net")),
-    "keyrings-allowed": lambda spec: dataclasses.replace(spec, deny_keyrings=False),
+    # As before sandboxes: no seccomp filter and the server's user namespace (a key's
+    # description would otherwise go only when the kernel collects it, not deterministically).
+    "keyrings-allowed": lambda spec: dataclasses.replace(
+        spec, deny_keyrings=False, namespaces=tuple(n for n in spec.namespaces if n != "user")),
     "scratch-on-disk": lambda spec: dataclasses.replace(spec, scratch=(), read_only=False),
 }
 # Served without the message guard, or by plain uvicorn (no connection guard).
