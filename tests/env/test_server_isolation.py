@@ -18,6 +18,7 @@ import pytest
 import websockets.sync.client
 
 from env.catalog import CASE_IDS
+from pipeline.checks.isolation_checks import HOPPER_SCRIPT
 from tests.env.conftest import pids_in
 
 pytestmark = pytest.mark.root
@@ -25,38 +26,16 @@ pytestmark = pytest.mark.root
 CASE = CASE_IDS[0]
 PYTHON = "/usr/bin/python3"
 
-# Forks in a tight loop, the parent exiting each time: a new PID every few microseconds,
-# and every incarnation writes the marker (the next episode's answer, say) where it can.
-HOPPER = r"""
-import os, sys, time
-marker = sys.argv[1]
-if os.fork():
-    os._exit(0)
-os.setsid()
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    for place in ("/workspace/repo/" + marker, "/tmp/" + marker):
-        try:
-            with open(place, "w") as f:
-                f.write("1")
-        except OSError:
-            pass
-    try:
-        if os.fork():
-            os._exit(0)
-    except OSError:
-        time.sleep(0.001)
-"""
-
-
 def run(env, command: str) -> dict:
     return env.step({"operation": "shell", "command": command}).observation
 
 
 def test_a_hopper_that_outruns_any_kill_loop_dies_with_its_episode(server):
+    # The check suite's hopper: forks in a tight loop, the parent exiting each time, and
+    # writes its marker (the next episode's answer, say) wherever it can.
     with server.session(message_timeout_s=60) as env:
         env.reset(task_id=CASE)
-        run(env, server.write_command("/workspace/home/hop.py", HOPPER)
+        run(env, server.write_command("/workspace/home/hop.py", HOPPER_SCRIPT)
             + f"\n{PYTHON} /workspace/home/hop.py hopper-was-here; sleep 0.5; echo started")
         episode = server.episode_pid_namespace()
         # The hopper's PID changes faster than /proc can be listed: seen at least once.
