@@ -183,6 +183,13 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
             raise RuntimeError("no episode in progress: send reset first")
         if episode.terminal is not None:
             return episode.terminal.model_copy()
+        if action.operation == "shell" and not _is_text(action.command):
+            # Nothing is run and no action is counted: the session and its episode go on.
+            return ShellObservation(
+                task_id=episode.case_id, exit_code=2, done=False, reward=None,
+                output="[the command is not valid Unicode text (it holds a lone surrogate such as "
+                       "\\ud800); nothing was run: send the command as UTF-8 text]\n",
+            )
         episode.actions += 1
         last = episode.actions >= self._config.max_actions
         if action.operation == "finish":
@@ -280,3 +287,11 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
 def _fit(text: str, fallback: str) -> str:
     """``text`` if it fits an observation, else ``fallback`` (never a silently cut message)."""
     return text if len(text) <= MAX_OUTPUT_CHARS else fallback
+
+
+def _is_text(command: str) -> bool:
+    try:
+        command.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -36,6 +36,9 @@ def problem(event: Message) -> tuple[str, str] | None:
         return INVALID_JSON, f"the message nests deeper than this server parses (at most {MAX_DEPTH} levels)"
     except ValueError as exc:
         return INVALID_JSON, f"the message is not JSON: {exc}"
+    if not isinstance(value, dict):
+        return VALIDATION_ERROR, ('a message is a JSON object such as {"type": "step", "data": {...}}, '
+                                  f"not {type(value).__name__}")
     return _structure_problem(value)
 
 

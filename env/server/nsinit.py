@@ -63,7 +63,7 @@ NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mo
                    "ipc": 0x08000000}
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 SHELL = "/bin/bash"
-PACKET = 65_536
+PACKET = 131_072  # sandbox.PACKET: this file runs without the env package
 
 
 class _MountAttr(ctypes.Structure):
@@ -240,22 +240,30 @@ def serve(ctl: socket.socket, setup: dict) -> None:
         data, fds, _, _ = socket.recv_fds(ctl, PACKET, 1)
         if not data:
             return
-        request = json.loads(data)
-        if request["op"] == "run":
-            try:
-                pid = _start(request, fds[0], setup)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            leaders.add(pid)
-            _send(ctl, {"pid": pid})
-        elif request["op"] == "kill":
+        try:
+            _handle(ctl, data, fds, setup, leaders)
+        except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal to PID 1
+            _send(ctl, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        finally:
             for fd in fds:
                 os.close(fd)
-            try:
-                os.killpg(request["pgid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+
+
+def _handle(ctl: socket.socket, data: bytes, fds: list[int], setup: dict, leaders: set[int]) -> None:
+    request = json.loads(data)
+    if request["op"] == "run":
+        if len(fds) != 1:
+            raise ValueError(f"a run request carries one descriptor (the output pipe), not {len(fds)}")
+        pid = _start(request, fds[0], setup)
+        leaders.add(pid)
+        _send(ctl, {"pid": pid})
+    elif request["op"] == "kill":
+        try:
+            os.killpg(int(request["pgid"]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    else:
+        raise ValueError(f"unknown request {request['op']!r}")
 
 
 def _reap(ctl: socket.socket, leaders: set[int]) -> None:

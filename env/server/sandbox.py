@@ -57,7 +57,9 @@ WORKSPACE_INODES = 262_144
 # How long the server waits for a sandbox's PID 1 to answer, and for an ended one to go.
 HANDSHAKE_S = 10.0
 TEARDOWN_S = 10.0
-_PACKET = 65_536
+# One control message: a command is at most 16,000 characters (models.MAX_COMMAND_CHARS),
+# sent as UTF-8 (at most 64,000 bytes) beside a small environment. nsinit.py reads as much.
+PACKET = 131_072
 
 
 class SandboxError(RuntimeError):
@@ -181,7 +183,7 @@ class Sandbox:
         self.send(self.spec.setup())
         self.control.settimeout(HANDSHAKE_S)
         try:
-            data, ancillary, _, _ = self.control.recvmsg(_PACKET, socket.CMSG_SPACE(12))
+            data, ancillary, _, _ = self.control.recvmsg(PACKET, socket.CMSG_SPACE(12))
         except OSError as exc:
             raise SandboxError(f"the episode's PID 1 did not answer within {HANDSHAKE_S:g} s") from exc
         reply = json.loads(data) if data else {"error": "PID 1 exited"}
@@ -205,25 +207,32 @@ class Sandbox:
         """Start ``command``; (its handle, the read end of its combined stdout and stderr)."""
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
-            self.send({"op": "run", "command": command, "cwd": str(cwd), "env": dict(env)}, fds=[write_end])
+            try:
+                self.send({"op": "run", "command": command, "cwd": str(cwd), "env": dict(env)},
+                          fds=[write_end])
+            finally:
+                os.close(write_end)
+            while True:
+                reply = self.receive(HANDSHAKE_S)
+                if reply is None:
+                    raise SandboxError(f"the sandbox did not start the command within {HANDSHAKE_S:g} s")
+                if "error" in reply:
+                    raise SandboxError(f"the sandbox could not start the command: {reply['error']}")
+                if "pid" in reply:
+                    return Command(self, int(reply["pid"])), read_end
         except BaseException:
             os.close(read_end)
             raise
-        finally:
-            os.close(write_end)
-        while True:
-            reply = self.receive(HANDSHAKE_S)
-            if reply is None:
-                os.close(read_end)
-                raise SandboxError(f"the sandbox did not start the command within {HANDSHAKE_S:g} s")
-            if "pid" in reply:
-                return Command(self, int(reply["pid"])), read_end
 
     def send(self, message: dict, fds: list[int] | None = None) -> None:
         """One message to PID 1 (SandboxError if it is gone)."""
+        data = json.dumps(message, ensure_ascii=False).encode()
+        if len(data) > PACKET:
+            raise SandboxError(f"a message to the sandbox has {len(data)} bytes; at most {PACKET} "
+                               "(a command is at most 16,000 characters)")
         try:
             with self._lock:
-                socket.send_fds(self.control, [json.dumps(message).encode()], fds or [])
+                socket.send_fds(self.control, [data], fds or [])
         except OSError as exc:
             raise SandboxError(f"the episode's sandbox is gone: {exc}") from exc
 
@@ -231,7 +240,7 @@ class Sandbox:
         """The next message from PID 1, or None if none came within ``timeout`` seconds."""
         self.control.settimeout(timeout if timeout > 0 else 0.0)
         try:
-            data = self.control.recv(_PACKET)
+            data = self.control.recv(PACKET)
         except (TimeoutError, BlockingIOError):
             return None
         except OSError as exc:
@@ -239,6 +248,10 @@ class Sandbox:
         if not data:
             raise SandboxError("the episode's sandbox ended (its PID 1 exited)")
         return json.loads(data)
+
+    def alive(self) -> bool:
+        """Whether PID 1 still runs (nsinit's first process exits as soon as it is gone)."""
+        return self.pidfd is not None and self.process.poll() is None
 
     def destroy(self) -> None:
         """Kill PID 1 (and so every process of the episode) and wait until all are gone."""
@@ -310,6 +323,12 @@ class SandboxFactory:
                 self._next = None
             sandbox, self._ready = self._ready, None
             failure, self._failure = self._failure, None
+        if sandbox is not None and not sandbox.alive():
+            # Its PID 1 was killed while it waited (the OOM killer under another episode's
+            # memory, say): end what is left and make a fresh one.
+            failure = SandboxError("the sandbox made ahead of time had ended before its episode")
+            sandbox.destroy()
+            sandbox = None
         if sandbox is None:
             # Made ahead of time, it may have failed for a passing reason (the server out
             # of descriptors under a connection flood, say): one more try, now.

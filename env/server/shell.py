@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.server.sandbox import Sandbox
+from env.server.sandbox import Command, Sandbox
 
 SANDBOX_UID = 2000
 SANDBOX_GID = 2000
@@ -114,6 +114,13 @@ def run_command(
     killed. Only the last ``OUTPUT_TAIL_BYTES`` bytes of stdout+stderr are kept.
     """
     proc, fd = sandbox.run(command, cwd=cwd, env=sandbox_environment(home))
+    try:
+        return _collect(proc, fd, timeout_s)
+    finally:
+        os.close(fd)
+
+
+def _collect(proc: Command, fd: int, timeout_s: float) -> ShellResult:
     tail = bytearray()
     total = 0
     timed_out = False
@@ -123,7 +130,7 @@ def run_command(
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         # The command's end is a message from the sandbox: it wakes the loop as output does.
-        sel.register(sandbox.control, selectors.EVENT_READ)
+        sel.register(proc.sandbox.control, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
@@ -152,7 +159,6 @@ def run_command(
         except subprocess.TimeoutExpired:
             timed_out = True
             proc.kill_group()
-    os.close(fd)
     returncode = proc.wait(timeout=KILL_WAIT_S)
     truncated = total > OUTPUT_TAIL_BYTES
     text = bytes(tail[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")

@@ -12,8 +12,9 @@ and passes only if the next episode, or the server, shows nothing of it:
 - `isolation-scratch`: an inode flood of the scratch directories is bounded, the reset after it is quick, and the next episode finds none of it;
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
-- `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON
-  and a binary frame each get an error reply naming the problem, and the episode goes on.
+- `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
+  a binary frame and JSON that is not an object each get an error reply naming the
+  problem; the longest command, in 4-byte characters, runs; and the episode goes on.
 """
 
 from __future__ import annotations
@@ -249,8 +250,8 @@ def connection_flood_check(session: Session, target: Target, case: Case, seed: i
             expected={"health_answered_after_s": f"<= {FLOOD_HEALTHY_WITHIN_S:g}", "session_after": True})
 
 
-def _malformed_messages() -> list[tuple[str, str | bytes, str]]:
-    """(name, the raw message, a word its error reply must hold)."""
+def _malformed_messages() -> list[tuple[str, str | bytes, str | None]]:
+    """(name, the raw message, a word its error reply must hold; None: it must succeed)."""
     return [
         ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}',
          "surrogate"),
@@ -258,6 +259,9 @@ def _malformed_messages() -> list[tuple[str, str | bytes, str]]:
         ("long-episode-id", json.dumps({"type": "reset", "data": {"episode_id": "x" * 100_000}}), "episode_id"),
         ("not-json", "{not json", "JSON"),
         ("binary-frame", b"\x00\xff\xfe", "binary"),
+        ("not-an-object", "[]", "JSON object"),
+        ("longest-command", json.dumps({"type": "step", "data": {"operation": "shell",
+                                        "command": ": " + "\U0001F600" * 15_980}}), None),
     ]
 
 
@@ -310,8 +314,13 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
             for name, payload, word in _malformed_messages():
                 reply = call(payload)
                 message = str(reply.get("data", {}).get("message", ""))
-                replies[name] = (reply.get("type") == "error" and word.lower() in message.lower()
-                                 and len(message) < 2_000) or message[:200]
+                if word is None:  # valid, at the limit: it runs and answers
+                    replies[name] = (reply.get("type") == "observation"
+                                     and reply.get("data", {}).get("observation", {}).get("exit_code") == 0
+                                     ) or (reply.get("type"), message[:200])
+                else:
+                    replies[name] = (reply.get("type") == "error" and word.lower() in message.lower()
+                                     and len(message) < 2_000) or message[:200]
             step = call(json.dumps({"type": "step", "data": {"operation": "shell", "command": "echo went-on"}}))
             went_on = "went-on" in json.dumps(step)
             finished = call(json.dumps({"type": "step", "data": {"operation": "finish"}}))
@@ -320,7 +329,7 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
         replies["connection"] = f"{type(exc).__name__}: {exc}"
     finally:
         _reopen(session, case, seed + 1)
-    ok = all(value is True for value in replies.values()) and len(replies) == 5 and went_on and graded
+    ok = all(value is True for value in replies.values()) and len(replies) == len(_malformed_messages()) and went_on and graded
     rec.add("malformed-input", ok,
             observed={"error_replies": replies, "episode_went_on": went_on, "graded": graded},
             expected={"error_replies": "each an error naming the problem", "episode_went_on": True,

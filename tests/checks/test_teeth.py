@@ -56,6 +56,7 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper"}),
     ("no-connection-guard", {"image/connection-flood"}),
     ("fragile-messages", {"image/malformed-input"}),
+    ("escaped-packets", {"image/malformed-input"}),
 ])
 def test_a_server_without_an_isolation_defence_fails_its_check(broken_server, fault, must_fail):
     """Each defence of an episode against a hostile agent (docs/isolation.md), removed alone:

@@ -128,6 +128,11 @@ class LiveServer:
 
         The server holds two sandboxes: the current episode's and the next one, made
         after it (env/server/sandbox.py); the current one is the older."""
+        found = self.sandbox_inits()
+        return found[0] if found else None
+
+    def sandbox_inits(self) -> list[int]:
+        """Host PIDs of the sandboxes' PID 1s, oldest first."""
         server_ns = os.readlink(f"/proc/{self.contained.init_pid()}/ns/pid")
         found = []
         for name in os.listdir("/proc"):
@@ -145,7 +150,7 @@ class LiveServer:
             except (OSError, KeyError, IndexError):
                 continue
             found.append((started, int(name)))
-        return min(found)[1] if found else None
+        return [pid for _, pid in sorted(found)]
 
     def episode_pid_namespace(self) -> str | None:
         """The current episode's PID namespace (as /proc/PID/ns/pid names it)."""

@@ -10,6 +10,8 @@ namespaces of its own inside it (env/server/sandbox.py).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 from urllib.parse import urlparse
@@ -144,13 +146,21 @@ def _call(ws, payload) -> dict:
     return json.loads(ws.recv(timeout=30))
 
 
-@pytest.mark.parametrize(("name", "payload", "says"), [
+MALFORMED = [
     ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}', "surrogate"),
     ("deep-nesting", "[" * 100_000, "nests deeper"),
     ("long-episode-id", json.dumps({"type": "reset", "data": {"episode_id": "x" * 100_000}}), "at most 256"),
     ("not-json", "not json", "not JSON"),
     ("binary", b"\x00\xff binary", "binary"),
-])
+    ("top-level-array", "[]", "JSON object"),
+    ("top-level-null", "null", "JSON object"),
+    ("top-level-number", "1", "JSON object"),
+    ("top-level-string", '"step"', "JSON object"),
+]
+
+
+# The payloads are not in the tests' ids: a 100,000-character id floods every report.
+@pytest.mark.parametrize(("name", "payload", "says"), MALFORMED, ids=[name for name, _, _ in MALFORMED])
 def test_a_malformed_message_gets_an_error_and_the_episode_goes_on(server, name, payload, says):
     with _ws(server) as ws:
         assert _call(ws, json.dumps({"type": "reset", "data": {"task_id": CASE}}))["type"] == "observation"
@@ -161,3 +171,32 @@ def test_a_malformed_message_gets_an_error_and_the_episode_goes_on(server, name,
         assert after["type"] == "observation" and after["data"]["observation"]["output"] == "still\n", after
         graded = _call(ws, json.dumps({"type": "step", "data": {"operation": "finish"}}))
         assert graded["data"]["done"] is True
+
+
+def test_the_longest_command_in_four_byte_characters_runs(server):
+    # 15,980 characters of U+1F600 (4 bytes each in UTF-8, 12 characters each as JSON's
+    # \\u escapes): the message to the sandbox's PID 1 must still fit, and PID 1 survive.
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        out = run(env, ": " + "\U0001F600" * 15_980 + "\necho done")
+        assert out["exit_code"] == 0 and out["output"] == "done\n", out["output"][:200]
+        assert run(env, "echo again")["output"] == "again\n"
+
+
+def test_a_next_sandbox_killed_while_it_waits_is_replaced_at_reset(server):
+    # The sandbox made ahead of time is killed before its episode (the OOM killer, say):
+    # the reset makes another instead of failing.
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        current = server.episode_init()
+        spare = None
+        for _ in range(100):
+            spare = next((pid for pid in server.sandbox_inits() if pid != current), None)
+            if spare is not None:
+                break
+            time.sleep(0.05)
+        assert spare is not None, "the server keeps a next sandbox ready"
+        os.kill(spare, signal.SIGKILL)
+        obs = env.reset(task_id=CASE)
+        assert obs.observation["task_id"] == CASE
+        assert run(env, "echo works")["output"] == "works\n"
