@@ -1,4 +1,5 @@
-"""The 32-case curriculum of families.md: fixed (family, difficulty, seed) cases and their IDs.
+"""The 32-case curriculum of docs/spec/families.md: fixed (family, difficulty, seed) cases
+and their IDs.
 
 The catalog depends only on the family order fixed by the spec, not on a task module, so the
 first-party families and a vendored module with the same API serve the same cases.
@@ -24,7 +25,7 @@ BLOCKS: tuple[tuple[int, int], ...] = ((1, 101), (1, 307), (2, 101), (2, 307))
 
 
 class TaskModule(Protocol):
-    """The part of the families.md module API the catalog needs."""
+    """The part of the docs/spec/families.md module API the catalog needs."""
 
     TASK_IDS: list[str]
 
@@ -67,6 +68,6 @@ def make_case(module: TaskModule, case: Case) -> dict[str, Any]:
     if case.family not in module.TASK_IDS:
         raise ValueError(
             f"task module lacks family {case.family!r}; it offers {', '.join(module.TASK_IDS)}; "
-            "use a module implementing every family of families.md"
+            "use a module implementing every family of docs/spec/families.md"
         )
     return module.make_task(case.family, case.seed, case.difficulty)

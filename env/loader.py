@@ -1,6 +1,6 @@
 """Load the task module that the server serves: the first-party families or a vendored file.
 
-Both expose the same API (families.md): ``TASK_IDS``, ``DOMAINS``, ``make_task``,
+Both expose the same API (docs/spec/families.md): ``TASK_IDS``, ``DOMAINS``, ``make_task``,
 ``grade`` and ``oracle_answer``. A vendored file is loaded straight from its path, so
 the image can carry it as a plain file next to its licence instead of as a package.
 """
@@ -54,7 +54,7 @@ def validate_task_module(module: ModuleType) -> None:
             f"task module {origin}: TASK_IDS",
             "a non-empty list of family names",
             repr(task_ids)[:200],
-            "point the server at a file implementing the families.md API",
+            "point the server at a file implementing the docs/spec/families.md API",
         )
     domains = getattr(module, "DOMAINS", None)
     if not isinstance(domains, dict) or set(domains) != set(task_ids):
@@ -62,7 +62,7 @@ def validate_task_module(module: ModuleType) -> None:
             f"task module {origin}: DOMAINS",
             "a dict with one domain per TASK_IDS entry",
             repr(domains)[:200],
-            "point the server at a file implementing the families.md API",
+            "point the server at a file implementing the docs/spec/families.md API",
         )
     missing = [name for name in REQUIRED_CALLABLES if not callable(getattr(module, name, None))]
     if missing:
@@ -70,7 +70,7 @@ def validate_task_module(module: ModuleType) -> None:
             f"task module {origin}",
             f"callables {', '.join(REQUIRED_CALLABLES)}",
             f"missing {', '.join(missing)}",
-            "point the server at a file implementing the families.md API",
+            "point the server at a file implementing the docs/spec/families.md API",
         )
 
 

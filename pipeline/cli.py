@@ -34,7 +34,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("base", "image", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),
     Command("serve", "verify", "serve the built image in a container (or, with --host-mode, on this host)"),
-    Command("verify", "verify", "pull an image anonymously, start it and run every check of verification.md"),
+    Command("verify", "verify", "pull an image anonymously, start it and run every check of "
+            "docs/spec/verification.md"),
     Command("repair-checks", "repair", "pull any MiMo repair image anonymously, start it under the external "
                                        "budget and run the seed's twelve repair checks and ours"),
     Command("checks", "verify", "the check suite against running servers (--url), one shard of it "

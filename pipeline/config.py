@@ -22,7 +22,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 
 # The per-task budgets of the request, in the order of the request the platform accepted
-# (mimo.md, "The Arena request and admission"); declared, with their meaning, in the schema.
+# (docs/spec/mimo.md, "The Arena request and admission"); declared, with their meaning, in
+# the schema.
 REQUEST_BUDGET_FIELDS = tuple(configschema.REQUEST_BUDGETS)
 # Every key of a [budgets.*] table: the request's, plus limits of the environment that are
 # not request fields (recorded in provenance.json).
@@ -451,7 +452,8 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
             raise ConfigError(f"profiles.{p.name}.tasks", expected="first-party or vendor:<source>",
                               actual=p.tasks)
     ext = raw["external"]
-    # [external.repair] is gone (the repair checks drive the images by mimo.md's protocol);
+    # [external.repair] is gone (the repair checks drive the images by the protocol of
+    # docs/spec/mimo.md, "The protocol of the repair images");
     # the release.toml of a commit before its removal still loads, for reproduce: the schema
     # knows its keys, and nothing reads them.
     ext_tasks = [_external_task(t, i) for i, t in enumerate(ext.get("tasks", []))]

@@ -81,7 +81,8 @@ def opt(kind: Kind, doc: str) -> Key:
 # ------------------------------------------------------------------ release.toml
 
 # The per-task budgets of the request, in the order of the request the platform accepted
-# (mimo.md, "The Arena request and admission"); pipeline.config.REQUEST_BUDGET_FIELDS.
+# (docs/spec/mimo.md, "The Arena request and admission");
+# pipeline.config.REQUEST_BUDGET_FIELDS.
 REQUEST_BUDGETS = {
     "reset_wall_s": "wall-clock seconds a reset may take",
     "rollout_wall_s": "wall-clock seconds of a whole rollout",

@@ -1,4 +1,4 @@
-"""Every relative link in README.md, CONTRIBUTING.md and docs/*.md resolves: the file (or
+"""Every relative link in README.md, CONTRIBUTING.md and docs/**/*.md resolves: the file (or
 directory) it names exists in the checkout, and an `#anchor` names a heading of the document
 it points at (GitHub's heading ids). Links to other sites are not followed (no network).
 
@@ -23,7 +23,7 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 def documents(repo: Path) -> list[Path]:
     return [p for p in (repo / "README.md", repo / "CONTRIBUTING.md") if p.exists()] + sorted(
-        (repo / "docs").glob("*.md"))
+        (repo / "docs").rglob("*.md"))
 
 
 def _prose_lines(text: str):

@@ -1,4 +1,4 @@
-"""First-party procedural task families: the module API of families.md.
+"""First-party procedural task families: the module API of docs/spec/families.md.
 
 The server uses only `TASK_IDS`, `DOMAINS`, `make_task`, `grade` and `oracle_answer`, so a
 vendored single-file module exposing the same names can replace this package unchanged.

@@ -1,4 +1,4 @@
-"""The grading rules shared by every family (families.md, "Grading")."""
+"""The grading rules shared by every family (docs/spec/families.md, "Grading")."""
 
 from __future__ import annotations
 

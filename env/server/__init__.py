@@ -1,4 +1,5 @@
-"""The OpenEnv shell server of environment.md (built on openenv-core's ``create_app``).
+"""The OpenEnv shell server of docs/spec/environment.md (built on openenv-core's
+``create_app``).
 
 Modules: ``models`` (action/observation schema), ``shell`` (one command as UID 2000),
 ``answer`` (reading answer.json safely), ``workspace`` (reset isolation),

@@ -17,7 +17,7 @@ from typing import Any
 
 ANSWER_NAME = "answer.json"
 MAX_ANSWER_BYTES = 16_384
-# The bounds of families.md grading rule 1, checked here only to tell the agent why
+# The bounds of docs/spec/families.md grading rule 1, checked here only to tell the agent why
 # the grader will give 0.0; the task module's grade() applies them itself as well.
 MAX_DEPTH = 20
 MAX_NODES = 2_048

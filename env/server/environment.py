@@ -1,4 +1,4 @@
-"""The episode rules of environment.md as an openenv-core ``Environment``.
+"""The episode rules of docs/spec/environment.md as an openenv-core ``Environment``.
 
 reset(task_id=...) rebuilds the workspace for one curriculum case; step runs a shell
 command or grades; the 16th action grades automatically; the terminal result is cached

@@ -1,11 +1,12 @@
-"""The wire schema: ``ShellAction`` and ``ShellObservation`` (environment.md, "Schema").
+"""The wire schema: ``ShellAction`` and ``ShellObservation`` (docs/spec/environment.md,
+"Schema").
 
 Every image of a release serves one schema: the MiMo repair images' own, field for
 field, description for description (``pipeline/checks/release_schema.json``, from
-mimo.md). So the classes carry no docstrings (pydantic would publish them as schema
-descriptions) and no prose of this environment's own; its limits (the 12,000-byte
+docs/spec/mimo.md). So the classes carry no docstrings (pydantic would publish them as
+schema descriptions) and no prose of this environment's own; its limits (the 12,000-byte
 output tail, 16 actions per episode) are behaviour, documented in INSTRUCTIONS.md and
-environment.md, not schema.
+docs/spec/environment.md, not schema.
 """
 
 from __future__ import annotations

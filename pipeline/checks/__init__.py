@@ -1,4 +1,4 @@
-"""Checks: the functional suite of verification.md, run against live servers.
+"""Checks: the functional suite of docs/spec/verification.md, run against live servers.
 
 `suite` runs the cases (`cases`, `case_checks`, `image_checks`, `limit_checks`,
 `repair`) on `target`s through `client`; `results`, `shards`, `merge` and `report`

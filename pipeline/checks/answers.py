@@ -1,8 +1,8 @@
-"""Answer variants and the scores families.md "Grading" assigns them.
+"""Answer variants and the scores docs/spec/families.md "Grading" assigns them.
 
 The suite knows a correct answer (computed in the container by a solver); from it,
-this module builds the partial, wrong and malformed answers of verification.md and
-the exact reward each must earn. The rules are restated here from the contract, not
+this module builds the partial, wrong and malformed answers of docs/spec/verification.md
+and the exact reward each must earn. The rules are restated here from the contract, not
 imported from the environment.
 """
 
@@ -19,7 +19,8 @@ TOO_DEEP = 25
 
 
 def strict_equal(a: Any, b: Any) -> bool:
-    """families.md rule 3: ints equal integral finite floats, bools never equal numbers."""
+    """docs/spec/families.md, "Grading", rule 3: ints equal integral finite floats, bools
+    never equal numbers."""
     if type(a) is bool or type(b) is bool:
         return type(a) is type(b) and a == b
     if type(a) in (int, float) and type(b) in (int, float):

@@ -1,4 +1,4 @@
-"""The per-case checks of verification.md, run over one OpenEnv session.
+"""The per-case checks of docs/spec/verification.md, run over one OpenEnv session.
 
 Every case runs one solving episode (reset, solver, finish, an action after done)
 followed by one episode per graded answer variant; every reset uses a new OpenEnv seed

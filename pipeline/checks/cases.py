@@ -1,4 +1,5 @@
-"""The 32-case curriculum of families.md, restated so the suite does not import env/."""
+"""The 32-case curriculum of docs/spec/families.md, restated so the suite does not import
+env/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The once-per-image checks of verification.md (ids `image/<check>`)."""
+"""The once-per-image checks of docs/spec/verification.md (ids `image/<check>`)."""
 
 from __future__ import annotations
 

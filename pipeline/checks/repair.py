@@ -1,14 +1,14 @@
 """The repair checks of an external task image: the seed release's twelve, then this
-project's own (mimo.md, "The 12 repair checks per image"; verification.md, "External
-(repair) tasks").
+project's own (docs/spec/mimo.md, "The 12 repair checks per image";
+docs/spec/verification.md, "External (repair) tasks").
 
 They run against the started, unchanged image over the OpenEnv WebSocket protocol, as a
 trainer would: one session, the task's own id. Ids are `<task_id>/<check>`: first the
 seed's twelve by the seed's names, in the seed's order (SEED_CHECKS), then the project's
-extras under their own names (EXTRA_CHECKS). What each asserts is what mimo.md says the
-seed's checker asserted; the protocol it relies on (port 8000, `task_id` at reset,
-`/workspace/repo`, UID 2000, the root-only `/opt/arena`) is mimo.md's description of the
-MiMo adapter, read from the seed's public sources.
+extras under their own names (EXTRA_CHECKS). What each asserts is what docs/spec/mimo.md
+says the seed's checker asserted; the protocol it relies on (port 8000, `task_id` at reset,
+`/workspace/repo`, UID 2000, the root-only `/opt/arena`) is docs/spec/mimo.md's
+description of the MiMo adapter, read from the seed's public sources.
 
 The reference repair is a script, sent as ONE shell action exactly as the seed did:
 `python3 - <<'ARENA_REPAIR'\\n<script>\\nARENA_REPAIR` (`ReferenceRepair.action`).
@@ -43,7 +43,7 @@ EXTRA_CHECKS = ("schema", "metadata", "other-task-refused", "one-session")
 # Every check, in the order of the results.
 REPAIR_CHECKS = SEED_CHECKS + EXTRA_CHECKS
 
-# The MiMo adapter's protocol (mimo.md, "The protocol of the repair images").
+# The MiMo adapter's protocol (docs/spec/mimo.md, "The protocol of the repair images").
 PORT = 8000
 WORKSPACE = "/workspace/repo"
 AGENT_UID = "2000"

@@ -1,8 +1,8 @@
 """The one wire schema of every image of the release, and its comparison.
 
 `release_schema.json` is the action and observation schema the MiMo repair images
-serve (mimo.md, "The one schema of all three images"): the request carries it once
-for every task, so every image, procedural and external, must serve exactly it,
+serve (docs/spec/mimo.md, "The one schema of all three images"): the request carries it
+once for every task, so every image, procedural and external, must serve exactly it,
 descriptions and `required` lists included. The expected schema comes from this file,
 not from the environment's code, so `image/schema` catches an image whose models
 drifted from the contract.

@@ -174,7 +174,7 @@ class _Sink:
 def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
               image: str = "", quiet: bool = False, with_timeout: bool = True,
               shard: Shard | None = None) -> SuiteResult:
-    """Run every check of verification.md against `targets` (servers of one image).
+    """Run every check of docs/spec/verification.md against `targets` (servers of one image).
 
     `cases` narrows the per-case checks (default: all 32); `with_timeout=False` leaves
     out the minute-long timeout check (for quick runs; a release never does); `shard`

@@ -1,7 +1,7 @@
 """What a built image inherits from its base under the app dir.
 
 The arena profile builds FROM a MiMo repair image whose root-only /opt/arena already
-holds that task's adapter and record with its hidden tests (shared/spec/mimo.md, "What
+holds that task's adapter and record with its hidden tests (docs/spec/mimo.md, "What
 is inside"); the build adds its own layers under the same directory. `inherited_files`
 lists the regular files the base's layers leave there that the build's layers do not
 replace, so the check suite can prove UID 2000 still cannot read them in the derived

@@ -44,6 +44,10 @@ SLSA_LEVEL_REASON = ("provenance is generated and signed by the release pipeline
 DEFAULT_DIR = REPO_ROOT / "attestations"
 SBOM_FILE = "sbom.cdx.json"
 CHECKS_FILE = "checks.json"
+# The contract the check suite implements, by its path in the repository: the signed
+# test-result statement names it, so a reader of the statement can open it at the
+# recorded commit.
+CHECK_SUITE_SPEC = "docs/spec/verification.md"
 PROVENANCE_RECORD = "provenance.json"
 README_FILE = "README.md"
 
@@ -180,7 +184,7 @@ def checks_predicate(result: SuiteResult, *, checks_sha256: str) -> dict[str, An
         # Checks that could not apply (an external task without a reference solution).
         "warnedTests": sorted(c.id for c in result.not_applicable),
         "configuration": [{"name": "checks.json", "digest": {"sha256": checks_sha256},
-                           "annotations": {"suite": "verification.md", "image": result.image,
+                           "annotations": {"suite": CHECK_SUITE_SPEC, "image": result.image,
                                            **result.counts()}}],
     }
 

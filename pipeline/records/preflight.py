@@ -1,6 +1,6 @@
 """The platform's admission checks, run locally on a request (`python -m pipeline preflight`).
 
-Each check has the platform's name (mimo.md, "The Arena request and admission"):
+Each check has the platform's name (docs/spec/mimo.md, "The Arena request and admission"):
 
     image_resolved            per image: its manifest, fetched anonymously by digest, hashes to it
     image_sizes               every image has both sizes, read from its registry manifest

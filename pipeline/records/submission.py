@@ -1,6 +1,6 @@
 """submission.json: the Arena request, exactly as the platform accepted it.
 
-Its fields are those of the accepted request (mimo.md, "The Arena request and
+Its fields are those of the accepted request (docs/spec/mimo.md, "The Arena request and
 admission"), no more: `submission_id`, `name`, `image`, `schema` {`action`,
 `observation`}, `tasks`, `example_actions`, `finish_action`, `dataset`, `source`; each
 task `task_id`, `image`, `split` and the eleven budgets. `request.schema.json` (beside

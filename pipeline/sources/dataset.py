@@ -5,7 +5,7 @@ revision, subset, split, row index and the sha256 of the record's text. In the M
 dataset a row holds the task id at `extra_info.instance_id` and the record itself as
 a JSON string at `extra_info.instance_json` (`[external] id_field`, `record_field`).
 The pin is over that string exactly as stored, UTF-8 encoded: one line of JSON with
-no trailing newline (shared/spec/mimo.md: 6,635 and 8,149 bytes; the seed's own copy
+no trailing newline (docs/spec/mimo.md: 6,635 and 8,149 bytes; the seed's own copy
 of the 001926 record, `tasks/format-code-task-001926.json` at the pinned reference
 revision, is exactly that line, 8,149 bytes, Python's default `json.dumps` form). It is
 never re-serialised: a re-serialisation could differ in separators, key order or

@@ -12,7 +12,7 @@ pure-Python, or abi3) wheel its interpreter installs, so `pip install --no-deps
 - `CP311`, `locks/runtime.txt`: the local base's (Debian bookworm's 3.11); its bytes are
   pinned by locks/base.json (`runtime_lock_sha256`), its header states the installed size;
 - `CP312`, `locks/runtime-cp312.txt`: the arena profile's base runs its server on 3.12
-  (`/opt/arena-python`, copied from python:3.12-slim-bookworm; shared/spec/mimo.md), so
+  (`/opt/arena-python`, copied from python:3.12-slim-bookworm; docs/spec/mimo.md), so
   the environment's tests run on 3.12 with the same distributions at the same versions
   (`check_versions`), hash-checked.
 

@@ -69,8 +69,8 @@ class ContainerLimits:
 @dataclass(frozen=True)
 class ExternalLimits:
     """The external budget as the seed release ran the repair images: `--cpus 2
-    --memory 16g` (mimo.md), memory without extra swap. Nothing else: the unchanged
-    image keeps its own filesystem (its workspace is in the writable layer, which is
+    --memory 16g` (docs/spec/mimo.md, "The 12 repair checks per image"), memory without
+    extra swap. Nothing else: the unchanged image keeps its own filesystem (its workspace is in the writable layer, which is
     measured) and its own user IDs."""
 
     memory_bytes: int

@@ -1,8 +1,8 @@
 """A stand-in of the arena profile's base, the seed's PYroMat image of task
 format-code-task-000666 (tests only; ghcr.io is the public internet).
 
-Shaped like the real image as shared/spec/mimo.md describes it ("What is inside", and
-its config), built with the project's own machinery (`pipeline.image.oci`: deterministic
+Shaped like the real image as described in docs/spec/mimo.md, "What is inside" (and its
+config), built with the project's own machinery (`pipeline.image.oci`: deterministic
 layers, `derive`, a Docker schema-2 manifest; `pipeline.sources.lock`'s `installer`
 install of hash-pinned wheels; `pipeline.registry.push`), six layers in the real order:
 

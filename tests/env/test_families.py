@@ -1,4 +1,5 @@
-"""The first-party task families against families.md: oracles, invariants, determinism, API errors."""
+"""The first-party task families against docs/spec/families.md: oracles, invariants,
+determinism, API errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The 32-case curriculum (families.md, "The curriculum") and its case IDs."""
+"""The 32-case curriculum (docs/spec/families.md, "The curriculum") and its case IDs."""
 
 from __future__ import annotations
 

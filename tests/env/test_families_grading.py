@@ -1,4 +1,4 @@
-"""The six grading rules of families.md, exercised with crafted answers."""
+"""The six grading rules of docs/spec/families.md, exercised with crafted answers."""
 
 from __future__ import annotations
 

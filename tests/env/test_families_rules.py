@@ -1,4 +1,5 @@
-"""Hand-worked scenarios for the rules of each family (families.md), solved by hand.
+"""Hand-worked scenarios for the rules of each family (docs/spec/families.md), solved by
+hand.
 
 Each scenario targets the edge cases of a family's rules (tie-breaks, boundaries, rejection
 causes). The oracle is checked against the hand-computed answer, and so is the generator's own

@@ -2,7 +2,7 @@
 
 huggingface.co is the public internet, so tests that fetch external task records run
 against this stand-in. It serves rows laid out like the MiMo dataset's split `code`
-(shared/spec/mimo.md, "The records"): `prompt` (one user message), `reward_model`
+(docs/spec/mimo.md, "The records"): `prompt` (one user message), `reward_model`
 (style "rule"), and `extra_info` with `instance_id` and the record as the JSON string
 `instance_json`, in Python's default one-line `json.dumps` form like the real ones.
 Two answers are honoured: `GET /api/datasets/<owner>/<name>` (the head revision) and

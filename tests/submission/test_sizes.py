@@ -1,5 +1,5 @@
 """Image sizes in the seed's measure and the platform's, on descriptor stand-ins that carry the
-real layer digests and sizes of the two MiMo images (mimo.md).
+real layer digests and sizes of the two MiMo images (docs/spec/mimo.md).
 
 The registries are not reachable here: the manifests are stand-ins, built from the published
 descriptors. Their config blobs are not published, so their sizes are made up (named so)."""

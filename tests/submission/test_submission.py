@@ -20,7 +20,7 @@ from pipeline.records import submission, verification
 
 IMAGE = "arena/openenv-data-workflows@sha256:" + "ab" * 32
 COMMIT = "c" * 40
-# The fields of the request the platform accepted (mimo.md), no more, no less.
+# The fields of the request the platform accepted (docs/spec/mimo.md), no more, no less.
 REQUEST_KEYS = {"submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
                 "dataset", "source"}
 TASK_KEYS = {"task_id", "image", "split", "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s",

@@ -1,4 +1,5 @@
-"""One independent solver per task family (families.md), shipped into the container.
+"""One independent solver per task family (docs/spec/families.md), shipped into the
+container.
 
 Each module here, with the shared `main` below, is a complete stdlib-only Python 3
 program: run in a directory that holds the family's three input files, it writes
@@ -19,7 +20,7 @@ FAMILIES = (
     "software_change", "industrial_schedule", "science_calibration", "office_reconciliation",
     "finance_ledger", "math_route", "security_triage", "media_timeline",
 )
-# A shell action's command is capped at 16,000 characters (environment.md).
+# A shell action's command is capped at 16,000 characters (docs/spec/environment.md).
 MAX_COMMAND_CHARS = 16_000
 _HERE = Path(__file__).resolve().parent
 # Every solver module defines FILES and solve(files); this is the program around them.

@@ -1,5 +1,5 @@
-"""Stand-in MiMo repair images, shaped like the real ones (mimo.md), built with the
-project's own machinery.
+"""Stand-in MiMo repair images, shaped like the real ones (docs/spec/mimo.md), built with
+the project's own machinery.
 
 The base is the run's own local base (`pipeline.image.base`: mmdebstrap bookworm + the
 slim OpenEnv runtime at /opt/arena-python + the layer of bytecode, as the real runtime, a
@@ -153,7 +153,8 @@ def _tar(tree: Path) -> bytes:
 
 
 def instance_record(task_id: str, test_patch: str) -> dict:
-    """The stand-in task record, with the real records' fields (mimo.md, "The records")."""
+    """The stand-in task record, with the real records' fields (docs/spec/mimo.md,
+    "The records")."""
     return {"cwd": "/workspace/repo", "dataset_type": "opensource-code",
             "docker_image": f"stand-in/{task_id}", "instance_id": task_id,
             "problem_statement": f"calc.mean returns the wrong value ({task_id}). Repair it.",

@@ -1,6 +1,6 @@
 """Stand-in for a MiMo repair image's server (test code; shipped as /opt/arena/server.py).
 
-Written from mimo.md's description of the MiMo adapter, not from its code: OpenEnv's
+Written from docs/spec/mimo.md's description of the MiMo adapter, not from its code: OpenEnv's
 `create_app(..., env_name="mimo_software", max_concurrent_envs=1)` on port 8000 (the
 image's Cmd runs uvicorn on `server:app` from /opt/arena); reset with the image's own
 task id only; reset deletes /workspace/repo and unpacks /opt/arena/workspace.tar there
