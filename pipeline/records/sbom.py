@@ -22,7 +22,7 @@ import re
 import tarfile
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -153,7 +153,7 @@ class FileView:
         return None, ""
 
 
-def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) -> None:
+def _apply_layer(view: FileView, blob: Path, layer_digest: str, keep: Callable[[str], bool]) -> None:
     """Apply one layer: what it hides of the lower layers goes (listing.hidden: its
     whiteouts and replacements), then its own files are added. What the layer lists is
     recorded under its digest once its bytes match it (listing)."""
@@ -174,7 +174,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
                 if not name:
                     continue
                 listed.append(entry)
-                if listing.is_whiteout(name) or not wanted(name, app_dir):
+                if listing.is_whiteout(name) or not keep(name):
                     continue
                 if m.isreg():
                     f = tar.extractfile(m)
@@ -201,12 +201,14 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
         view.files[name] = content
 
 
-def read_view(image: ImageRef, app_dir: str) -> FileView:
-    """The wanted files of the image, after applying every layer bottom-up."""
+def read_view(image: ImageRef, app_dir: str, keep: Callable[[str], bool] | None = None) -> FileView:
+    """The wanted files of the image (or those `keep` names: a relative path, no leading
+    slash), after applying every layer bottom-up."""
     view = FileView()
     rel_app = app_dir.strip("/")
+    chosen = keep if keep is not None else (lambda path: wanted(path, rel_app))
     for layer_digest, blob in image.layers:
-        _apply_layer(view, blob, layer_digest, rel_app)
+        _apply_layer(view, blob, layer_digest, chosen)
     return view
 
 

@@ -17,6 +17,7 @@ translated: Debian's `GPL-2+` stays the name `GPL-2+`, exceptiongroup's classifi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from email.message import Message
 
@@ -45,6 +46,9 @@ def debian_licenses(data: bytes) -> tuple[str, ...]:
     `Files` paragraph's, each once, in order); () for a free-form or unreadable file."""
     from debian import copyright as dep5
 
+    # The parser logs a warning when it upgrades an http:// Format URL to the https:// one
+    # the format names (as several of Debian's own files need): a note, not a failure.
+    logging.getLogger(dep5.__name__).setLevel(logging.ERROR)
     try:
         parsed = dep5.Copyright(data.decode("utf-8", errors="replace").splitlines(keepends=True), strict=False)
     except (dep5.Error, ValueError):
