@@ -20,6 +20,7 @@ started (the local registry, containers) is stopped on the way out, Ctrl-C inclu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipeline.records import attest, links as intoto_links, preflight, provenance, sbom
-from pipeline.records import sizes as image_sizes, verification
+from pipeline.records import sbom_licenses, sizes as image_sizes, verification
 from pipeline.image import base, build
 from pipeline.sources import dataset as external
 from pipeline.registry import local as localregistry
@@ -112,7 +113,7 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
-            timings: Timings, profile: str, published: Published) -> None:
+            timings: Timings, profile: str, published: Published, sbom_coverage: str) -> None:
     def figure(n: int | None) -> str:
         return "unknown (manifest not read)" if n is None else f"{n:,}"
 
@@ -131,6 +132,7 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"(application layers {record.app_size:,} bytes)",
         f"- release total, the seed's measure ({image_sizes.SEED_MEASURE}): {sizes.seed_bytes:,} bytes",
         f"- release total, the platform's measure ({image_sizes.PLATFORM_MEASURE}): {figure(sizes.platform_bytes)} bytes",
+        f"- SBOM licences: {sbom_coverage}",
         "",
         "## Image sizes",
         "",
@@ -352,6 +354,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                                        first_party_license=sbom.project_license(),
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
+            sbom_coverage = sbom_licenses.coverage_line(json.loads(sbom_bytes).get("components", []))
+            say(f"    sbom: {sbom_coverage}")
         with timings.stage("push"):
             pushed = push_layout(client, target.repository, Path(record.layout),
                                  ref_name=record.tag, tag=target.tag,
@@ -388,7 +392,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                           suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
-                admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published)
+                admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published,
+                sbom_coverage=sbom_coverage)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),

@@ -55,6 +55,13 @@ it was not verified.
     sbom/layers             the SBOM's layer list = provenance.json's image layers
     sbom/components         the SBOM regenerated from the image's layer blobs = the file
                             (dist/oci holding the image, or --registry: pulled blobs)
+    sbom/licenses           every licence valid SPDX by the license-expression library (an id, an
+                            expression of SPDX ids and LicenseRef-s, or a named licence), not by the
+                            SBOM code
+    sbom/license-coverage   how many components carry a licence (information)
+    sbom/coverage           a component for every package dpkg lists as installed, every Python
+                            distribution's metadata and every application file in the image's layers,
+                            and none for what the image does not hold (read apart from the SBOM writer)
     checks/record           attestations/checks.json = the checks statement's digest
     checks/results          checks.json's results = the statement's passed/failed lists (and the whole predicate)
     checks/passed           the statement says PASSED, and checks.json has passed checks and no failure

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from pipeline import plan
 from pipeline.records import attest, provenance as provenance_mod, sbom as sbom_mod, signing
+from pipeline.records import sbom_licenses
 from pipeline.records import statement as release_statement
 from pipeline.sources import dataset as external, vendor as sources
 from pipeline._io import canonical_json, sha256_bytes, sha256_file
+from pipeline.audit import sbom_checks
 from pipeline.audit.rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
 from pipeline.config import REQUEST_BUDGET_FIELDS
 from pipeline.errors import ReleaseError, VerificationError
@@ -295,6 +297,9 @@ def audit_sbom(r: Rows, s: State, registry: bool) -> None:
     doc = r.run("sbom/schema", rec, valid)
     if doc is None:
         return
+    r.run("sbom/licenses", rec, lambda: sbom_checks.check_licences(doc))
+    r.run("sbom/license-coverage", rec,
+          lambda: sbom_licenses.coverage_line(doc.get("components") or []), info=True)
     stmt = (s.statements or {}).get("sbom")
     if stmt is None:
         r.not_checked("sbom/attested", rec, "the SBOM statement did not verify")
@@ -331,15 +336,21 @@ def _layers_match(doc: dict, image) -> None:
 def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> None:
     layout = s.root / "dist" / "oci"
     if s.cfg is None or s.prov is None or s.plan is None:
-        r.not_checked("sbom/components", rec, "release.toml, provenance.json or the release statement did not load")
+        for cid in ("sbom/components", "sbom/coverage"):
+            r.not_checked(cid, rec, "release.toml, provenance.json or the release statement did not load")
         return
     has_image = (layout / "blobs" / "sha256" / s.image.digest.split(":", 1)[1]).is_file()
     if not has_image and not registry:
-        r.not_checked("sbom/components", rec,
-                      f"the image's layers are not here (no dist/oci holding {s.image.digest}, and no "
-                      "--registry to pull them); to rebuild the recorded image into dist/oci, run "
-                      "`nox -s reproduce` first")
+        for cid in ("sbom/components", "sbom/coverage"):
+            r.not_checked(cid, rec,
+                          f"the image's layers are not here (no dist/oci holding {s.image.digest}, and no "
+                          "--registry to pull them); to rebuild the recorded image into dist/oci, run "
+                          "`nox -s reproduce` first")
         return
+
+    def covered(layout: Path) -> None:
+        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
+        sbom_checks.check_coverage(doc, image, s.cfg.app_dir)
 
     def regenerate(layout: Path) -> None:
         image = sbom_mod.open_image_by_digest(layout, s.image.digest)
@@ -354,15 +365,23 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
 
     if has_image:
         r.run("sbom/components", rec, lambda: regenerate(layout))
+        r.run("sbom/coverage", rec, lambda: covered(layout))
         return
     with tempfile.TemporaryDirectory(prefix="audit-pull-") as tmp:
+        pulled_to = Path(tmp) / "oci"
+
         def pulled() -> None:
             from pipeline.registry import pull
 
-            pull.pull(f"{s.image.name}@{s.image.digest}", Path(tmp) / "oci")
-            regenerate(Path(tmp) / "oci")
+            pull.pull(f"{s.image.name}@{s.image.digest}", pulled_to)
+            regenerate(pulled_to)
 
         r.run("sbom/components", rec, pulled)
+        if pulled_to.is_dir():
+            r.run("sbom/coverage", rec, lambda: covered(pulled_to))
+        else:
+            r.not_checked("sbom/coverage", rec, f"the image could not be pulled from {s.image.name} "
+                          "(sbom/components says why)")
 
 
 def _component_difference(expected: dict, actual: dict) -> None:

@@ -16,7 +16,7 @@ from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.build import load_record
 from pipeline.progress import say
 from pipeline.records import attest as attest_mod, provenance as provenance_mod
-from pipeline.records import sbom as sbom_mod, signing, trust
+from pipeline.records import sbom as sbom_mod, sbom_licenses, signing, trust
 
 BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
 
@@ -52,7 +52,8 @@ def sbom(args: argparse.Namespace) -> int:
         raise DigestMismatch("the image in the layout is not the one the build record names",
                              expected=expected, actual=described, hint="rebuild (`nox -s build`)")
     write_atomic(args.out, data)
-    say(f"sbom: {args.out} ({len(json.loads(data).get('components', []))} components) for {name}@{described}")
+    say(f"sbom: {args.out} for {name}@{described}: "
+        f"{sbom_licenses.coverage_line(json.loads(data).get('components', []))}")
     return 0
 
 

@@ -2,8 +2,10 @@
 
 Nothing here looks at the build host: the layers of the image in an OCI layout are
 applied in order (whiteouts included) to an in-memory view that keeps only the
-files an SBOM needs: the dpkg status database, os-release, every dist-info's
-METADATA and RECORD, and every file under the app directory. The document is a
+files an SBOM needs: the dpkg status database, os-release, the packages' copyright
+files under /usr/share/doc (and the links between those directories), every
+dist-info's METADATA and RECORD, and every file under the app directory. Licences
+are read from those files (pipeline.records.sbom_licenses). The document is a
 pure function of the image (plus the wheel lock for wheel hashes), so two runs give
 the same bytes: the serial number is derived from the manifest digest, the
 timestamp is SOURCE_DATE_EPOCH, components are sorted by the library.
@@ -20,7 +22,7 @@ import re
 import tarfile
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +36,7 @@ from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
+from pipeline.records import sbom_licenses
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -43,6 +46,9 @@ DEFAULT_LOCK = LOCK
 SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoonas/openenv-arena-release/sbom")
 
 _DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD)$")
+# A package's copyright file, and its doc directory when that is a link to another
+# package's (Debian allows it between packages of one source).
+_DOC = re.compile(r"usr/share/doc/[^/]+(?:/copyright)?")
 _STATUS_FILES = ("var/lib/dpkg/status",)
 _OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 
@@ -88,7 +94,7 @@ def open_image_by_digest(layout: Path, digest: str) -> ImageRef:
 def wanted(path: str, app_dir: str) -> bool:
     """Whether the SBOM needs this image path (relative, no leading slash)."""
     return (path in _STATUS_FILES or path in _OS_RELEASE or path.startswith(app_dir + "/")
-            or bool(_DIST_INFO.search(path)))
+            or bool(_DIST_INFO.search(path)) or _DOC.fullmatch(path) is not None)
 
 
 class _HashingReader:
@@ -120,18 +126,34 @@ class FileView:
 
     def read(self, path: str) -> bytes | None:
         """File content at `path`, following symlinks inside the view."""
+        resolved = self.resolve(path)
+        return None if resolved is None else self.files[resolved]
+
+    def resolve(self, path: str) -> str | None:
+        """The path of the regular file `path` names, following symlinks inside the view
+        (the file's own and its parent directories'); None when the view has no such file."""
         for _ in range(16):
             if path in self.files:
-                return self.files[path]
-            if path not in self.links:
+                return path
+            link, rest = self._first_link(path)
+            if link is None:
                 return None
-            target = self.links[path]
-            joined = target if target.startswith("/") else posixpath.join("/", posixpath.dirname(path), target)
-            path = posixpath.normpath(joined).lstrip("/")
+            target = self.links[link]
+            joined = target if target.startswith("/") else posixpath.join("/", posixpath.dirname(link), target)
+            path = posixpath.normpath(posixpath.join(joined, rest) if rest else joined).lstrip("/")
         return None
 
+    def _first_link(self, path: str) -> tuple[str | None, str]:
+        """The first prefix of `path` that is a symlink in the view, and the rest after it."""
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if prefix in self.links:
+                return prefix, "/".join(parts[i:])
+        return None, ""
 
-def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) -> None:
+
+def _apply_layer(view: FileView, blob: Path, layer_digest: str, keep: Callable[[str], bool]) -> None:
     """Apply one layer: what it hides of the lower layers goes (listing.hidden: its
     whiteouts and replacements), then its own files are added. What the layer lists is
     recorded under its digest once its bytes match it (listing)."""
@@ -152,7 +174,7 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
                 if not name:
                     continue
                 listed.append(entry)
-                if listing.is_whiteout(name) or not wanted(name, app_dir):
+                if listing.is_whiteout(name) or not keep(name):
                     continue
                 if m.isreg():
                     f = tar.extractfile(m)
@@ -179,12 +201,14 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, app_dir: str) ->
         view.files[name] = content
 
 
-def read_view(image: ImageRef, app_dir: str) -> FileView:
-    """The wanted files of the image, after applying every layer bottom-up."""
+def read_view(image: ImageRef, app_dir: str, keep: Callable[[str], bool] | None = None) -> FileView:
+    """The wanted files of the image (or those `keep` names: a relative path, no leading
+    slash), after applying every layer bottom-up."""
     view = FileView()
     rel_app = app_dir.strip("/")
+    chosen = keep if keep is not None else (lambda path: wanted(path, rel_app))
     for layer_digest, blob in image.layers:
-        _apply_layer(view, blob, layer_digest, rel_app)
+        _apply_layer(view, blob, layer_digest, chosen)
     return view
 
 
@@ -233,20 +257,6 @@ def distro_of(os_release: bytes | None) -> str:
     return f"{dist}-{values['VERSION_ID']}" if values.get("VERSION_ID") else dist
 
 
-def _license_of(meta) -> str | None:
-    expr = meta.get("License-Expression")
-    if expr:
-        return expr.strip()
-    text = (meta.get("License") or "").strip()
-    # The free-text field is sometimes a whole licence text; only a short name is useful.
-    if text and "\n" not in text and len(text) <= 80 and text.upper() != "UNKNOWN":
-        return text
-    for classifier in meta.get_all("Classifier") or []:
-        if classifier.startswith("License :: OSI Approved :: "):
-            return classifier.rsplit(" :: ", 1)[1]
-    return None
-
-
 def python_dists(view: FileView) -> list[PyDist]:
     """Every dist-info with METADATA in the view."""
     dists = []
@@ -258,7 +268,7 @@ def python_dists(view: FileView) -> list[PyDist]:
         record = view.files.get(location + "/RECORD", b"")
         dists.append(PyDist(
             name=meta.get("Name", "").strip(), version=meta.get("Version", "").strip(),
-            location="/" + location, record_sha256=sha256_bytes(record), license=_license_of(meta),
+            location="/" + location, record_sha256=sha256_bytes(record), license=sbom_licenses.python_license(meta),
         ))
     return dists
 
@@ -322,7 +332,6 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.bom_ref import BomRef
     from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
     from cyclonedx.model.tool import ToolRepository
     from packageurl import PackageURL
 
@@ -330,11 +339,7 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         return [HashType(alg=HashAlgorithm.SHA_256, content=hexdigest)]
 
     def licences(expr: str | None) -> list:
-        if not expr:
-            return []
-        if re.fullmatch(r"[A-Za-z0-9.+-]+", expr):
-            return [DisjunctiveLicense(id=expr)] if _is_spdx_id(expr) else [DisjunctiveLicense(name=expr)]
-        return [LicenseExpression(expr)]
+        return sbom_licenses.cyclonedx_licenses([expr])
 
     sources = tuple(sources)
     ident = ImageIdentity(name=name, digest=image.digest)
@@ -359,8 +364,13 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         props = [Property(name="arena:location", value="/var/lib/dpkg/status")]
         if p.source != p.name:
             props.append(Property(name="arena:deb-source", value=p.source))
+        copyright_path = view.resolve(sbom_licenses.COPYRIGHT.format(package=p.name))
+        found = sbom_licenses.debian_licenses(view.files[copyright_path]) if copyright_path else ()
+        if copyright_path:  # read for its licences when machine-readable; named either way
+            props.append(Property(name="arena:copyright-file", value="/" + copyright_path))
         components.append(Component(type=ComponentType.LIBRARY, name=p.name, version=p.version,
-                                    purl=purl, bom_ref=BomRef(purl.to_string()), properties=props))
+                                    purl=purl, bom_ref=BomRef(purl.to_string()), properties=props,
+                                    licenses=sbom_licenses.cyclonedx_licenses(found)))
     locked = allowed_hashes(lock_text)
     dists = python_dists(view)
     counts: dict[str, int] = {}
@@ -402,12 +412,6 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         bom.components.add(c)
     bom.register_dependency(img, components)
     return bom
-
-
-def _is_spdx_id(value: str) -> bool:
-    from cyclonedx.spdx import is_supported_id
-
-    return is_supported_id(value)
 
 
 def _strict_validator():

@@ -44,6 +44,26 @@ Status: deinstall ok config-files
 Architecture: amd64
 Version: 1.0
 """
+# base-files' copyright file is machine-readable (DEP-5), libc6's free-form, like Debian's.
+BASE_FILES_COPYRIGHT = b"""Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: base-files
+
+Files: *
+Copyright: 1995-2011 Software in the Public Interest
+License: GPL-2+
+ On Debian systems, the complete text of the GNU General Public License version 2
+ can be found in /usr/share/common-licenses/GPL-2.
+
+Files: debian/*
+Copyright: 2024 A Maintainer
+License: BSD-3-clause
+ Redistribution and use in source and binary forms, with or without modification,
+ are permitted provided that the following conditions are met: ...
+"""
+LIBC6_COPYRIGHT = b"""This is the Debian prepackaged version of the GNU C Library.
+
+* Most of the GNU C library is under the following copyright: ...
+"""
 OS_RELEASE = b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
 TASKS_PY = b"# vendored upstream task module\nTASKS = []\n"
 
@@ -66,13 +86,19 @@ class SmallImage:
     name: str
 
 
-def make_image(root: Path, *, app_files: dict[str, bytes] | None = None) -> SmallImage:
-    """Write the small image into `root/oci` and return its manifest digest."""
+def make_image(root: Path, *, app_files: dict[str, bytes] | None = None,
+               base_files: dict[str, bytes] | None = None) -> SmallImage:
+    """Write the small image into `root/oci` and return its manifest digest (`base_files`:
+    more files of the bottom layer)."""
     layout = root / "oci"
     blobs = layout / "blobs" / "sha256"
     layers = [
-        _files({"var/lib/dpkg/status": DPKG_STATUS, "usr/lib/os-release": OS_RELEASE},
-               links={"etc/os-release": "../usr/lib/os-release"}),
+        _files({"var/lib/dpkg/status": DPKG_STATUS, "usr/lib/os-release": OS_RELEASE,
+                "usr/share/doc/base-files/copyright": BASE_FILES_COPYRIGHT,
+                "usr/share/doc/libc-common/copyright": LIBC6_COPYRIGHT, **(base_files or {})},
+               links={"etc/os-release": "../usr/lib/os-release",
+                      # a doc directory linked to another package's, as Debian allows within a source
+                      "usr/share/doc/libc6": "libc-common"}),
         _files({
             f"{SITE}/requests-2.32.3.dist-info/METADATA": _meta("requests", "2.32.3", "Apache-2.0"),
             f"{SITE}/requests-2.32.3.dist-info/RECORD": b"requests/__init__.py,sha256=abc,10\n",

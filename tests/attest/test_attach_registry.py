@@ -69,7 +69,8 @@ def test_image_not_pushed_fails(local_registry, tmp_path, monkeypatch):
 
 def test_sbom_components_checked_against_pulled_blobs(pushed):
     """No dist/oci: with --registry the audit pulls the layers anonymously and reads the SBOM's
-    components from them; an SBOM hiding a component is caught that way too."""
+    components and what the image installs from them; an SBOM hiding a component is caught
+    that way too."""
     import json
     import shutil
 
@@ -77,9 +78,11 @@ def test_sbom_components_checked_against_pulled_blobs(pushed):
     shutil.rmtree(rec.root / "dist")
     rows = {c.id: c for c in audit.audit(rec.root, registry=True)}
     assert rows["sbom/components"].ok, rows["sbom/components"].detail
+    assert rows["sbom/coverage"].ok, rows["sbom/coverage"].detail
     path = rec.root / "attestations" / "sbom.cdx.json"
     doc = json.loads(path.read_text())
     doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
     path.write_text(json.dumps(doc))
     rows = {c.id: c for c in audit.audit(rec.root, registry=True)}
     assert "missing pkg:deb/debian/libc6@" in rows["sbom/components"].detail
+    assert ", got deb libc6 " in rows["sbom/coverage"].detail

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -307,8 +308,8 @@ def test_sbom_swapped(records, tmp_path):
     (records.root / "attestations" / "sbom.cdx.json").write_bytes(
         sbom.generate(other.layout, name="x/y", app_dir="/opt/arena"))
     fails = failed(records.root)
-    assert set(fails) == {"sbom/attested", "sbom/image", "sbom/layers", "sbom/components", "release/subjects",
-                          "intoto/links"}
+    assert set(fails) == {"sbom/attested", "sbom/image", "sbom/layers", "sbom/components", "sbom/coverage",
+                          "release/subjects", "intoto/links"}
     assert "the SBOM file was replaced or edited after signing" in fails["sbom/attested"]
     assert f"attestations/sbom.cdx.json {BOUND}" in fails["release/subjects"]
 
@@ -324,10 +325,40 @@ def test_sbom_component_removed_and_everything_resigned(records):
     _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"sbom/components", "readme"}
+    assert set(fails) == {"sbom/components", "sbom/coverage", "readme"}
     assert fails["sbom/components"].startswith("SBOM components differ from the image's layers; "
                                                "expected the components read from the layer blobs, got missing "
                                                "pkg:deb/debian/libc6@")
+    # The audit's own reading of the image (not the SBOM writer's) names the package too.
+    assert fails["sbom/coverage"].startswith("the SBOM has no component for 1 package(s) or file(s) installed in "
+                                             "the image; expected a component for every dpkg package, Python "
+                                             "distribution and application file, got deb libc6 ")
+
+
+def test_sbom_licence_expression_invalid_and_everything_resigned(records):
+    """"MIT License" written as an SPDX expression (the seed SBOM's exceptiongroup) is schema-valid;
+    license-expression refuses it, and the writer's code has no say in that."""
+    path = records.root / "attestations" / "sbom.cdx.json"
+    doc = json.loads(path.read_text())
+    target = next(c for c in doc["components"] if c["name"] == "requests")
+    target["licenses"] = [{"expression": "MIT License"}]
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
+    resign(records)
+    fails = failed(records.root)
+    assert set(fails) == {"sbom/licenses", "sbom/components", "readme"}
+    assert fails["sbom/licenses"] == (
+        "1 licence(s) of the SBOM are not valid SPDX (license-expression); expected SPDX ids, SPDX expressions "
+        f"or named licences, got {target['bom-ref']}: expression 'MIT License' is not SPDX: Invalid symbols "
+        'sequence such as (A B) for token: "License" at position: 4; a licence that is not an SPDX id or '
+        "expression belongs in the licence's `name`")
+
+
+def test_sbom_licence_coverage_is_reported(records):
+    rows = {c.id: c for c in audit.audit(records.root)}
+    assert rows["sbom/license-coverage"].status == audit.INFO
+    assert re.fullmatch(r"\d+ of \d+ components \(\d+\.\d%\) carry a licence", rows["sbom/license-coverage"].detail)
+    assert rows["sbom/licenses"].status == rows["sbom/coverage"].status == "pass"
 
 
 def test_sbom_component_listed_twice_and_everything_resigned(records):
@@ -351,7 +382,7 @@ def test_sbom_component_removed_without_the_key(records):
     doc["components"] = doc["components"][1:]
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     fails = failed(records.root)
-    assert set(fails) == {"sbom/attested", "sbom/components", "release/subjects", "intoto/links"}
+    assert set(fails) == {"sbom/attested", "sbom/components", "sbom/coverage", "release/subjects", "intoto/links"}
 
 
 def test_sbom_not_checkable_without_the_image_fails_unless_skipped(records):
@@ -359,12 +390,13 @@ def test_sbom_not_checkable_without_the_image_fails_unless_skipped(records):
 
     shutil.rmtree(records.root / "dist")
     fails = failed(records.root)
-    assert set(fails) == {"sbom/components"}
-    assert fails["sbom/components"].startswith("not checked: the image's layers are not here")
-    assert fails["sbom/components"].endswith("run `nox -s reproduce` first")
-    rows = {c.id: c for c in audit.audit(records.root, skip=frozenset({"sbom/components"}))}
+    assert set(fails) == {"sbom/components", "sbom/coverage"}
+    for cid in fails:
+        assert fails[cid].startswith("not checked: the image's layers are not here")
+        assert fails[cid].endswith("run `nox -s reproduce` first")
+    rows = {c.id: c for c in audit.audit(records.root, skip=frozenset({"sbom/components", "sbom/coverage"}))}
     assert all(c.ok for c in rows.values())
-    assert rows["sbom/components"].status == audit.SKIPPED
+    assert rows["sbom/components"].status == rows["sbom/coverage"].status == audit.SKIPPED
 
 
 def test_base_swap(records):
@@ -733,9 +765,9 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     env["dsseEnvelope"] = {"payload": base64.b64encode(canonical_json(decoy)).decode()}
     path.write_text(json.dumps(env))
     fails = failed(records.root)
-    # sbom/components, the request, what it leaves out and the dataset: not checked without a profile
-    assert set(fails) == {"release/profile", "sbom/components", "submission/request", "provenance/tasks",
-                          "provenance/sizes", "dataset/subjects"}
+    # sbom/components and /coverage, the request, what it leaves out and the dataset: not checked without a profile
+    assert set(fails) == {"release/profile", "sbom/components", "sbom/coverage", "submission/request",
+                          "provenance/tasks", "provenance/sizes", "dataset/subjects"}
     assert fails["release/profile"] == (
         "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
         "expected dev, got test; a signer is trusted only for the profile it is pinned for")

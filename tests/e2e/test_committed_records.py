@@ -51,15 +51,15 @@ def test_the_committed_request_passes_the_admission_preflight():
 @pytest.mark.slow
 def test_audit_passes_on_the_committed_records(tmp_path):
     """Against trust.toml's pinned trust root. A clean checkout has no image layers, so the
-    SBOM-against-layers check is skipped by name, and the table and the VSA say so."""
+    SBOM-against-layers checks are skipped by name, and the table and the VSA say so."""
     vsa = tmp_path / "vsa.json"
-    proc = pipeline(REPO, "audit", "--skip", "sbom/components", "--vsa", str(vsa))
+    proc = pipeline(REPO, "audit", "--skip", "sbom/components", "--skip", "sbom/coverage", "--vsa", str(vsa))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    assert proc.stdout.startswith("AUDIT PASSED") and "1 skipped (sbom/components)" in proc.stdout
+    assert proc.stdout.startswith("AUDIT PASSED") and "2 skipped (sbom/components, sbom/coverage)" in proc.stdout
     summary = json.loads(vsa.read_text())
     assert summary["predicateType"] == "https://slsa.dev/verification_summary/v1"
     assert summary["predicate"]["verificationResult"] == "PASSED"
-    assert summary["predicate"]["notVerified"] == ["sbom/components"]
+    assert summary["predicate"]["notVerified"] == ["sbom/components", "sbom/coverage"]
     assert summary["subject"][0]["digest"]["sha256"] == json.loads(
         (REPO / "submission.json").read_text())["image"].split("@sha256:")[1]
 
@@ -83,12 +83,12 @@ def test_committed_records_are_signed_by_the_pinned_key_not_by_whoever_publishes
 
 @pytest.mark.slow
 def test_audit_without_the_image_says_to_reproduce_first(tmp_path):
-    """A fresh clone's first `nox -s audit`, before `nox -s reproduce`: the one check that needs
-    the image's layers fails, and the last line says the command that makes it pass."""
+    """A fresh clone's first `nox -s audit`, before `nox -s reproduce`: the two checks that need
+    the image's layers fail, and the last line says the command that makes them pass."""
     copy = tmp_path / "records"
     shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".nox", ".release", "dist", "__pycache__"))
     proc = pipeline(copy, "audit", "--records", str(copy), "--vsa", str(tmp_path / "vsa.json"))
     assert proc.returncode == 1 and proc.stdout.startswith("AUDIT FAILED: ")
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("audit: FAILED (1 check(s)); first sbom/components: not checked: ")
+    assert last.startswith("audit: FAILED (2 check(s)); first sbom/components: not checked: ")
     assert last.endswith("run `nox -s reproduce` first")

@@ -361,6 +361,12 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
         assert (clone / "attestations" / name).is_file(), name
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
+    # The share of SBOM components with a licence, as the SBOM committed counts it, in both places.
+    from pipeline.records import sbom_licenses
+
+    sbom_doc = json.loads((clone / "attestations" / "sbom.cdx.json").read_text())
+    coverage = sbom_licenses.coverage_line(sbom_doc["components"])
+    assert f"- SBOM licences: {coverage}" in report and f"sbom: {coverage}" in released.stderr
     assert "checks: " in released.stderr  # the suite ran in containers that carried the label
     assert localregistry.status(clone / ".release" / "registry") is None
     assert released.scope.containers() == []

@@ -1,0 +1,178 @@
+"""Licences in the SBOM, and the audit's own checks of it (license-expression, coverage).
+
+The SBOM writer takes each licence as the image states it (Debian's DEP-5 copyright files,
+Python core metadata) through cyclonedx-python-lib's factory; the audit checks every
+licence with license-expression and every installed package against the image's files,
+without the writer's code. Each check is shown refusing a broken SBOM.
+"""
+
+from __future__ import annotations
+
+import email.message
+import json
+
+import pytest
+
+from pipeline.audit import sbom_checks
+from pipeline.errors import VerificationError
+from pipeline.records import sbom, sbom_licenses
+
+from .conftest import BASE_FILES_COPYRIGHT, LIBC6_COPYRIGHT, SITE, make_image
+
+
+def _generate(img, monkeypatch) -> dict:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    return json.loads(sbom.generate(img.layout, name=img.name, app_dir="/opt/arena", first_party_license="MIT"))
+
+
+def _components(doc: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in doc["components"]}
+
+
+def _props(component: dict) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in component.get("properties", [])}
+
+
+# ------------------------------------------------------------------ reading licences
+
+
+def test_a_dep5_copyright_file_names_each_licence_once_in_order():
+    text = BASE_FILES_COPYRIGHT + b"\nFiles: src/extra/*\nCopyright: someone\nLicense: GPL-2+\n"
+    assert sbom_licenses.debian_licenses(text) == ("GPL-2+", "BSD-3-clause")
+
+
+def test_the_header_licence_of_a_dep5_file_comes_first():
+    text = (b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+            b"License: Apache-2.0\n\nFiles: *\nCopyright: x\nLicense: MIT\n")
+    assert sbom_licenses.debian_licenses(text) == ("Apache-2.0", "MIT")
+
+
+def test_a_free_form_copyright_file_gives_no_licence():
+    """Guessing from a free-form file (it quotes or refers to several licences) is not done."""
+    assert sbom_licenses.debian_licenses(LIBC6_COPYRIGHT) == ()
+    assert sbom_licenses.debian_licenses(b"") == ()
+
+
+def test_the_library_factory_decides_id_expression_or_name():
+    def shown(values):
+        out = []
+        for lic in sbom_licenses.cyclonedx_licenses(values):
+            out.append(("expression", lic.value) if hasattr(lic, "value") else
+                       ("id", lic.id) if lic.id else ("name", lic.name))
+        return out
+
+    assert shown(["MIT"]) == [("id", "MIT")]
+    # exceptiongroup's trove classifier name: not an SPDX expression, so a named licence.
+    assert shown(["MIT License"]) == [("name", "MIT License")]
+    assert shown(["Apache-2.0 OR MIT"]) == [("expression", "Apache-2.0 OR MIT")]
+    assert shown(["GPL-2+"]) == [("name", "GPL-2+")]
+    # Several values cannot hold an expression (CycloneDX): it is kept as a name, text unchanged.
+    assert sorted(shown(["Apache-2.0 OR MIT", "GPL-2+", "GPL-2+"])) == [
+        ("name", "Apache-2.0 OR MIT"), ("name", "GPL-2+")]
+    assert shown([None, " "]) == []
+
+
+def test_python_metadata_licence_falls_back_to_the_classifier_name():
+    meta = email.message.Message()
+    meta["Classifier"] = "License :: OSI Approved :: MIT License"
+    assert sbom_licenses.python_license(meta) == "MIT License"
+    meta["License-Expression"] = "MIT"
+    assert sbom_licenses.python_license(meta) == "MIT"
+
+
+def test_debian_packages_carry_their_copyright_files_licences(small_image, monkeypatch):
+    comps = _components(_generate(small_image, monkeypatch))
+    base = comps["base-files"]
+    assert sorted(base["licenses"], key=json.dumps) == [{"license": {"id": "BSD-3-Clause"}},
+                                                        {"license": {"name": "GPL-2+"}}]
+    assert _props(base)["arena:copyright-file"] == "/usr/share/doc/base-files/copyright"
+    # libc6's doc directory is a link to libc-common's; that file is free-form: named, no licence.
+    libc = comps["libc6"]
+    assert "licenses" not in libc
+    assert _props(libc)["arena:copyright-file"] == "/usr/share/doc/libc-common/copyright"
+
+
+def test_exceptiongroup_classifier_is_a_named_licence_not_an_expression(tmp_path, monkeypatch):
+    meta = (b"Metadata-Version: 2.1\nName: exceptiongroup\nVersion: 1.3.2\n"
+            b"Classifier: License :: OSI Approved :: MIT License\n\n")
+    img = make_image(tmp_path, base_files={f"{SITE}/exceptiongroup-1.3.2.dist-info/METADATA": meta,
+                                           f"{SITE}/exceptiongroup-1.3.2.dist-info/RECORD": b""})
+    doc = _generate(img, monkeypatch)
+    assert _components(doc)["exceptiongroup"]["licenses"] == [{"license": {"name": "MIT License"}}]
+    assert sbom_checks.licence_problems(doc) == []
+
+
+def test_coverage_line():
+    comps = [{"licenses": [{"license": {"id": "MIT"}}]}, {}, {"licenses": []}]
+    assert sbom_licenses.coverage_line(comps) == "1 of 3 components (33.3%) carry a licence"
+
+
+# ------------------------------------------------------------------ the audit's licence check
+
+
+def test_the_audit_accepts_the_sboms_own_licences(small_image, monkeypatch):
+    doc = _generate(small_image, monkeypatch)
+    sbom_checks.check_licences(doc)
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"expression": "MIT License"}, "expression 'MIT License' is not SPDX: Invalid symbols sequence"),
+    ({"expression": "MIT AND Foo-Bar"}, "expression 'MIT AND Foo-Bar' names licences SPDX does not list: Foo-Bar"),
+    ({"expression": "MIT AND"}, "expression 'MIT AND' is not SPDX"),
+    ({"license": {"id": "GPL-2+"}}, "id 'GPL-2+' is not one SPDX licence id"),
+    ({"license": {"name": " "}}, "a licence with neither an id nor a name"),
+])
+def test_the_audit_refuses_a_licence_that_is_not_spdx(small_image, monkeypatch, entry, problem):
+    doc = _generate(small_image, monkeypatch)
+    target = next(c for c in doc["components"] if c["name"] == "requests")
+    target["licenses"] = [entry]
+    with pytest.raises(VerificationError) as exc:
+        sbom_checks.check_licences(doc)
+    message = exc.value.one_line()
+    assert message.startswith("1 licence(s) of the SBOM are not valid SPDX (license-expression); expected SPDX "
+                              "ids, SPDX expressions or named licences, got ")
+    assert f"{target['bom-ref']}: {problem}" in message
+
+
+def test_the_audit_accepts_license_refs_and_names():
+    doc = {"components": [{"name": "a", "licenses": [{"expression": "LicenseRef-vendor-NOTICE OR MIT"}]},
+                          {"name": "b", "licenses": [{"license": {"name": "GPL-2+ with OpenSSL exception"}}]},
+                          {"name": "c", "licenses": [{"license": {"id": "LGPL-2.1+"}}]}]}
+    assert sbom_checks.licence_problems(doc) == []
+
+
+# ------------------------------------------------------------------ the audit's coverage check
+
+
+def test_the_audit_finds_every_installed_package_in_the_sbom(small_image, monkeypatch):
+    doc = _generate(small_image, monkeypatch)
+    sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
+
+
+def test_the_audit_refuses_an_sbom_missing_a_debian_package(small_image, monkeypatch):
+    doc = _generate(small_image, monkeypatch)
+    doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
+    with pytest.raises(VerificationError) as exc:
+        sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
+    assert exc.value.one_line().startswith(
+        "the SBOM has no component for 1 package(s) or file(s) installed in the image; expected a component "
+        "for every dpkg package, Python distribution and application file, got deb libc6 2.36-9+deb12u4")
+
+
+def test_the_audit_finds_a_distribution_the_sbom_writer_does_not_look_for(tmp_path, monkeypatch):
+    """Python metadata outside site-packages: the writer passes it over, the audit reads the image
+    on its own terms and names what is missing."""
+    meta = b"Metadata-Version: 2.1\nName: Hidden_Tool\nVersion: 1.0\n\n"
+    img = make_image(tmp_path, base_files={"opt/tool/hidden_tool-1.0.dist-info/METADATA": meta})
+    doc = _generate(img, monkeypatch)
+    with pytest.raises(VerificationError, match="got pypi hidden-tool 1.0"):
+        sbom_checks.check_coverage(doc, sbom.open_image(img.layout), "/opt/arena")
+
+
+def test_the_audit_refuses_a_component_the_image_does_not_hold(small_image, monkeypatch):
+    doc = _generate(small_image, monkeypatch)
+    doc["components"].append({"type": "library", "name": "ghost", "version": "1",
+                              "purl": "pkg:deb/debian/ghost@1?arch=amd64", "bom-ref": "ghost"})
+    with pytest.raises(VerificationError, match="the SBOM lists 1 component.s. the image does not hold; "
+                                                "expected only what the image's layers install, got deb ghost 1"):
+        sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
