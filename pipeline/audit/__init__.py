@@ -66,7 +66,14 @@ it was not verified.
                             exactly when the profile publishes
     dataset/folder          dist/dataset/ re-hashed file by file, nothing else in it (information when
                             it is not here: dist/ is not committed)
-    registry/*              (--registry) pushed manifest and .att/.sbom tags = the records
+    registry/reference      (--registry) submission.json's image names a registry
+    registry/manifest       the registry serves the image manifest by its digest (anonymously)
+    registry/referrers      the image's referrers, found from its digest alone (the referrers API, else
+                            the `sha256-<hex>` tag index): every Sigstore bundle among them is an artifact
+                            whose subject is the image, verifies against the trust root (key: the DSSE
+                            signature and the key hint; keyless: sigstore) and attests the image, with
+                            its predicateType annotation = its statement's
+    registry/{release,provenance,sbom,checks}   the records' signed statement is one of those bundles
 
 It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image.
 """
@@ -86,12 +93,12 @@ from pipeline.audit.content import (
     audit_checks,
     audit_external,
     audit_provenance,
-    audit_registry,
     audit_request_records,
     audit_sbom,
     audit_submission,
 )
 from pipeline.audit.dataset import audit_dataset
+from pipeline.audit.registry import audit_registry
 from pipeline.audit.rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from pipeline.audit.signatures import audit_intoto, audit_release, audit_statements
 from pipeline.errors import ReleaseError
