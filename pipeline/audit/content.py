@@ -359,7 +359,9 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
         def pulled() -> None:
             from pipeline.registry import pull
 
-            pull.pull(f"{s.image.name}@{s.image.digest}", Path(tmp) / "oci")
+            if s.registry is None:
+                raise VerificationError("no registry to pull the image from", hint="see registry/reference")
+            pull.pull(f"{s.registry.name}@{s.image.digest}", Path(tmp) / "oci")
             regenerate(Path(tmp) / "oci")
 
         r.run("sbom/components", rec, pulled)

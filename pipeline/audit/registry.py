@@ -15,13 +15,28 @@ from pipeline.image.oci import digest as oci_digest
 from pipeline.records import bundles
 
 
+def image_location(name: str):
+    """Where `--registry` reads the image `name` (submission.json's, without its digest): the
+    registry the name starts with, or, for a name without one (the local profile records no
+    machine's address), the local registry running on this machine."""
+    from pipeline.registry import local
+    from pipeline.registry.client import Reference
+
+    if "." in name.partition("/")[0] or ":" in name.partition("/")[0]:
+        return Reference.parse(name)
+    running = local.status()
+    if running is None:
+        raise VerificationError(f"the image {name} names no registry, and no local registry is running",
+                                hint="start the one the release pushed to (`nox -s registry -- start`), "
+                                     "or audit without --registry")
+    return Reference.parse(f"{running.address}/{name}")
+
+
 def audit_registry(r: Rows, s: State) -> None:
     from pipeline.registry import referrers
-    from pipeline.registry.client import Reference, RegistryClient
+    from pipeline.registry.client import RegistryClient
 
-    ref = r.run("registry/reference", "submission.json", lambda: Reference.parse(s.image.name))
-    if ref is None:
-        return
+    ref = s.registry
     client = RegistryClient(ref.registry)  # anonymous: an auditor has no credentials
     where = f"{ref.name}@{s.image.digest}"
 

@@ -253,3 +253,16 @@ def test_sbom_components_checked_against_pulled_blobs(pushed):
 
 def test_digest_helper_matches_the_empty_descriptor():
     assert referrers.EMPTY_DESCRIPTOR.digest == oci_digest.of_bytes(b"{}")
+
+
+def test_a_name_without_a_registry_is_read_from_the_running_local_registry(local_registry, tmp_path, monkeypatch):
+    """The local profile records `arena/<name>@sha256:...` (no machine's address): --registry reads
+    it from the local registry running here, and says how to start one when none is."""
+    from pipeline.audit.registry import image_location
+
+    monkeypatch.setenv("RELEASE_REGISTRY_DIR", str(local_registry.root))
+    assert image_location("arena/openenv-data-workflows").name == f"{local_registry.address}/arena/openenv-data-workflows"
+    assert image_location("ghcr.io/o/r").registry == "ghcr.io"
+    monkeypatch.setenv("RELEASE_REGISTRY_DIR", str(tmp_path / "none"))
+    with pytest.raises(VerificationError, match="no local registry is running"):
+        image_location("arena/openenv-data-workflows")
