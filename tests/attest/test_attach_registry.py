@@ -18,6 +18,7 @@ from pipeline.image.oci.image import OCI_INDEX, Index, parse
 from pipeline.records import attest, bundles, signing, trust
 from pipeline.registry import push as publish
 from pipeline.registry import referrers
+from pipeline.registry.client import Credentials, RegistryClient
 
 from .conftest import EPOCH, make_image, make_records
 
@@ -266,3 +267,24 @@ def test_a_name_without_a_registry_is_read_from_the_running_local_registry(local
     monkeypatch.setenv("RELEASE_REGISTRY_DIR", str(tmp_path / "none"))
     with pytest.raises(VerificationError, match="no local registry is running"):
         image_location("arena/openenv-data-workflows")
+
+
+def test_a_registry_with_the_referrers_api_lists_them_itself(local_registry, tmp_path, monkeypatch):
+    """Where the registry has the referrers API (a stand-in in front of the real registry), the
+    push is answered with OCI-Subject, no `sha256-<hex>` tag is written, and the audit finds the
+    bundles by the API."""
+    from tests.referrers_standin import ReferrersStandin
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+    repo = f"arena/attest-{uuid.uuid4().hex[:12]}"
+    with ReferrersStandin(local_registry.address) as api:
+        rec = make_records(tmp_path / "records", image_name=f"{api.address}/{repo}")
+        client = RegistryClient(api.address, credentials=Credentials(local_registry.user, local_registry.password))
+        publish.push_layout(client, repo, rec.image.layout, tag="test")
+        attached = bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+        assert [a.listed_by for a in attached] == [referrers.API] * 4
+        assert client.head_manifest(repo, referrers.fallback_tag(rec.image.digest)) is None
+        listing = referrers.list_referrers(client, repo, rec.image.digest)
+        assert listing.found_by == referrers.API and listing.descriptors == tuple(a.descriptor for a in attached)
+        rows = audit.audit(rec.root, registry=True)
+        assert all(c.ok for c in rows), audit.render_table(rows)

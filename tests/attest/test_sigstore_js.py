@@ -159,3 +159,23 @@ def test_sigstore_js_reads_a_keyless_referrer_from_the_registry(pushed, sigstore
     proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}", "--key",
                  str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
     assert "the bundle is not key-signed" in proc.stdout
+
+
+def test_sigstore_js_uses_the_referrers_api_where_the_registry_has_one(local_registry, tmp_path, monkeypatch,
+                                                                       sigstore_js):
+    from pipeline.registry.client import Credentials, RegistryClient
+    from tests.referrers_standin import ReferrersStandin
+
+    from .conftest import EPOCH, make_records
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+    repo = "arena/attest-api"
+    with ReferrersStandin(local_registry.address) as api:
+        rec = make_records(tmp_path / "records", image_name=f"{api.address}/{repo}")
+        client = RegistryClient(api.address, credentials=Credentials(local_registry.user, local_registry.password))
+        publish.push_layout(client, repo, rec.image.layout, tag="test")
+        bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+        proc = _node(sigstore_js, f"{api.address}/{repo}@{rec.image.digest}",
+                     "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("(referrers API)") == 4
