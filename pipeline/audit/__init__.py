@@ -74,6 +74,7 @@ it was not verified.
                             whose subject is the image, verifies against the trust root (key: the DSSE
                             signature and the key hint; keyless: sigstore) and attests the image, with
                             its predicateType annotation = its statement's
+    registry/records        the bundles of the records' signed statements can be made (pipeline.records.bundles)
     registry/{release,provenance,sbom,checks}   the records' signed statement is one of those bundles
 
 It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image.
