@@ -297,7 +297,7 @@ class RegistryClient:
         """Upload a manifest that has a `subject`, by its digest; True when the registry says
         it indexed it for the referrers API (the `OCI-Subject` header of OCI distribution 1.1),
         False when the client must keep the referrers tag itself."""
-        dig, headers = self._put_manifest(repository, _digest.of_bytes(raw), raw, media_type)
+        _, headers = self._put_manifest(repository, _digest.of_bytes(raw), raw, media_type)
         return bool(headers.get("OCI-Subject"))
 
     def get_referrers(self, repository: str, digest: str) -> FetchedManifest | None:

@@ -29,17 +29,6 @@ KEYLESS_IDENTITY = ("https://github.com/github/artifact-attestations-workflows/.
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 
 
-@pytest.fixture
-def pushed(local_registry, tmp_path, monkeypatch):
-    """The small image pushed to a fresh repository (the registry is shared by the session)."""
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
-    repository = f"arena/attest-{uuid.uuid4().hex[:12]}"
-    rec = make_records(tmp_path / "records", image_name=f"{local_registry.address}/{repository}")
-    client = local_registry.client()
-    publish.push_layout(client, repository, rec.image.layout, tag="test")
-    return rec, client, repository
-
-
 def _registry_rows(root, **kw):
     return {c.id: c for c in audit.audit(root, registry=True, **kw) if c.id.startswith("registry")}
 

@@ -22,14 +22,7 @@ from pipeline.registry import referrers
 from pipeline.image.oci.image import OCI_INDEX, Index, parse
 
 from .conftest import make_image
-from .test_attach_registry import (  # noqa: F401 (the fixture)
-    GITHUB_ISSUER,
-    KEYLESS,
-    KEYLESS_IDENTITY,
-    _push_bundle,
-    flip_payload_byte,
-    pushed,
-)
+from .test_attach_registry import GITHUB_ISSUER, KEYLESS, KEYLESS_IDENTITY, _push_bundle, flip_payload_byte
 from ..shared import once
 
 JS = Path(__file__).resolve().parents[1] / "sigstore_js"

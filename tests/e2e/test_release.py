@@ -331,7 +331,7 @@ def test_audit_passes_on_the_release_records(released, release_copy):
     assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
 
 
-def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):
+def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):  # noqa: F811
     """From the image digest alone, over plain HTTP: the local registry holds one Sigstore bundle
     per signed statement (the referrers tag schema: docker-registry has no referrers API), and
     sigstore-js verifies each with the release key; `audit --registry` finds and verifies them."""
