@@ -3,7 +3,8 @@
 lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 admission preflight of the request -> the dataset's task files (published and read back:
 arena) -> provenance.json, attestations/, submission.json -> the dataset's records
-(published and read back: arena) -> attach -> report.
+(published and read back: arena) -> attach (each signed statement a Sigstore bundle, an OCI
+referrer of the image) -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
 in-toto link while they run (pipeline.records.links); the last record written is the
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.records import attest, links as intoto_links, preflight, provenance, sbom
+from pipeline.records import attest, bundles, links as intoto_links, preflight, provenance, sbom
 from pipeline.records import sbom_licenses, sizes as image_sizes, verification
 from pipeline.image import base, build
 from pipeline.sources import dataset as external
@@ -113,7 +114,8 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
-            timings: Timings, profile: str, published: Published, sbom_coverage: str) -> None:
+            timings: Timings, profile: str, published: Published, sbom_coverage: str,
+            attached: Sequence = ()) -> None:
     def figure(n: int | None) -> str:
         return "unknown (manifest not read)" if n is None else f"{n:,}"
 
@@ -160,6 +162,11 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += ([f"- published to `{pub.url}` (task files; provenance.json's `dataset.revision`), records added in "
                f"`{published.records_revision}`; every file read back anonymously, every byte equal"]
               if pub.published else [f"- {pub.reason}"])
+    lines += ["", "## Attestations in the registry", "",
+              "Sigstore bundles v0.3, each an OCI referrer of the image manifest:", "",
+              "| predicate type | referrer manifest | listed by |", "|---|---|---|"]
+    lines += [f"| `{a.descriptor.annotations.get(bundles.PREDICATE_TYPE, '')}` | `{a.descriptor.digest}` | "
+              f"{a.listed_by} |" for a in attached]
     lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
@@ -388,12 +395,12 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 hf_token=hf_token, admitted=admitted)
             placed = _install_records(staging, repo)
         with timings.stage("attach"):
-            attest.attach(client, target.repository, record.manifest_digest, repo / "attestations",
-                          suffix=signer.suffix)
+            attached = bundles.attach(client, target.repository, record.manifest_digest, repo / "attestations",
+                                      suffix=signer.suffix)
         report = dist / "report.md"
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
                 admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published,
-                sbom_coverage=sbom_coverage)
+                sbom_coverage=sbom_coverage, attached=attached)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),

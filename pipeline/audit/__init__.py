@@ -73,7 +73,16 @@ it was not verified.
                             exactly when the profile publishes
     dataset/folder          dist/dataset/ re-hashed file by file, nothing else in it (information when
                             it is not here: dist/ is not committed)
-    registry/*              (--registry) pushed manifest and .att/.sbom tags = the records
+    registry/reference      (--registry) where the image is: the registry submission.json's image names,
+                            or, for a name without one (the local profile), the running local registry
+    registry/manifest       the registry serves the image manifest by its digest (anonymously)
+    registry/referrers      the image's referrers, found from its digest alone (the referrers API, else
+                            the `sha256-<hex>` tag index): every Sigstore bundle among them is an artifact
+                            whose subject is the image, verifies against the trust root (key: the DSSE
+                            signature and the key hint; keyless: sigstore) and attests the image, with
+                            its predicateType annotation = its statement's
+    registry/records        the bundles of the records' signed statements can be made (pipeline.records.bundles)
+    registry/{release,provenance,sbom,checks}   the records' signed statement is one of those bundles
 
 It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image.
 """
@@ -93,12 +102,12 @@ from pipeline.audit.content import (
     audit_checks,
     audit_external,
     audit_provenance,
-    audit_registry,
     audit_request_records,
     audit_sbom,
     audit_submission,
 )
 from pipeline.audit.dataset import audit_dataset
+from pipeline.audit.registry import audit_registry, image_location
 from pipeline.audit.rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from pipeline.audit.signatures import audit_intoto, audit_release, audit_statements
 from pipeline.errors import ReleaseError
@@ -127,10 +136,12 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     audit_provenance(r, s)
     audit_request_records(r, s)
     audit_external(r, s)
+    if registry and s.image is not None:
+        s.registry = r.run("registry/reference", "submission.json", lambda: image_location(s.image.name))
     audit_sbom(r, s, registry)
     audit_checks(r, s)
     audit_dataset(r, s)
-    if registry and s.image is not None:
+    if s.registry is not None:
         audit_registry(r, s)
     return r.rows
 

@@ -1,6 +1,6 @@
 """Audit checks of content: submission.json's tasks, provenance against the pins, vendored files
-and external records, the SBOM against the image, checks.json against its statement, and the
-registry (`--registry`)."""
+and external records, the SBOM against the image, checks.json against its statement (the
+registry's referrers: pipeline.audit.registry)."""
 
 from __future__ import annotations
 
@@ -373,7 +373,9 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
         def pulled() -> None:
             from pipeline.registry import pull
 
-            pull.pull(f"{s.image.name}@{s.image.digest}", pulled_to)
+            if s.registry is None:
+                raise VerificationError("no registry to pull the image from", hint="see registry/reference")
+            pull.pull(f"{s.registry.name}@{s.image.digest}", pulled_to)
             regenerate(pulled_to)
 
         r.run("sbom/components", rec, pulled)
@@ -460,34 +462,3 @@ def audit_checks(r: Rows, s: State) -> None:
         r.run("checks/image", srec, lambda: equal(
             "digest of the image the check suite ran on", s.image.digest,
             str(conf().get("annotations", {}).get("image", "")).rpartition("@")[2]))
-
-
-def audit_registry(r: Rows, s: State) -> None:
-    from pipeline.registry import push as publish
-    from pipeline.image.oci import digest as oci_digest
-    from pipeline.registry.client import Reference, RegistryClient
-
-    ref = r.run("registry/reference", "submission.json", lambda: Reference.parse(s.image.name))
-    if ref is None:
-        return
-    client = RegistryClient(ref.registry)  # anonymous: an auditor has no credentials
-
-    def manifest() -> None:
-        fetched = client.get_manifest(ref.repository, s.image.digest)
-        equal(f"digest of the manifest served for {ref.name}@{s.image.digest}", s.image.digest,
-               oci_digest.of_bytes(fetched.raw))
-
-    r.run("registry/manifest", f"{ref.name}@{s.image.digest}", manifest)
-    if s.suffix is None:
-        return
-    for kind, expected in (("att", lambda: attest.attestation_bundle(s.att_dir, s.suffix)),
-                           ("sbom", lambda: (s.att_dir / attest.SBOM_FILE).read_bytes())):
-        tag = publish.attachment_tag(s.image.digest, kind)
-
-        def attached(kind=kind, expected=expected, tag=tag) -> None:
-            payload = publish.fetch_attachment(client, ref.repository, s.image.digest, kind)
-            if payload is None:
-                raise VerificationError(f"tag {tag} is missing from {ref.name}")
-            equal(f"sha256 of the {tag} payload vs the records", sha256_bytes(expected()), sha256_bytes(payload))
-
-        r.run(f"registry/{kind}", f"{ref.name}:{tag}", attached)

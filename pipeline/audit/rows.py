@@ -130,3 +130,4 @@ class State:
     sub: Any = None
     prov: Any = None
     statements: dict[str, dict[str, Any]] | None = None
+    registry: Any = None  # --registry: where the image is read (a pipeline.registry.client.Reference)

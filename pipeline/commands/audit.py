@@ -20,7 +20,8 @@ def audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--identity", help="trust this sigstore certificate identity (exact, or a prefix ending in *)")
     p.add_argument("--issuer", help="the OIDC issuer that goes with --identity")
     p.add_argument("--registry", action="store_true",
-                   help="also fetch the pushed manifest, the .att/.sbom tags and the layer blobs anonymously")
+                   help="also read the image, its Sigstore bundle referrers and its layer blobs from the registry, "
+                        "anonymously (a name without a registry: the running local registry)")
     p.add_argument("--skip", action="append", default=[], metavar="ID",
                    help="do not run this check (reported as skipped; the VSA says it was not verified)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")

@@ -335,20 +335,6 @@ def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Prov
     return written
 
 
-ATT_MEDIA_TYPE = "application/vnd.in-toto.bundle"
-SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
-
-
-def attestation_bundle(out_dir: Path, suffix: str) -> bytes:
-    """The `.att` payload: every signed attestation, one compact JSON per line (in-toto bundle)."""
-    lines = []
-    for kind in PREDICATES:
-        path = attestation_path(out_dir, kind, suffix)
-        if path.is_file():
-            lines.append(canonical_json(json.loads(path.read_bytes())))
-    return b"\n".join(lines) + b"\n"
-
-
 def sign_checks(result: SuiteResult, checks_file: Path, *, signer, out_dir: Path) -> Path:
     """Sign the in-toto test-result statement of `checks_file` into `out_dir`.
 
@@ -362,27 +348,6 @@ def sign_checks(result: SuiteResult, checks_file: Path, *, signer, out_dir: Path
     write_atomic(path, signer.sign(stmt))
     signer.publish(out_dir)
     return path
-
-
-def attach(client, repository: str, image_digest: str, out_dir: Path = DEFAULT_DIR, *,
-           suffix: str) -> dict[str, str]:
-    """Attach the signed statements and the SBOM to the image in the registry.
-
-    Tags `sha256-<hex>.att` (the in-toto bundle of every attestation) and
-    `sha256-<hex>.sbom` (the SBOM): the local registry has no referrers API.
-    Returns tag -> pushed manifest digest.
-    """
-    from pipeline.registry import push as publish
-
-    out_dir = Path(out_dir)
-    pushed = {}
-    for kind, payload, media_type in (
-        ("att", attestation_bundle(out_dir, suffix), ATT_MEDIA_TYPE),
-        ("sbom", (out_dir / SBOM_FILE).read_bytes(), SBOM_MEDIA_TYPE),
-    ):
-        result = publish.attach(client, repository, image_digest, kind, payload, media_type)
-        pushed[publish.attachment_tag(image_digest, kind)] = result.manifest_digest
-    return pushed
 
 
 def load_statement(payload: bytes, *, what: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -291,6 +291,32 @@ class RegistryClient:
 
     def put_manifest(self, repository: str, ref: str, raw: bytes, media_type: str) -> str:
         """Upload manifest bytes under `ref` (a tag or their own digest); return the digest."""
+        return self._put_manifest(repository, ref, raw, media_type)[0]
+
+    def put_referrer(self, repository: str, raw: bytes, media_type: str) -> bool:
+        """Upload a manifest that has a `subject`, by its digest; True when the registry says
+        it indexed it for the referrers API (the `OCI-Subject` header of OCI distribution 1.1),
+        False when the client must keep the referrers tag itself."""
+        _, headers = self._put_manifest(repository, _digest.of_bytes(raw), raw, media_type)
+        return bool(headers.get("OCI-Subject"))
+
+    def get_referrers(self, repository: str, digest: str) -> FetchedManifest | None:
+        """The referrers API's index of the manifests whose subject is `digest`; None when the
+        registry has no referrers API (HTTP 404: then the referrers tag schema applies)."""
+        resp = self._request("GET", f"/v2/{repository}/referrers/{digest}", scope=self._scope(repository),
+                             headers={"Accept": INDEX_TYPES[0]}, ok=(200, 404), stream=True)
+        with resp:
+            if resp.status_code == 404:
+                return None
+            raw = resp.raw.read(MAX_MANIFEST_BYTES + 1, decode_content=True)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise RegistryError(f"referrers index of {repository}@{digest} is larger than "
+                                f"{MAX_MANIFEST_BYTES} bytes")
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        return FetchedManifest(raw, media_type, _digest.of_bytes(raw))
+
+    def _put_manifest(self, repository: str, ref: str, raw: bytes,
+                      media_type: str) -> tuple[str, Mapping[str, str]]:
         dig = _digest.of_bytes(raw)
         if _digest.is_digest(ref) and ref != dig:
             raise DigestMismatch(f"manifest pushed as {ref} hashes differently", expected=ref, actual=dig)
@@ -301,7 +327,7 @@ class RegistryClient:
         if answered and answered != dig:
             raise DigestMismatch(f"registry stored manifest {repository}:{ref} under another digest",
                                  expected=dig, actual=answered)
-        return dig
+        return dig, resp.headers
 
     def list_tags(self, repository: str) -> list[str]:
         """Tags of `repository` (empty when the repository does not exist)."""

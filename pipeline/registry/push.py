@@ -1,9 +1,8 @@
 """Push: blobs first (skipping those the registry has), then the manifest by digest,
 then a tag for humans. Idempotent: a re-run sends only what is missing.
 
-Small artifacts (attestation bundles, SBOMs) are attached to an image as OCI
-artifact manifests tagged `sha256-<hex>.<kind>` (cosign's convention), because the
-local registry has no referrers API.
+Artifacts about an image (its signed attestations) are OCI 1.1 referrers:
+pipeline.registry.referrers.
 """
 
 from __future__ import annotations
@@ -14,13 +13,10 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.image.oci import digest as _digest
-from pipeline.image.oci.image import OCI_EMPTY, OCI_MANIFEST, Descriptor, Manifest, parse_manifest
+from pipeline.image.oci.image import parse_manifest
 from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import RegistryClient
 from pipeline.progress import Progress, say
-
-EMPTY_CONFIG = b"{}"
-ATTACH_KINDS = ("att", "sbom", "sig")
 
 
 @dataclass(frozen=True)
@@ -96,42 +92,3 @@ def push_layout(client: RegistryClient, repository: str, layout_dir: Path, *,
     blobs.update({d.digest: layout.blob_path(d.digest) for d in img.manifest.layers})
     return push_image(client, repository, img.manifest_bytes, img.descriptor.media_type, blobs,
                       tag=tag, mount_from=mount_from)
-
-
-def attachment_tag(ref_digest: str, kind: str) -> str:
-    """`sha256-<hex>.<kind>`: where an artifact about `ref_digest` is found."""
-    return f"sha256-{_digest.hex_of(ref_digest)}.{kind}"
-
-
-def attach(client: RegistryClient, repository: str, ref_digest: str, kind: str,
-           payload: bytes, media_type: str) -> PushResult:
-    """Attach `payload` to image `ref_digest` as an artifact tagged `sha256-<hex>.<kind>`."""
-    if kind not in ATTACH_KINDS:
-        raise ConfigError("unknown attachment kind", expected=" or ".join(ATTACH_KINDS),
-                          actual=kind)
-    subject_raw = client.get_manifest(repository, ref_digest)
-    manifest = Manifest(
-        media_type=OCI_MANIFEST,
-        artifact_type=media_type,
-        config=Descriptor(OCI_EMPTY, _digest.of_bytes(EMPTY_CONFIG), len(EMPTY_CONFIG)),
-        layers=(Descriptor(media_type, _digest.of_bytes(payload), len(payload)),),
-        subject=Descriptor(subject_raw.media_type, ref_digest, len(subject_raw.raw)),
-    )
-    blobs = {manifest.config.digest: EMPTY_CONFIG, manifest.layers[0].digest: payload}
-    return push_image(client, repository, manifest.to_bytes(), OCI_MANIFEST, blobs,
-                      tag=attachment_tag(ref_digest, kind))
-
-
-def fetch_attachment(client: RegistryClient, repository: str, ref_digest: str,
-                     kind: str) -> bytes | None:
-    """The payload attached to `ref_digest` as `kind`, digest-checked, or None."""
-    tag = attachment_tag(ref_digest, kind)
-    if client.head_manifest(repository, tag) is None:
-        return None
-    fetched = client.get_manifest(repository, tag)
-    manifest = parse_manifest(fetched.raw, fetched.media_type)
-    if manifest.subject is None or manifest.subject.digest != ref_digest:
-        raise ConfigError(f"attachment {tag} is not about {ref_digest}",
-                          expected=ref_digest, actual=manifest.subject and manifest.subject.digest)
-    layer = manifest.layers[0]
-    return client.get_blob_bytes(repository, layer.digest)

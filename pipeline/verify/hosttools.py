@@ -32,6 +32,9 @@ TOOLS: dict[str, str] = {
     "diffoscope": "diffoscope-minimal",
     # reprotest's user_group variation runs the build as another user through sudo
     "sudo": "sudo",
+    # sigstore-js, the second implementation that verifies the registry's bundles (tests)
+    "node": "nodejs",
+    "npm": "npm",
 }
 # packages without a tool of their own that podman needs for rootful networking
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")

@@ -431,3 +431,19 @@ def records(records_template, tmp_path, monkeypatch) -> Records:
     image = records_template.image
     return Records(root=root, signer=records_template.signer,
                    image=replace(image, layout=root / image.layout.relative_to(records_template.root)))
+
+
+@pytest.fixture
+def pushed(local_registry, tmp_path, monkeypatch):
+    """Records of the small image, pushed to a fresh repository of the session's local registry:
+    (records, a client that may push, the repository)."""
+    import uuid
+
+    from pipeline.registry import push as publish
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+    repository = f"arena/attest-{uuid.uuid4().hex[:12]}"
+    rec = make_records(tmp_path / "records", image_name=f"{local_registry.address}/{repository}")
+    client = local_registry.client()
+    publish.push_layout(client, repository, rec.image.layout, tag="test")
+    return rec, client, repository

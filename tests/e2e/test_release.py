@@ -26,6 +26,7 @@ import pytest
 
 from pipeline.registry import local as localregistry
 
+from ..attest.test_sigstore_js import sigstore_js  # noqa: F401  (a fixture)
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from ..containers import ContainerScope
 from ..shared import copy_tree, once, shared_result, suite_slot
@@ -328,6 +329,29 @@ def test_audit_passes_on_the_release_records(released, release_copy):
     proc = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
+
+
+def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):  # noqa: F811
+    """From the image digest alone, over plain HTTP: the local registry holds one Sigstore bundle
+    per signed statement (the referrers tag schema: docker-registry has no referrers API), and
+    sigstore-js verifies each with the release key; `audit --registry` finds and verifies them."""
+    clone = release_copy
+    state = localregistry.start(clone / ".release" / "registry")
+    try:
+        image = json.loads((clone / "submission.json").read_text())["image"]
+        key = clone / ".release" / "keys" / "release.pub.pem"
+        proc = subprocess.run(["node", str(sigstore_js), f"{state.address}/{image}", "--key", str(key)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        digest = image.split("@")[1]
+        assert proc.stdout.splitlines()[-1] == f"4 of 4 Sigstore bundles referring to {digest} verified"
+        audited = pipeline(clone, "audit", "--registry", "--verbose", "--key", str(key))
+        assert audited.returncode == 0, audited.stdout[-4000:] + audited.stderr[-2000:]
+        for cid in ("registry/referrers", "registry/release", "registry/provenance", "registry/sbom",
+                    "registry/checks"):
+            assert re.search(rf"^PASS +{re.escape(cid)} ", audited.stdout, re.M), audited.stdout[-4000:]
+    finally:
+        localregistry.stop(clone / ".release" / "registry")
 
 
 def test_reproduce_whole_image_digest_when_the_base_is_available(release_copy):

@@ -8,7 +8,8 @@ from pipeline.errors import DigestMismatch, RegistryError
 from pipeline.image.oci.image import DOCKER, DOCKER_MANIFEST
 from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import RegistryClient
-from pipeline.registry.push import attach, attachment_tag, fetch_attachment, push_layout
+from pipeline.registry import referrers
+from pipeline.registry.push import push_layout
 from pipeline.registry.pull import pull
 
 
@@ -115,18 +116,32 @@ def test_chunked_upload(local_registry, repo_name, tmp_path, build_image, writer
     assert pulled.compressed_size == img.manifest.layers[0].size > 64 * 1024
 
 
-def test_attach_uses_cosign_like_tags(local_registry, repo_name, tmp_path, build_image, writer):
+def test_referrers_fall_back_to_the_tag_schema(local_registry, repo_name, tmp_path, build_image, writer):
+    """Debian's docker-registry has no referrers API: a referrer is listed in the image index
+    tagged `sha256-<hex>`, found from the image digest alone by an anonymous client."""
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
-    payload = b'{"payloadType":"application/vnd.in-toto+json"}'
-    res = attach(writer(local_registry), repo_name, img.manifest_digest, "att", payload,
-                 "application/vnd.dsse.envelope.v1+json")
-    tag = attachment_tag(img.manifest_digest, "att")
-    assert tag == "sha256-" + img.manifest_digest.split(":")[1] + ".att" and res.tag == tag
+    payload = b'{"mediaType":"application/example"}'
+    res = referrers.push_referrer(writer(local_registry), repo_name, img.manifest_digest,
+                                  artifact_type="application/example", payload=payload,
+                                  media_type="application/example", annotations={"k": "v"})
+    tag = "sha256-" + img.manifest_digest.split(":")[1]
+    assert res.listed_by == f"tag {tag}" and res.descriptor.artifact_type == "application/example"
     anon = RegistryClient(local_registry.address)
-    assert tag in anon.list_tags(repo_name)
-    assert fetch_attachment(anon, repo_name, img.manifest_digest, "att") == payload
-    assert fetch_attachment(anon, repo_name, img.manifest_digest, "sbom") is None
+    listing = referrers.list_referrers(anon, repo_name, img.manifest_digest)
+    assert listing.found_by == f"tag {tag}" and listing.descriptors == (res.descriptor,)
+    got = referrers.fetch_referrer(anon, repo_name, res.descriptor, img.manifest_digest,
+                                   artifact_type="application/example", media_type="application/example")
+    assert got.payload == payload and got.manifest.annotations == {"k": "v"}
+    assert referrers.list_referrers(anon, repo_name, "sha256:" + "0" * 64).descriptors == ()
+
+
+def test_a_referrers_tag_that_is_no_index_is_refused(local_registry, repo_name, tmp_path, build_image, writer):
+    img = build_image(tmp_path / "src")
+    client = writer(local_registry)
+    push_layout(client, repo_name, tmp_path / "src", tag="sha256-" + img.manifest_digest.split(":")[1])
+    with pytest.raises(RegistryError, match="is not a referrers index"):
+        referrers.list_referrers(client, repo_name, img.manifest_digest)
 
 
 def test_cross_repository_mount(local_registry, repo_name, tmp_path, build_image, writer):

@@ -93,10 +93,14 @@ class Descriptor:
     annotations: Mapping[str, str] = field(default_factory=dict)
     platform: Platform | None = None
     urls: tuple[str, ...] = ()
+    # What an artifact manifest it points to is (OCI 1.1: referrers indexes list it).
+    artifact_type: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest,
                                "size": self.size}
+        if self.artifact_type:
+            out["artifactType"] = self.artifact_type
         if self.annotations:
             out["annotations"] = dict(self.annotations)
         if self.platform is not None:
@@ -126,6 +130,7 @@ class Descriptor:
             platform=Platform(plat.get("architecture", ""), plat.get("os", ""),
                               plat.get("variant", "")) if isinstance(plat, dict) else None,
             urls=tuple(raw.get("urls") or ()),
+            artifact_type=str(raw.get("artifactType") or ""),
         )
 
 
@@ -174,6 +179,13 @@ class Index:
 
     media_type: str
     manifests: tuple[Descriptor, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schemaVersion": 2, "mediaType": self.media_type,
+                "manifests": [d.to_json() for d in self.manifests]}
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.to_json())
 
     def select(self, architecture: str = ARCH, os: str = OS) -> Descriptor:
         """The manifest for os/architecture, or UnsupportedPlatform naming what exists."""

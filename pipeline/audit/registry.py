@@ -1,0 +1,90 @@
+"""Audit checks of the registry (`--registry`): the image by its digest, and its referrers.
+
+Everything is read anonymously, as an outsider would, and from the image digest alone: the
+referrers are found by the registry's referrers API or, where it has none, the referrers tag
+schema's `sha256-<hex>` index. Every Sigstore bundle listed there must be about the image and
+verify against the audit's trust root (never a key or identity the registry serves); then
+each statement the records hold must be one of them.
+"""
+
+from __future__ import annotations
+
+from pipeline.audit.rows import Rows, State, equal
+from pipeline.errors import VerificationError
+from pipeline.image.oci import digest as oci_digest
+from pipeline.records import bundles
+
+
+def image_location(name: str):
+    """Where `--registry` reads the image `name` (submission.json's, without its digest): the
+    registry the name starts with, or, for a name without one (the local profile records no
+    machine's address), the local registry running on this machine."""
+    from pipeline.registry import local
+    from pipeline.registry.client import Reference
+
+    if "." in name.partition("/")[0] or ":" in name.partition("/")[0]:
+        return Reference.parse(name)
+    running = local.status()
+    if running is None:
+        raise VerificationError(f"the image {name} names no registry, and no local registry is running",
+                                hint="start the one the release pushed to (`nox -s registry -- start`), "
+                                     "or audit without --registry")
+    return Reference.parse(f"{running.address}/{name}")
+
+
+def audit_registry(r: Rows, s: State) -> None:
+    from pipeline.registry import referrers
+    from pipeline.registry.client import RegistryClient
+
+    ref = s.registry
+    client = RegistryClient(ref.registry)  # anonymous: an auditor has no credentials
+    where = f"{ref.name}@{s.image.digest}"
+
+    def manifest() -> None:
+        fetched = client.get_manifest(ref.repository, s.image.digest)
+        equal(f"digest of the manifest served for {where}", s.image.digest, oci_digest.of_bytes(fetched.raw))
+
+    r.run("registry/manifest", where, manifest)
+    if s.trust_root is None:
+        r.not_checked("registry/referrers", where, "no trust root to verify the bundles with")
+        return
+
+    def verified() -> list[bundles.Verified]:
+        listing = referrers.list_referrers(client, ref.repository, s.image.digest)
+        found = [d for d in listing.descriptors if d.artifact_type == bundles.MEDIA_TYPE]
+        if not found:
+            raise VerificationError(f"no Sigstore bundle refers to {where} ({listing.found_by})",
+                                    expected=f"the release's {len(bundles.NAMES)} signed statements",
+                                    actual=f"{len(listing.descriptors)} referrer(s) of other types",
+                                    hint="a release attaches them; push the records' bundles again with "
+                                         "`python -m pipeline release`")
+        out = []
+        for desc in found:
+            what = f"referrer {desc.digest} ({listing.found_by})"
+            got = referrers.fetch_referrer(client, ref.repository, desc, s.image.digest,
+                                           artifact_type=bundles.MEDIA_TYPE, media_type=bundles.MEDIA_TYPE)
+            equal(f"{what}: annotation {bundles.CONTENT}", bundles.DSSE_CONTENT,
+                  got.manifest.annotations.get(bundles.CONTENT))
+            v = bundles.verify(got.payload, s.trust_root, what=what, att_dir=s.att_dir)
+            bundles.about(v.statement, s.image.digest, what=what)
+            equal(f"{what}: annotation {bundles.PREDICATE_TYPE} vs the signed statement's predicateType",
+                  v.statement.get("predicateType"), got.manifest.annotations.get(bundles.PREDICATE_TYPE))
+            out.append(v)
+        return out
+
+    pulled = r.run("registry/referrers", where, verified)
+    if pulled is None or s.suffix is None:
+        return
+    records = r.run("registry/records", "attestations/", lambda: bundles.of_records(s.att_dir, s.suffix))
+    for att in records or ():
+        r.run(f"registry/{att.name}", f"attestations/{att.name}{s.suffix}", lambda att=att: _pushed(att, pulled, where))
+
+
+def _pushed(att: bundles.Attestation, pulled: list[bundles.Verified], where: str) -> None:
+    if not any(v.envelope == att.envelope for v in pulled):
+        raise VerificationError(f"the signed {att.name} statement of the records is not among the bundles "
+                                f"referring to {where}",
+                                expected=f"a bundle of {att.predicate_type} with the records' signature",
+                                actual=f"{len(pulled)} verified bundle(s), none with it",
+                                hint="the records and the registry differ: push the records' bundles "
+                                     "(a release attaches them)")
