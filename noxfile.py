@@ -20,7 +20,6 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
 
 PYTHON = "3.11"
-PYPROJECT = nox.project.load_toml("pyproject.toml")
 RUNTIME_LOCK = "locks/runtime.txt"
 # CPython 3.12, the arena base's interpreter: this machine kind ships one under pyenv
 # (its `python3.12` shim is not on the default version list, so nox cannot find it).
@@ -28,13 +27,30 @@ PYTHON312 = os.environ.get("RELEASE_PYTHON312", "/root/.pyenv/versions/3.12.1/bi
 RUNTIME_LOCK_CP312 = "locks/runtime-cp312.txt"
 
 
+def _group_lock(group: str) -> str:
+    """pyproject.toml's dependency group `group`, exported hash-pinned from uv.lock with every
+    distribution it needs (`nox -s lock-toolchain` writes it; pipeline/sources/toolchain.py)."""
+    return f"locks/{group}.txt"
+
+
 def _install(session: nox.Session, *groups: str, bytecode: bool = False) -> None:
-    """The slim OpenEnv runtime from the hash-pinned lock, then the named groups; with
-    `bytecode`, compiled at install (uv does not by default, pip does)."""
+    """The slim OpenEnv runtime and the named groups, each exactly as its hash-pinned lock says;
+    with `bytecode`, compiled at install (uv does not by default, pip does).
+
+    `--no-deps`: each export is its group's whole closure already, and the runtime lock is
+    openenv-core without the UI/LLM libraries its metadata asks for."""
     env = {"UV_COMPILE_BYTECODE": "1"} if bytecode else {}
+    # The runtime first and on its own: installed together, uv would take the exports' other
+    # wheels of the same versions as allowed too, and pick another build than the image's.
     session.install("--no-deps", "--require-hashes", "-r", RUNTIME_LOCK, env=env)
-    for group in groups:
-        session.install(*nox.project.dependency_groups(PYPROJECT, group), env=env)
+    if groups:
+        session.install("--no-deps", "--require-hashes", *(a for g in groups for a in ("-r", _group_lock(g))),
+                        env=env)
+
+
+def _uv_env() -> dict[str, str]:
+    """`UV` for the pipeline's uv adapter: the uv nox uses, even when it is not on PATH."""
+    return {"UV": nox.virtualenv.UV} if nox.virtualenv.HAS_UV else {}
 
 
 def _setup_host(session: nox.Session) -> None:
@@ -48,7 +64,7 @@ INTERRUPT_TIMEOUT_S = 120
 
 
 def _pipeline(session: nox.Session, command: str, *args: str) -> None:
-    session.run("python", "-m", "pipeline", command, *args, *session.posargs,
+    session.run("python", "-m", "pipeline", command, *args, *session.posargs, env=_uv_env(),
                 interrupt_timeout=INTERRUPT_TIMEOUT_S)
 
 
@@ -88,13 +104,13 @@ def tests(session: nox.Session) -> None:
     # compiling them all (pandas, numpy and pyarrow, for datasets) took 15 s more, mostly
     # for modules no test imports.
     _install(session, "pipeline", bytecode=True)
-    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install("--no-deps", "--require-hashes", "-r", _group_lock("test"))
     _setup_host(session)
     # Without PYTHONDONTWRITEBYTECODE (CI's machines set it) for the same reason: pytest
     # caches the modules it rewrites for assertions, and Python the checkout's own modules,
     # in __pycache__ (ignored by git, never in the image); with it, each of the six workers
     # parsed, rewrote and compiled every test module again, about 40 s of CPU a run.
-    env: dict[str, str | None] = {"PYTHONDONTWRITEBYTECODE": None}
+    env: dict[str, str | None] = {"PYTHONDONTWRITEBYTECODE": None, **_uv_env()}
     scratch = _scratch_tmpdir()
     if scratch:
         session.log(f"temporary files in {scratch} (a tmpfs); set TMPDIR to choose another place")
@@ -126,6 +142,9 @@ for _name, _host_tools, _tags, _doc in (
     ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
                                   "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
                                   "locks/runtime.in."),
+    ("lock-toolchain", False, (), "Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's "
+                                            "dependency groups, and each group's hashed export locks/<group>.txt "
+                                            "(-- --check: fail if either is stale)."),
     ("base", True, ("release",), "Build the local base image (mmdebstrap + slim runtime), push it, pin it "
                                  "in locks/base.json."),
     ("vendor", False, ("release",), "Fetch and verify the pinned upstream sources into vendor/ "
@@ -164,9 +183,8 @@ def env312(session: nox.Session) -> None:
     if not os.path.exists(python):
         session.run(PYTHON312, "-m", "venv", venv, external=True)
     pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
-    session.run(*pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, external=True)
-    tools = [r for r in nox.project.dependency_groups(PYPROJECT, "test") if r.startswith("pytest")]
-    session.run(*pip, *tools, external=True)
+    session.run(*pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, "-r", _group_lock("pytest"),
+                external=True)
     session.run(python, "-m", "pytest", *(session.posargs or [
         "-q", "tests/env", "--ignore", "tests/env/test_server_host_mode.py"]), external=True)
 

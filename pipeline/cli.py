@@ -30,6 +30,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("setup", "verify", "install the host tools a release needs (apt, as root)"),
     Command("registry", "registry", "start, stop or show the local loopback registry"),
     Command("lock", "sources", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
+    Command("lock-toolchain", "sources", "re-lock the pipeline's own toolchain (uv.lock) and export each "
+                                         "dependency group hash-pinned (locks/<group>.txt)"),
     Command("vendor", "sources", "fetch, verify and vendor pinned upstream files and external task records"),
     Command("base", "image", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),

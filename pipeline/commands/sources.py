@@ -1,4 +1,5 @@
-"""`lock` and `vendor`: the wheel lock and the pinned upstream files."""
+"""`lock`, `lock-toolchain` and `vendor`: the wheel lock, the pipeline's own lock and the pinned
+upstream files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 from pipeline import config as config_mod, plan
 from pipeline.progress import say
-from pipeline.sources import dataset, lock as runtime_lock, vendor as vendor_mod
+from pipeline.config import REPO_ROOT
+from pipeline.sources import dataset, lock as runtime_lock, toolchain, vendor as vendor_mod
 
 
 def lock_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,6 +28,22 @@ def lock(args: argparse.Namespace) -> int:
         print(f"installed size: {size.human()} ({size.bytes} bytes)")
     cp312, _ = runtime_lock.generate(args.pins, args.out_cp312, args.cache, python=runtime_lock.CP312)
     print(f"{cp312.path}: {len(cp312.wheels)} wheels for CPython 3.12, sha256 {cp312.sha256}")
+    return 0
+
+
+def lock_toolchain_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's dependency groups "
+                     "(from the package index), then each group's hash-pinned export locks/<group>.txt.")
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; fail if uv.lock or an export does not follow from pyproject.toml")
+
+
+def lock_toolchain(args: argparse.Namespace) -> int:
+    if args.check:
+        toolchain.check(REPO_ROOT)
+        print(f"{toolchain.LOCK_FILE} and {len(toolchain.groups(REPO_ROOT))} group export(s) are current")
+    else:
+        toolchain.regenerate(REPO_ROOT)
     return 0
 
 

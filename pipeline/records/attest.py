@@ -128,6 +128,14 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
     return deps
 
 
+def builder_dependencies(prov: Provenance) -> list[dict[str, Any]]:
+    """The pipeline's toolchain as SLSA ResourceDescriptors: each distribution of the environment
+    that ran the release (the signer, the SBOM writer and all they use), named by the file it was
+    installed from, with that file's sha256 as uv.lock pins it."""
+    return [{"name": d.file, "uri": f"pkg:pypi/{d.name}@{d.version}", "digest": {"sha256": d.sha256}}
+            for d in prov.builder.toolchain]
+
+
 def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Mapping[str, Any],
                          lock_text: str, signing: str,
                          started: datetime, finished: datetime, invocation_id: str) -> dict[str, Any]:
@@ -157,6 +165,7 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Ma
                 "id": builder_id(cfg, signing),
                 "version": {"pipeline": prov.builder.pipeline_version, "python": prov.builder.python_version,
                             "zlib": prov.builder.zlib_version},
+                "builderDependencies": builder_dependencies(prov),
             },
             "metadata": {
                 "invocationId": invocation_id,

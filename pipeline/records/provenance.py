@@ -2,9 +2,9 @@
 
 It names every pinned input (git sources with their licences, external task
 records, the base by digest, the wheel lock by hash), the project's own revision,
-the image-input commit, the builder, the profile, SOURCE_DATE_EPOCH and every value
-written into the image config. It holds no wall-clock time, so the same inputs give
-byte-identical files.
+the image-input commit, the builder with its locked toolchain, the profile,
+SOURCE_DATE_EPOCH and every value written into the image config. It holds no
+wall-clock time, so the same inputs give byte-identical files.
 
 The image-input commit is the last commit that changed what reaches the image
 (pipeline.inputs): the image's revision label and (unless SOURCE_DATE_EPOCH is set
@@ -26,13 +26,14 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.config import BUDGET_FIELDS, Budgets
-from pipeline.sources import git, lock as runtime_lock
+from pipeline.sources import git, lock as runtime_lock, toolchain
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
 from pipeline.errors import ConfigError, ReleaseError, SourceError
 from pipeline.sources.dataset import ExternalRecord
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer
 from pipeline.image.oci.layer import zlib_version
+from pipeline.sources.toolchain import Distribution
 from pipeline.sources.vendor import VendoredFile
 from pipeline.records.sizes import Sizes
 from pipeline.records.verification import TaskRecord
@@ -79,9 +80,30 @@ class WheelLock:
 
 @dataclass(frozen=True)
 class Builder:
+    """What ran the release: the pipeline's, Python's and zlib's versions, and the pipeline's
+    toolchain, every distribution of its environment with the file uv.lock pins for it
+    (pipeline.sources.toolchain; the audit checks it against uv.lock at `project.commit`)."""
+
     pipeline_version: str
     python_version: str
     zlib_version: str
+    # Empty only in records written before the toolchain was recorded.
+    toolchain: tuple[Distribution, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["toolchain"] = [d.to_json() for d in self.toolchain]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Builder":
+        data = {"toolchain": [], **data} if isinstance(data, dict) else data
+        fields = dict(_build(cls, data, "builder").__dict__)
+        if not isinstance(data["toolchain"], list):
+            raise ConfigError("builder.toolchain is not a list", actual=type(data["toolchain"]).__name__)
+        fields["toolchain"] = tuple(Distribution.from_json(d, f"builder.toolchain[{i}]")
+                                    for i, d in enumerate(data["toolchain"]))
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -207,9 +229,10 @@ def wheel_lock(repo_dir: Path) -> WheelLock:
 
 
 def builder() -> Builder:
-    """The versions that can change the bytes the pipeline writes."""
+    """The versions that can change the bytes the pipeline writes, and the toolchain this
+    process runs with (every installed distribution, as the checkout's uv.lock pins it)."""
     return Builder(pipeline_version=__version__, python_version=platform.python_version(),
-                   zlib_version=zlib_version())
+                   zlib_version=zlib_version(), toolchain=toolchain.installed(toolchain.load_lock()))
 
 
 def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
@@ -231,6 +254,7 @@ def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[Vendore
 def to_json(record: Provenance) -> bytes:
     """The exact bytes of provenance.json (sorted keys, stable indentation)."""
     data = asdict(record)
+    data["builder"] = record.builder.to_json()
     if record.image is not None:
         data["image"] = record.image.to_json()
     data["tasks"] = [t.to_json() for t in record.tasks]
@@ -275,7 +299,7 @@ def load(path: Path) -> Provenance:
         project=_build(ProjectRevision, project, "project"),
         base=_build(Base, data.get("base"), "base"),
         wheel_lock=_build(WheelLock, data.get("wheel_lock"), "wheel_lock"),
-        builder=_build(Builder, data.get("builder"), "builder"),
+        builder=Builder.from_json(data.get("builder")),
         sources=tuple(_build(VendoredFile, s, f"sources[{i}]")
                       for i, s in enumerate(data.get("sources") or [])),
         external=tuple(_build(ExternalRecord, e, f"external[{i}]")
