@@ -498,3 +498,15 @@ def render_markdown(d: ReleaseDiff) -> list[str]:
     lines += [f"{len(rows(d))} difference(s): {summary(d)}", "", "| section | what | old | new |", "|---|---|---|---|"]
     lines += [f"| {s} | `{w}` | {o} | {n} |" for s, w, o, n in rows(d)]
     return lines
+
+
+def against_committed(repo: Path) -> tuple[str, list[str]]:
+    """The checkout's records (a release just placed them) against those committed at HEAD:
+    a one-line summary and the release report's Markdown lines. Records that cannot be
+    compared (none committed yet, or of an older schema) are said so, with why."""
+    try:
+        result = diff(load("HEAD", repo=repo), _load_dir(Path(repo), "the records this release wrote"))
+    except ReleaseError as exc:
+        why = f"not compared with the committed records: {exc.one_line()}"
+        return why, [why]
+    return summary(result), render_markdown(result)

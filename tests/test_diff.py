@@ -166,9 +166,9 @@ def test_allow_exits_0_on_a_difference(pair, capsys):
     assert [r[:2] for r in _rows(out)] == [("size", "release seed_bytes")]
 
 
-def test_git_revisions_are_read_from_the_repository(tmp_path, capsys):
-    repo = copy_records(tmp_path / "repo")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
+def git_in(repo: Path):
+    """A function running git in `repo` (no user or system configuration) and returning its stdout."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(repo.parent), "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
 
@@ -177,6 +177,12 @@ def test_git_revisions_are_read_from_the_repository(tmp_path, capsys):
                               capture_output=True, text=True).stdout.strip()
 
     git("init", "-q", "-b", "main")
+    return git
+
+
+def test_git_revisions_are_read_from_the_repository(tmp_path, capsys):
+    repo = copy_records(tmp_path / "repo")
+    git = git_in(repo)
     git("add", ".")
     git("commit", "-q", "-m", "records of release 1")
     first = git("rev-parse", "HEAD")
@@ -206,6 +212,21 @@ def test_git_revisions_are_read_from_the_repository(tmp_path, capsys):
     assert code == 2 and "holds no release records: provenance.json, submission.json" in err
     code, _, err = run(capsys, "no-such-rev", "v2", "--repo", str(repo))
     assert code == 2 and "neither a records directory nor a revision" in err
+
+
+def test_the_release_report_compares_with_the_records_committed_at_head(tmp_path):
+    repo = copy_records(tmp_path / "repo")
+    git = git_in(repo)
+    changed, lines = diff_mod.against_committed(repo)
+    assert changed.startswith("not compared with the committed records: 'HEAD' is neither") and lines == [changed]
+    git("add", ".")
+    git("commit", "-q", "-m", "records")
+    assert diff_mod.against_committed(repo)[0] == "no change"
+    edit(repo / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "1" * 64))
+    changed, lines = diff_mod.against_committed(repo)
+    assert changed == "1 digest"
+    assert lines[-1] == f"| digest | `base digest` | {json.loads(git('show', 'HEAD:provenance.json'))['base']['digest']} " \
+                        f"| sha256:{'1' * 64} |"
 
 
 def test_a_directory_without_records_is_refused(tmp_path, capsys):

@@ -361,6 +361,10 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
         assert (clone / "attestations" / name).is_file(), name
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
+    # The diff against the records committed at HEAD (pipeline.diff), in the report and the output.
+    changes = report.split("## Changes since the committed records", 1)[1].split("## Stage timings")[0]
+    assert "- old: `HEAD (" in changes and "- new: `the records this release wrote`" in changes
+    assert "changes since the committed records: " in released.stderr
     assert "checks: " in released.stderr  # the suite ran in containers that carried the label
     assert localregistry.status(clone / ".release" / "registry") is None
     assert released.scope.containers() == []
