@@ -167,6 +167,8 @@ for _name, _host_tools, _tags, _doc in (
                                         "SBOM, pins."),
     ("key", False, ("release",), "Show the release key's keyid and its trust.toml pin (creating the key if "
                                  "missing); -- --public prints its public key for auditors."),
+    ("diff", False, ("release", "ci"), "What changed between two releases: -- OLD NEW, each a records "
+                                       "directory or a git revision [--json] [--allow]."),
     ("preflight", False, ("release", "ci"), "The platform's admission checks by name on a request: "
                                             "-- [FILE] (default submission.json) [--strict]."),
 ):

@@ -5,7 +5,8 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
 
     cli, commands/, __main__           one CLI: every command registered in pipeline.cli
     release, reproduce, audit/, plan,  orchestration: resolve the profile once, call the stages,
-    basestage, inputs                  push the layouts the image stage returns, find the image-input commit
+    basestage, inputs, diff            push the layouts the image stage returns, find the image-input commit,
+                                       compare two releases
     records/                           provenance, SBOM, statements, signing, submission (the request),
                                        its admission preflight, sizes, VSA, the dataset folder (card,
                                        tasks.jsonl) and its Hub publication
@@ -34,6 +35,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline.checks",),
     ("pipeline.records",),
     ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",
-     "pipeline.basestage", "pipeline.inputs"),
+     "pipeline.basestage", "pipeline.inputs", "pipeline.diff"),
     ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
 )

@@ -50,6 +50,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("release", "release", "the whole release: sources, base, build, SBOM, push, verify, signed records"),
     Command("reproduce", "reproduce", "rebuild and compare with the recorded digests, explaining differences"),
     Command("audit", "audit", "verify a release's records offline against a pinned trust root; writes a VSA"),
+    Command("diff", "diff", "what changed between two releases (records directories or git revisions)"),
 )
 
 

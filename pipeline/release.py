@@ -40,7 +40,7 @@ from pipeline.registry import local as localregistry
 from pipeline.records import statement as release_statement, submission
 from pipeline.records import card, dataset, hub
 from pipeline.sources import vendor as sources
-from pipeline import basestage, config as _config, inputs as image_inputs, plan
+from pipeline import basestage, config as _config, diff as release_diff, inputs as image_inputs, plan
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources.references import reference_scripts
 from pipeline._io import write_atomic
@@ -115,7 +115,7 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
             timings: Timings, profile: str, published: Published, sbom_coverage: str,
-            attached: Sequence = ()) -> None:
+            attached: Sequence = (), changes: Sequence[str] = ()) -> None:
     def figure(n: int | None) -> str:
         return "unknown (manifest not read)" if n is None else f"{n:,}"
 
@@ -167,6 +167,9 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
               "| predicate type | referrer manifest | listed by |", "|---|---|---|"]
     lines += [f"| `{a.descriptor.annotations.get(bundles.PREDICATE_TYPE, '')}` | `{a.descriptor.digest}` | "
               f"{a.listed_by} |" for a in attached]
+    lines += ["", "## Changes since the committed records", "",
+              "`nox -s diff -- HEAD .` prints this table; [docs/diff.md](../docs/diff.md) says what it compares.",
+              "", *changes]
     lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
@@ -398,9 +401,11 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             attached = bundles.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                                       suffix=signer.suffix)
         report = dist / "report.md"
+        changed, changes = release_diff.against_committed(repo)
+        say(f"    changes since the committed records: {changed}")
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
                 admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published,
-                sbom_coverage=sbom_coverage, attached=attached)
+                sbom_coverage=sbom_coverage, attached=attached, changes=changes)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),

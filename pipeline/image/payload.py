@@ -3,7 +3,8 @@
 Three layers, each a pure function of files in the checkout (and the vendored file
 when a profile serves one):
 
-1. `env`      - the environment server (`env/` without the task families);
+1. `env`      - the environment server (`env/` without the task families), with its
+                OpenEnv manifest `env/openenv.yaml`;
 2. `tasks`    - the task module the image serves: first-party `env/families/`, or the
                 vendored upstream file with its licence under `vendor/<source>/`;
 3. `licenses` - the project's licence (and the vendored file's licence).
@@ -27,7 +28,7 @@ from pipeline.image.oci.layer import FileEntry, parents_of
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 EXEC_MODE = 0o700
-_CODE_SUFFIXES = (".py", ".md", ".json", ".txt")
+_CODE_SUFFIXES = (".py", ".md", ".json", ".txt", ".yaml")
 _SKIP_DIRS = {"__pycache__"}
 
 

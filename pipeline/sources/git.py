@@ -161,6 +161,14 @@ def head_commit(repo: Path) -> str:
     return _git("-C", repo, "rev-parse", "--verify", "HEAD^{commit}").stdout.decode().strip()
 
 
+def commit_of(repo: Path, revision: str) -> str | None:
+    """The commit id `revision` (a commit id, branch, tag, `HEAD~2`...) names in `repo`, or
+    None when it names none (or `repo` is not a git repository)."""
+    proc = _git("-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}",
+                check=False)
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
 def head_tree(repo: Path) -> str:
     """The tree id of HEAD in a working repository."""
     return _git("-C", repo, "rev-parse", "--verify", "HEAD^{tree}").stdout.decode().strip()

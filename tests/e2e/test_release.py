@@ -391,6 +391,10 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     sbom_doc = json.loads((clone / "attestations" / "sbom.cdx.json").read_text())
     coverage = sbom_licenses.coverage_line(sbom_doc["components"])
     assert f"- SBOM licences: {coverage}" in report and f"sbom: {coverage}" in released.stderr
+    # The diff against the records committed at HEAD (pipeline.diff), in the report and the output.
+    changes = report.split("## Changes since the committed records", 1)[1].split("## Stage timings")[0]
+    assert "- old: `HEAD (" in changes and "- new: `the records this release wrote`" in changes
+    assert "changes since the committed records: " in released.stderr
     assert "checks: " in released.stderr  # the suite ran in containers that carried the label
     assert localregistry.status(clone / ".release" / "registry") is None
     assert released.scope.containers() == []
