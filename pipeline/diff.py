@@ -35,7 +35,8 @@ from typing import Any
 
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError, VerificationError
-from pipeline.records import provenance as provenance_mod, submission as submission_mod
+from pipeline.records import provenance as provenance_mod
+from pipeline.records import submission as submission_mod
 from pipeline.records.attest import SBOM_FILE
 from pipeline.sources import git
 
@@ -97,7 +98,8 @@ def read_sbom(data: bytes, where: str) -> SbomFacts:
         bom = Bom.from_json(json.loads(data))  # type: ignore[attr-defined]
     except (ValueError, TypeError, KeyError) as exc:
         raise VerificationError(f"{where} is not a CycloneDX JSON document", actual=str(exc).splitlines()[0],
-                                hint="pass a records directory or a revision whose SBOM was written by a release")
+                                hint="pass a records directory or a revision whose SBOM was written by a release"
+                                ) from None
     layers: list[tuple[int, str]] = []
     top = bom.metadata.component
     for prop in (top.properties if top is not None else ()):
@@ -377,22 +379,17 @@ def _pins(old: Release, new: Release) -> list[Change]:
 
 
 def _builder(r: Release) -> tuple[dict[str, Value], dict[str, Package] | None]:
-    """The builder's scalar values, and its list of installed distributions (None: not recorded).
-
-    The list is whatever field of the builder holds records with a name and a version (the
-    toolchain); records written before it was recorded have none."""
+    """The builder's scalar values, and its toolchain: each installed distribution with its
+    version and the locked file it came from (None: records written before it was recorded)."""
     builder = r.provenance.builder
-    scalars: dict[str, Value] = {}
-    dists: dict[str, Package] | None = None
-    for name, value in asdict(builder).items():
-        if isinstance(value, (list, tuple)):
-            dists = dists or {}
-            for item in value:
-                if isinstance(item, Mapping) and "name" in item:
-                    p = Package("dist", str(item["name"]).lower(), str(item.get("version", "")))
-                    dists[p.key] = p
-        elif isinstance(value, (str, int, bool)) or value is None:
-            scalars[name] = value
+    scalars: dict[str, Value] = {name: value for name, value in asdict(builder).items()
+                                 if isinstance(value, (str, int, bool)) or value is None}
+    if not builder.toolchain:
+        return scalars, None
+    dists = {}
+    for d in builder.toolchain:
+        p = Package("dist", d.name, d.version if d.file.endswith(".whl") else f"{d.version} (sdist)")
+        dists[p.key] = p
     return scalars, dists
 
 

@@ -11,13 +11,15 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import make_dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pipeline import cli, diff as diff_mod
+from pipeline import cli
+from pipeline import diff as diff_mod
 from pipeline.config import REPO_ROOT
+from pipeline.sources.toolchain import Distribution
 
 RECORDS = ("provenance.json", "submission.json", "attestations/sbom.cdx.json")
 
@@ -225,7 +227,8 @@ def test_the_release_report_compares_with_the_records_committed_at_head(tmp_path
     edit(repo / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "1" * 64))
     changed, lines = diff_mod.against_committed(repo)
     assert changed == "1 digest"
-    assert lines[-1] == f"| digest | `base digest` | {json.loads(git('show', 'HEAD:provenance.json'))['base']['digest']} " \
+    base = json.loads(git("show", "HEAD:provenance.json"))["base"]["digest"]
+    assert lines[-1] == f"| digest | `base digest` | {base} " \
                         f"| sha256:{'1' * 64} |"
 
 
@@ -239,19 +242,17 @@ def test_a_directory_without_records_is_refused(tmp_path, capsys):
 
 def test_the_toolchain_list_is_compared_and_its_absence_said():
     release = diff_mod.load(REPO_ROOT)
-    builder = release.provenance.builder
-    with_list = make_dataclass("Builder", [(f, type(getattr(builder, f))) for f in builder.__dataclass_fields__]
-                               + [("toolchain", tuple)], frozen=True)
 
-    def built(dists):
-        return replace(release, provenance=replace(release.provenance, builder=with_list(
-            **{f: getattr(builder, f) for f in builder.__dataclass_fields__}, toolchain=dists)))
+    def built(*dists):
+        tools = tuple(Distribution(n, v, f"{n}-{v}-py3-none-any.whl", "0" * 64) for n, v in dists)
+        return replace(release, provenance=replace(release.provenance, builder=replace(
+            release.provenance.builder, toolchain=tools)))
 
-    a = built(({"name": "nox", "version": "1", "sha256": "a"}, {"name": "uv", "version": "2", "sha256": "b"}))
-    b = built(({"name": "nox", "version": "3", "sha256": "c"},))
+    a = built(("nox", "1"), ("uv", "2"))
+    b = built(("nox", "3"))
     rows = diff_mod.rows(diff_mod.diff(a, b))
     assert rows == [("toolchain", "dist:uv", "2", "-"), ("toolchain", "dist:nox", "1", "3")]
-    assert diff_mod.rows(diff_mod.diff(release, b)) == [
+    assert diff_mod.rows(diff_mod.diff(built(), b)) == [
         ("toolchain", "installed distributions", "not recorded", "1 recorded")]
 
 

@@ -42,6 +42,9 @@ it was not verified.
     provenance/wheel-lock   locks/runtime.txt = its pinned hash
     provenance/base         base = release.toml's pin (or locks/base.json)
     provenance/sources      sources = release.toml's [[sources]] pins
+    provenance/toolchain    the builder's toolchain = uv.lock at the recorded commit (each distribution's
+                            version, file and sha256; every member of the pipeline group); the uv.lock
+                            beside the records when the commit is not in a repository here
     provenance/budgets      budgets (the request's and the environment's limits) = release.toml
     provenance/tasks        each task's verification = rebuilt from checks.json (what the request leaves out)
     provenance/sizes        both size measures of every image and the release = rebuilt from the manifests
@@ -94,10 +97,6 @@ from datetime import datetime
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline.records import attest, trust
-from pipeline.records import statement as release_statement
-from pipeline.records import provenance as provenance_mod
-from pipeline.records import submission as submission_mod
 from pipeline.audit.content import (
     audit_checks,
     audit_external,
@@ -111,6 +110,10 @@ from pipeline.audit.registry import audit_registry, image_location
 from pipeline.audit.rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
 from pipeline.audit.signatures import audit_intoto, audit_release, audit_statements
 from pipeline.errors import ReleaseError
+from pipeline.records import attest, trust
+from pipeline.records import provenance as provenance_mod
+from pipeline.records import statement as release_statement
+from pipeline.records import submission as submission_mod
 
 __all__ = ["Check", "INFO", "SKIPPED", "audit", "main", "render_table", "verdict"]
 

@@ -9,17 +9,19 @@ import tempfile
 from pathlib import Path
 
 from pipeline import plan
-from pipeline.records import attest, provenance as provenance_mod, sbom as sbom_mod, signing
-from pipeline.records import sbom_licenses
-from pipeline.records import statement as release_statement
-from pipeline.sources import dataset as external, vendor as sources
 from pipeline._io import canonical_json, sha256_bytes, sha256_file
 from pipeline.audit import sbom_checks
 from pipeline.audit.rows import FAIL, Check, Rows, State, equal, first_difference, first_path_difference
 from pipeline.config import REQUEST_BUDGET_FIELDS
 from pipeline.errors import ReleaseError, VerificationError
 from pipeline.image.base import BASE_LOCK_FILE as BASE_LOCK
-
+from pipeline.records import attest, sbom_licenses, signing
+from pipeline.records import provenance as provenance_mod
+from pipeline.records import sbom as sbom_mod
+from pipeline.records import statement as release_statement
+from pipeline.sources import dataset as external
+from pipeline.sources import git, toolchain
+from pipeline.sources import vendor as sources
 
 
 def expected_task_order(cfg) -> list[tuple[str, str]]:
@@ -198,6 +200,7 @@ def audit_provenance(r: Rows, s: State) -> None:
         "base image of provenance.json vs the release.toml pin", _base_pin(root, recorded_plan.base),
         f"{prov.base.name}@{prov.base.digest}"))
     r.run("provenance/sources", "provenance.json", lambda: _sources_match(recorded_plan.sources, prov))
+    r.run("provenance/toolchain", "provenance.json", lambda: _toolchain_locked(root, prov))
     recorded = {v.source: v for v in prov.sources}
 
     def vendored() -> None:
@@ -213,7 +216,8 @@ def _whole_predicate(s: State, pred: dict, lock_text: str) -> None:
     the records are signed; only the run's times and id come from the statement itself."""
     meta = pred.get("runDetails", {}).get("metadata", {})
     expected = attest.provenance_predicate(
-        s.cfg, s.prov, parameters=plan.resolve(s.cfg, s.prov.profile).parameters, lock_text=lock_text, signing=signing.signing_kind(s.suffix),
+        s.cfg, s.prov, parameters=plan.resolve(s.cfg, s.prov.profile).parameters, lock_text=lock_text,
+        signing=signing.signing_kind(s.suffix),
         started=release_statement.parse_time(meta.get("startedOn"), what="runDetails.metadata.startedOn"),
         finished=release_statement.parse_time(meta.get("finishedOn"), what="runDetails.metadata.finishedOn"),
         invocation_id=str(meta.get("invocationId")))
@@ -238,6 +242,21 @@ def _sources_match(pinned, prov) -> None:
                {f: getattr(pin, f) for f in diff}, {f: getattr(got, f) for f in diff})
         if pin.license_sha256:
             equal(f"licence sha256 of source {name} vs release.toml", pin.license_sha256, got.license_sha256)
+
+
+def _toolchain_locked(root: Path, prov) -> None:
+    """The builder's toolchain is what uv.lock pinned at the recorded commit: every distribution,
+    version and file hash, and every member of the pipeline group. Records audited without their
+    repository's history are checked against the uv.lock beside them, and the row says so."""
+    commit = prov.project.commit
+    if git.commit_of(root, commit) == commit and git.object_type(root, commit, toolchain.LOCK_FILE) == "blob":
+        where = f"{toolchain.LOCK_FILE} at commit {commit}"
+        text = git.read_file(root, commit, toolchain.LOCK_FILE).decode()
+    else:
+        where = (f"{toolchain.LOCK_FILE} beside the records (commit {commit} is not in a repository here; "
+                 "audit a clone that has it to check the lock of the release itself)")
+        text = (root / toolchain.LOCK_FILE).read_text(encoding="utf-8")
+    toolchain.verify(prov.builder.toolchain, toolchain.parse_lock(text, where=where), where=where)
 
 
 def _lock_text(root: Path, prov) -> str:

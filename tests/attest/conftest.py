@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
 from pipeline.checks.cases import all_cases
+from pipeline.config import REPO_ROOT
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
 from tests.shared import copy_tree
@@ -282,32 +284,38 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     """A complete, correctly signed set of release records under `root`, made like a release:
     each stage recorded as an in-toto link while it runs, the release statement last."""
     import hashlib
-    from datetime import datetime, timezone
+    from dataclasses import replace
+    from datetime import datetime
 
     from securesystemslib.signer import CryptoSigner
 
-    from dataclasses import replace
-
+    from pipeline import config as config_mod
+    from pipeline import plan
+    from pipeline._io import write_atomic
+    from pipeline.checks import schema as release_schema
+    from pipeline.checks.external import ExternalResult
+    from pipeline.checks.results import CheckResult, SuiteResult
+    from pipeline.image.layerdiff import AppLayer
     from pipeline.records import (
         attest,
         card,
         dataset,
-        links as intoto_links,
         provenance,
-        statement as release_statement,
         sbom,
         signing,
-        sizes as sizes_mod,
         submission,
         verification,
     )
+    from pipeline.records import (
+        links as intoto_links,
+    )
+    from pipeline.records import (
+        sizes as sizes_mod,
+    )
+    from pipeline.records import (
+        statement as release_statement,
+    )
     from pipeline.sources import dataset as external
-    from pipeline import config as config_mod, plan
-    from pipeline.checks import schema as release_schema
-    from pipeline._io import write_atomic
-    from pipeline.checks.external import ExternalResult
-    from pipeline.checks.results import CheckResult, SuiteResult
-    from pipeline.image.layerdiff import AppLayer
     from pipeline.sources.vendor import VendoredFile
 
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
@@ -317,6 +325,8 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
                                                     record_sha256=sha(EXTERNAL_RECORD.encode())))
     (root / "trust.toml").write_text(trust_toml(signer.keyid))
     (root / "pyproject.toml").write_text('[project]\nname = "x"\nlicense = "MIT"\n')
+    # The lock the builder's toolchain was installed from (the audit's provenance/toolchain).
+    (root / "uv.lock").write_bytes((REPO_ROOT / "uv.lock").read_bytes())
     (root / "env").mkdir(exist_ok=True)
     (root / "env" / "__init__.py").write_bytes(b"")
     cfg = config_mod.load(root / "release.toml")
@@ -386,7 +396,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
                                compressed_size=sum(n for _, n in layers), layer_count=len(layers), app_layers=(app,)),
         tasks=tasks, sizes=sizes, budgets=provenance.budgets_record(cfg.budgets),
     )
-    t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+    t = datetime(*RELEASED_ON, tzinfo=UTC)
     subject = attest.Subject(name=name, digest=image.digest)
     sub = submission.build(cfg, rp.request, tasks, image=f"{name}@{image.digest}", source_revision="1" * 40)
     # The dataset folder as the release writes it (the test profile does not publish it).

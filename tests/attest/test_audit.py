@@ -12,21 +12,26 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from in_toto.models.metadata import Envelope, Metadata
 from securesystemslib.signer import CryptoSigner
 
+from pipeline import audit, cli
+from pipeline._io import canonical_json, sha256_file
+from pipeline.errors import VerificationError
 from pipeline.records import (
     attest,
-    links as intoto_links,
-    statement as release_statement,
     signing,
     trust,
 )
-from pipeline import audit, cli
-from pipeline._io import canonical_json, sha256_file
+from pipeline.records import (
+    links as intoto_links,
+)
+from pipeline.records import (
+    statement as release_statement,
+)
 
 from .conftest import RELEASED_ON
 
@@ -57,7 +62,8 @@ def refresh_dataset(root) -> None:
     """The insider also makes dist/dataset/ say what the edited records say: the card and tasks.jsonl
     regenerated (kept as they were when the records no longer describe tasks) and the records copied,
     so the dataset checks pass unless the change is the dataset's own to catch."""
-    from pipeline import config as config_mod, plan
+    from pipeline import config as config_mod
+    from pipeline import plan
     from pipeline.errors import ReleaseError
     from pipeline.records import card, dataset, provenance, sbom, submission
 
@@ -93,7 +99,7 @@ def resign(rec) -> None:
     subject = _statement(root, "release")["subject"][0]
     release_statement.write(root, signer, attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
                             source_url="https://github.com/akseljoonas/openenv-arena-release", profile="test",
-                            released_on=datetime(*RELEASED_ON, tzinfo=timezone.utc), dataset=root / "dist" / "dataset")
+                            released_on=datetime(*RELEASED_ON, tzinfo=UTC), dataset=root / "dist" / "dataset")
     dataset_copy_of_statement(root)
 
 
@@ -602,7 +608,8 @@ def _resign_provenance(rec, change):
     """An insider rewrites provenance.json (`change(prov) -> prov`) and signs a matching statement."""
     import dataclasses
 
-    from pipeline import config as config_mod, plan
+    from pipeline import config as config_mod
+    from pipeline import plan
     from pipeline.records import provenance
 
     from .conftest import LOCK_TEXT
@@ -611,7 +618,7 @@ def _resign_provenance(rec, change):
     prov = change(provenance.load(path), dataclasses.replace)
     provenance.write(path, prov)
     cfg = config_mod.load(rec.root / "release.toml")
-    t = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+    t = datetime(*RELEASED_ON, tzinfo=UTC)
     pred = attest.provenance_predicate(cfg, prov, parameters=plan.resolve(cfg, prov.profile).parameters,
                                        lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
                                        invocation_id="test-run")
@@ -878,7 +885,8 @@ def test_checks_about_another_image(records):
 
 
 def test_submission_names_another_image(records):
-    _edit_json(records.root / "submission.json", lambda d: d.update(image=d["image"].split("@")[0] + "@sha256:" + "e" * 64))
+    _edit_json(records.root / "submission.json",
+               lambda d: d.update(image=d["image"].split("@")[0] + "@sha256:" + "e" * 64))
     resign(records)
     fails = failed(records.root)
     assert {"release/image", "provenance/subject", "sbom/subject", "checks/subject", "submission/images",
@@ -920,6 +928,26 @@ def test_provenance_profile_and_image(records):
     resign(records)
     fails = failed(records.root)
     assert "provenance/image" in fails and "submission/images" in fails
+
+
+def test_a_toolchain_the_lock_does_not_pin_is_caught(records):
+    """The builder's toolchain is checked against uv.lock (here the one beside the records: their
+    commit is not in a repository), not against itself: a re-signed claim of another sigstore
+    wheel, or a lock that pins other bytes, fails provenance/toolchain."""
+    lock = records.root / "uv.lock"
+    original = lock.read_text()
+    sigstore = next(d for d in json.loads((records.root / "provenance.json").read_text())["builder"]["toolchain"]
+                    if d["name"] == "sigstore")
+    lock.write_text(original.replace(sigstore["sha256"], "0" * 64))
+    fails = failed(records.root)
+    assert list(fails) == ["provenance/toolchain"]
+    assert f"toolchain sigstore {sigstore['version']}: sha256 of {sigstore['file']} vs uv.lock beside" \
+        in fails["provenance/toolchain"]
+    lock.write_text(original)
+    _edit_json(records.root / "provenance.json",
+               lambda d: [e.update(version="0.0.1") for e in d["builder"]["toolchain"] if e["name"] == "sigstore"])
+    resign(records)
+    assert "toolchain sigstore: version vs uv.lock" in failed(records.root)["provenance/toolchain"]
 
 
 def test_provenance_source_pin_edited(records):
@@ -1057,7 +1085,8 @@ def test_layout_replaced_by_a_link(records):
     (att / "layout.json").write_bytes(next((att / "links").glob("build.*.link")).read_bytes())
     fails = failed(records.root)
     assert set(fails) == {"intoto/links", "release/subjects"}
-    assert fails["intoto/links"] == "attestations/layout.json does not hold a layout; expected _type layout, got _type link"
+    assert fails["intoto/links"] == ("attestations/layout.json does not hold a layout; "
+                                     "expected _type layout, got _type link")
 
 
 def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, capsys):
@@ -1142,7 +1171,7 @@ def test_vsa_is_signed_and_verifies(records, tmp_path, capsys):
     assert pred["policy"]["digest"]["sha256"] == sha256_file(records.root / "release.toml")
     assert {i["uri"] for i in pred["inputAttestations"]} == {
         f"attestations/{k}.dsse.json" for k in ("release", "provenance", "sbom", "checks")}
-    with pytest.raises(Exception):
+    with pytest.raises(VerificationError, match="is not signed by the release key"):
         signing.dsse_verify(out.read_bytes(), CryptoSigner.generate_ed25519().public_key, what="vsa")
 
 

@@ -9,11 +9,13 @@ import zlib
 
 import pytest
 
-from pipeline import config, inputs as image_inputs, plan
-from pipeline.sources import dataset as external, vendor as sources
-from pipeline.records import provenance
+from pipeline import config, plan
+from pipeline import inputs as image_inputs
 from pipeline._io import sha256_bytes
 from pipeline.errors import ConfigError, SourceError
+from pipeline.records import provenance
+from pipeline.sources import dataset as external
+from pipeline.sources import vendor as sources
 
 from .conftest import commit_files, run_git
 
@@ -129,8 +131,13 @@ def test_provenance_is_complete_deterministic_and_round_trips(project, upstream,
     assert data["base"] == {"name": BASE.name, "digest": BASE.digest}
     assert data["wheel_lock"] == {"path": "locks/runtime.txt",
                                   "sha256": sha256_bytes(b"pkg==1 --hash=sha256:00\n")}
+    toolchain = data["builder"].pop("toolchain")
     assert data["builder"] == {"pipeline_version": "0.1.0", "python_version": platform.python_version(),
                                "zlib_version": zlib.ZLIB_RUNTIME_VERSION}
+    # The builder's toolchain: this environment's distributions, each with the file uv.lock pins.
+    assert {"sigstore", "cyclonedx-python-lib", "in-toto"} <= {d["name"] for d in toolchain}
+    assert all(len(d["sha256"]) == 64 and d["file"].startswith(d["name"].replace("-", "_")) or
+               d["file"].lower().startswith(d["name"]) for d in toolchain)
     src = data["sources"][0]
     assert src["revision"] == upstream.revision and src["license_sha256"] == vendored[0].license_sha256
     assert {e["task_id"] for e in data["external"]} == {t.task_id for t in cfg.external.tasks}
