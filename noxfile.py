@@ -104,7 +104,9 @@ def tests(session: nox.Session) -> None:
     # compiling them all (pandas, numpy and pyarrow, for datasets) took 15 s more, mostly
     # for modules no test imports.
     _install(session, "pipeline", bytecode=True)
-    session.install("--no-deps", "--require-hashes", "-r", _group_lock("test"))
+    session.install("--no-deps", "--require-hashes", "-r", _group_lock("test"), "-r", _group_lock("lint"))
+    # The linter first: a finding fails the run in seconds, before the hour of tests.
+    session.run("ruff", "check", ".")
     _setup_host(session)
     # Without PYTHONDONTWRITEBYTECODE (CI's machines set it) for the same reason: pytest
     # caches the modules it rewrites for assertions, and Python the checkout's own modules,
@@ -173,6 +175,14 @@ for _name, _host_tools, _tags, _doc in (
                                             "-- [FILE] (default submission.json) [--strict]."),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
+
+
+@nox.session(python=PYTHON, default=False)
+def lint(session: nox.Session) -> None:
+    """ruff, as pyproject.toml configures it (the tests session runs it first too);
+    `nox -s lint -- --fix` applies the fixes ruff can make."""
+    session.install("--no-deps", "--require-hashes", "-r", _group_lock("lint"))
+    session.run("ruff", "check", ".", *session.posargs)
 
 
 @nox.session(python=False, default=False)

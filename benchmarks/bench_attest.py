@@ -18,17 +18,17 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline import audit, config, plan
+from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.image.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
+from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
+from pipeline.image.oci.layout import Layout
 from pipeline.records import attest, provenance, sbom, signing
-from pipeline import audit, config, plan  # noqa: E402
-from pipeline.checks.results import CheckResult, SuiteResult  # noqa: E402
-from pipeline.image.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST  # noqa: E402
-from pipeline.image.oci.layer import FileEntry, parents_of, write_layer  # noqa: E402
-from pipeline.image.oci.layout import Layout  # noqa: E402
 
 EPOCH = 1_700_000_000
 SITE = "opt/arena-python/lib/python3.11/site-packages"
@@ -118,7 +118,7 @@ def main() -> int:
         provenance.write(records / "provenance.json", prov)
         (records / "submission.json").write_text(json.dumps({"image": f"bench/image@{image.digest}"}))
         signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         checks = SuiteResult(image=f"bench/image@{image.digest}", targets=("bench",), seconds=0.0,
                              checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)))
         ssecs, _ = timed(lambda: attest.write_attestations(

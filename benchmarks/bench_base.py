@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.config import load
 from pipeline.image import base
-from pipeline.sources import lock  # noqa: E402
-from pipeline.config import load  # noqa: E402
+from pipeline.sources import lock
 
 GOAL_BYTES = 80_000_000
 

@@ -21,13 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import _proc, basestage, inputs as image_inputs, plan
+from pipeline import _proc, basestage, plan
+from pipeline import inputs as image_inputs
+from pipeline.config import REPO_ROOT, load
 from pipeline.image import build
-from pipeline.registry import basesource
-from pipeline.registry import local as localregistry, pull, push as publish
-from pipeline.records import provenance  # noqa: E402
-from pipeline.config import REPO_ROOT, load  # noqa: E402
-from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
+from pipeline.records import provenance
+from pipeline.registry import basesource, pull
+from pipeline.registry import local as localregistry
+from pipeline.registry import push as publish
+from pipeline.verify.runtime import ContainerRuntime
 
 DOCKERFILE = """FROM {base}
 COPY env /opt/arena/env

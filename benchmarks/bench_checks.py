@@ -26,16 +26,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from pipeline import config
-from pipeline.registry import local as localregistry  # noqa: E402
-from pipeline.checks.run import target_for  # noqa: E402
+from pipeline import config  # noqa: E402
 from pipeline.checks.merge import merge  # noqa: E402
 from pipeline.checks.results import SuiteResult  # noqa: E402
+from pipeline.checks.run import target_for  # noqa: E402
 from pipeline.checks.shards import Shard  # noqa: E402
 from pipeline.checks.suite import run_suite  # noqa: E402
 from pipeline.checks.target import Target  # noqa: E402
 from pipeline.image.oci.image import parse_config  # noqa: E402
 from pipeline.image.oci.layout import Layout  # noqa: E402
+from pipeline.registry import local as localregistry  # noqa: E402
 from pipeline.registry.pull import pull  # noqa: E402
 from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
 

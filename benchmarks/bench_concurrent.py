@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import REPO_ROOT  # noqa: E402
-from pipeline.image.base import mounts_under  # noqa: E402
-from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime  # noqa: E402
+from pipeline.config import REPO_ROOT
+from pipeline.image.base import mounts_under
+from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime
 
 RUNS = ("a", "b")
 SCRATCH = Path("/dev/shm")
@@ -64,7 +64,7 @@ def main() -> int:
         subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
         temp.mkdir()
         env = {**os.environ, "CI": "true", "PYTEST_DEBUG_TEMPROOT": str(temp)}
-        log = open(work / f"{name}.log", "w")  # noqa: SIM115 - closed with the process below
+        log = open(work / f"{name}.log", "w")
         started[name] = time.monotonic()
         procs[name] = (subprocess.Popen(["bash", ".ci/run"], cwd=clone, env=env, stdout=log,
                                         stderr=subprocess.STDOUT), log)

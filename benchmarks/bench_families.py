@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from env import catalog, families  # noqa: E402
+from env import catalog, families
 
 
 def _rate(count: int, seconds: float) -> str:

@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import basestage
+from pipeline import basestage, config, plan
+from pipeline import inputs as image_inputs
+from pipeline.config import REPO_ROOT
 from pipeline.image import base, build
+from pipeline.records import provenance
 from pipeline.registry import basesource
-from pipeline import config, inputs as image_inputs, plan
 from pipeline.registry import local as localregistry
-from pipeline.records import provenance  # noqa: E402
-from pipeline.config import REPO_ROOT  # noqa: E402
-from pipeline.registry.client import Credentials, RegistryClient  # noqa: E402
+from pipeline.registry.client import Credentials, RegistryClient
 
 GOALS = {"no registry (base rebuilt from the lock)": 90.0, "base reachable in a registry": 5.0}
 

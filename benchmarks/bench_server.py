@@ -30,9 +30,9 @@ from openenv.core.generic_client import GenericEnvClient
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from pipeline.checks.isolation_checks import FLOOD_SCRIPT, HOPPER_SCRIPT  # noqa: E402
 from pipeline.verify.serve import root_only_copy  # noqa: E402
 from tests.contained import ContainedProcess, contained_argv  # noqa: E402
-from pipeline.checks.isolation_checks import FLOOD_SCRIPT, HOPPER_SCRIPT  # noqa: E402
 from tests.env.test_server_reset_attacks import DEEP  # noqa: E402
 
 TARGETS_MS = {"reset": 5.0, "action `true`": 10.0}

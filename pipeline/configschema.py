@@ -17,7 +17,7 @@ import difflib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from pipeline.errors import ConfigError
 
@@ -60,7 +60,7 @@ class Named:
     placeholder: str
 
 
-Kind = Union[str, Table, Tables, Named]
+Kind = str | Table | Tables | Named
 
 
 @dataclass(frozen=True)

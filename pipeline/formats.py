@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Set
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # A full git commit id: 40 lowercase hex digits. Match with `fullmatch` (or `is_commit`).
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -28,18 +28,18 @@ def is_commit(value: object) -> bool:
 
 def utc_time(t: datetime) -> str:
     """An aware time as TIME_FORMAT in UTC (fractions of a second dropped)."""
-    return t.astimezone(timezone.utc).strftime(TIME_FORMAT)
+    return t.astimezone(UTC).strftime(TIME_FORMAT)
 
 
 def epoch_time(epoch: int) -> str:
     """Seconds since the epoch (SOURCE_DATE_EPOCH) as TIME_FORMAT."""
-    return utc_time(datetime.fromtimestamp(int(epoch), timezone.utc))
+    return utc_time(datetime.fromtimestamp(int(epoch), UTC))
 
 
 def parse_utc_time(value: str) -> datetime:
     """A TIME_FORMAT string as an aware UTC time; ValueError (TypeError for a non-string)
     when it is not one."""
-    return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
 
 
 # Paragraphs are apart by one or more blank lines: empty, or only spaces and tabs.

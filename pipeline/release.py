@@ -29,28 +29,43 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.records import attest, bundles, links as intoto_links, preflight, provenance, sbom
-from pipeline.records import sbom_licenses, sizes as image_sizes, verification
-from pipeline.image import base, build
-from pipeline.sources import dataset as external
-from pipeline.registry import local as localregistry
-from pipeline.records import statement as release_statement, submission
-from pipeline.records import card, dataset, hub
-from pipeline.sources import vendor as sources
-from pipeline import basestage, config as _config, diff as release_diff, inputs as image_inputs, plan
-from pipeline.sources import lock as runtime_lock
-from pipeline.sources.references import reference_scripts
+from pipeline import basestage, plan
+from pipeline import config as _config
+from pipeline import diff as release_diff
+from pipeline import inputs as image_inputs
 from pipeline._io import write_atomic
 from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
 from pipeline.checks.run import references_of, verify_image
 from pipeline.errors import CheckFailure, SourceError
+from pipeline.image import base, build
 from pipeline.progress import say
+from pipeline.records import (
+    attest,
+    bundles,
+    card,
+    dataset,
+    hub,
+    preflight,
+    provenance,
+    sbom,
+    sbom_licenses,
+    submission,
+    verification,
+)
+from pipeline.records import links as intoto_links
+from pipeline.records import sizes as image_sizes
+from pipeline.records import statement as release_statement
+from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_layout
+from pipeline.sources import dataset as external
+from pipeline.sources import lock as runtime_lock
+from pipeline.sources import vendor as sources
+from pipeline.sources.references import reference_scripts
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
@@ -133,7 +148,8 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"{len(record.base_layers) + len(record.app_layers)} layers "
         f"(application layers {record.app_size:,} bytes)",
         f"- release total, the seed's measure ({image_sizes.SEED_MEASURE}): {sizes.seed_bytes:,} bytes",
-        f"- release total, the platform's measure ({image_sizes.PLATFORM_MEASURE}): {figure(sizes.platform_bytes)} bytes",
+        f"- release total, the platform's measure ({image_sizes.PLATFORM_MEASURE}): "
+        f"{figure(sizes.platform_bytes)} bytes",
         f"- SBOM licences: {sbom_coverage}",
         "",
         "## Image sizes",
@@ -275,12 +291,13 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
     with links.step("attest"):
         provenance.write(staging / "provenance.json", prov)
         files = attest.write_attestations(
-            cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=lock_text, sbom_bytes=sbom_bytes,
+            cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=lock_text,
+            sbom_bytes=sbom_bytes,
             checks=suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes(), signer=signer,
-            out_dir=att_dir, started=started_at, finished=datetime.now(timezone.utc))
+            out_dir=att_dir, started=started_at, finished=datetime.now(UTC))
     with links.step("submission"):
         submission.write_submission(staging / "submission.json", sub)
-    released_on = datetime.now(timezone.utc)
+    released_on = datetime.now(UTC)
     links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
                 days=intoto_links.valid_days(cfg))
     attest.write_readme(att_dir, subject, signer, files, source_url=cfg.source_url)
@@ -311,7 +328,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     dist, vendor_dir = repo / "dist", repo / "vendor"
     staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
     timings = Timings()
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     started_registry = False
     target = rp.target
     signer = rp.signer()

@@ -28,23 +28,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.image import base as _base
 from pipeline import config as _config
-from pipeline.sources import git
-from pipeline.registry import local as localregistry
-from pipeline.records import provenance
-from pipeline.sources import lock as runtime_lock
-from pipeline.registry.basesource import BaseSource
-from pipeline.image.build import build
-from pipeline import inputs as image_inputs, plan
+from pipeline import inputs as image_inputs
+from pipeline import plan
 from pipeline.errors import ConfigError, ReleaseError, SourceError, VerificationError
+from pipeline.image import base as _base
+from pipeline.image.build import build
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
 from pipeline.image.oci.layer import write_layer, zlib_version
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Reference, RegistryClient
 from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.progress import say
+from pipeline.records import provenance
+from pipeline.registry import local as localregistry
+from pipeline.registry.basesource import BaseSource
+from pipeline.registry.client import Reference, RegistryClient
+from pipeline.sources import git
+from pipeline.sources import lock as runtime_lock
 
 # The modules that turn the image inputs into the derived image's bytes: when HEAD's
 # differ from the recorded commit's, a mismatch may come from the code, not the inputs.

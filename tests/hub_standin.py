@@ -92,7 +92,7 @@ class HubStandin:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "HubStandin":
+    def __enter__(self) -> HubStandin:
         self._thread.start()
         return self
 

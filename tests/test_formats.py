@@ -3,12 +3,20 @@ and of a Debian control file's paragraphs (dpkg's status, apt's Packages index).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from pipeline.formats import (SHORT_COMMIT, TIME_FORMAT, deb822_paragraphs, dpkg_installed, epoch_time,
-                              is_commit, parse_utc_time, utc_time)
+from pipeline.formats import (
+    SHORT_COMMIT,
+    TIME_FORMAT,
+    deb822_paragraphs,
+    dpkg_installed,
+    epoch_time,
+    is_commit,
+    parse_utc_time,
+    utc_time,
+)
 
 
 def test_a_commit_id_is_exactly_40_lowercase_hex_digits():
@@ -24,7 +32,7 @@ def test_times_are_utc_to_the_second_and_read_back():
     assert epoch_time(1747699200) == "2025-05-20T00:00:00Z"
     paris = datetime(2025, 5, 20, 2, 0, 0, 500_000, tzinfo=timezone(timedelta(hours=2)))
     assert utc_time(paris) == "2025-05-20T00:00:00Z"
-    assert parse_utc_time("2025-05-20T00:00:00Z") == datetime(2025, 5, 20, tzinfo=timezone.utc)
+    assert parse_utc_time("2025-05-20T00:00:00Z") == datetime(2025, 5, 20, tzinfo=UTC)
     for bad in ("2025-05-20T00:00:00+00:00", "2025-05-20", None):
         with pytest.raises((ValueError, TypeError)):
             parse_utc_time(bad)  # type: ignore[arg-type]

@@ -28,8 +28,8 @@ THIS = Path(__file__).resolve().relative_to(REPO).as_posix()
 SPEC_NAMES = ("environment", "families", "verification", "mimo", "pipeline", "style")
 # Not preceded by a path character, so the tail of a URL or of a longer path never matches.
 CITATION = re.compile(
-    r"(?<![\w./:-])(?P<path>(?:[\w.-]+/)*(?:spec/[\w.-]+\.md|(?:%s)\.md)|(?:[\w.-]+/)+spec\b/?)"
-    % "|".join(SPEC_NAMES))
+    r"(?<![\w./:-])(?P<path>(?:[\w.-]+/)*(?:spec/[\w.-]+\.md|(?:" + "|".join(SPEC_NAMES)
+    + r")\.md)|(?:[\w.-]+/)+spec\b/?)")
 SECTION = re.compile(r'(?:,[ \t]*|[ \t]+|,?[ \t]*\n[ \t]*(?:#+|//|\*)?[ \t]*)"(?P<section>[^"]{1,200})"')
 WRAP = re.compile(r"\s*\n\s*(?:#+|//|\*)?\s*")  # a line break inside a comment or docstring
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(?P<text>.*?)\s*#*\s*$")

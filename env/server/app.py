@@ -17,8 +17,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
 from env.server import mcp
-from env.server.messages import MessageGuard
 from env.server.environment import Curriculum, ServerConfig, ShellEnvironment, sandbox_spec
+from env.server.messages import MessageGuard
 from env.server.models import ShellAction, ShellObservation
 from env.server.sandbox import SandboxFactory
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity

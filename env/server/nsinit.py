@@ -7,12 +7,12 @@ speaks to the server over one SOCK_SEQPACKET socket (number FD), one JSON object
    the server, which alone may, writes the new user namespace's ID maps (root and the
    sandbox UID/GID, each to itself) and sends the setup. This process keeps the full
    capabilities it got in the new user namespace (it does not exec, which would drop them);
-2. it forks the PID namespace's PID 1, and only waits for it from then on. PID 1 makes every mount it inherited read-only (recursively) and mounts size- and
-   inode-limited tmpfs filesystems on the workspace and the scratch directories, a new
-   mqueue filesystem, brings the loopback interface up, joins a new session keyring, sets
+2. it forks the PID namespace's PID 1, and only waits for it from then on. PID 1 makes
+   every mount it inherited read-only (recursively) and mounts size- and inode-limited
+   tmpfs filesystems on the workspace and the scratch directories, a new mqueue
+   filesystem, brings the loopback interface up, joins a new session keyring, sets
    no_new_privs and a seccomp filter refusing the keyring system calls for itself and
-   everything it starts; then it says ``{"ok": true}``
-   (or ``{"error": "..."}``);
+   everything it starts; then it says ``{"ok": true}`` (or ``{"error": "..."}``);
 3. then, per ``{"op": "run", ...}`` with a pipe's write end attached, it forks the
    command (its own session, the resource limits, the OOM killer's first choice, the
    sandbox UID/GID without supplementary groups, ``bash -c``) and answers ``{"pid": N}``;
@@ -135,7 +135,7 @@ def _new_session_keyring() -> None:
         raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 
-def _named(what: str, action, *args) -> None:  # noqa: ANN001 - any callable
+def _named(what: str, action, *args) -> None:
     """Run ``action``; an OSError says which step of the setup failed."""
     try:
         action(*args)
@@ -207,7 +207,7 @@ def _start(run: dict, out: int, setup: dict) -> int:
         os.umask(0o022)
         os.chdir(run["cwd"])
         os.execve(SHELL, [SHELL, "-c", run["command"]], run["env"])
-    except BaseException as exc:  # noqa: BLE001 - the child must never return into the loop
+    except BaseException as exc:
         try:
             os.write(2, f"arena sandbox: the command could not start: {exc}\n".encode())
         finally:
@@ -242,7 +242,7 @@ def serve(ctl: socket.socket, setup: dict) -> None:
             return
         try:
             _handle(ctl, data, fds, setup, leaders)
-        except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal to PID 1
+        except Exception as exc:
             _send(ctl, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
         finally:
             for fd in fds:

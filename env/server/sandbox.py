@@ -110,7 +110,7 @@ def workspace_size(path: Path) -> int:
 class Command:
     """One command running in a sandbox, as much of `subprocess.Popen` as the shell needs."""
 
-    sandbox: "Sandbox"
+    sandbox: Sandbox
     pid: int
     returncode: int | None = None
 
@@ -152,7 +152,7 @@ class Sandbox:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def start(cls, spec: SandboxSpec) -> "Sandbox":
+    def start(cls, spec: SandboxSpec) -> Sandbox:
         """Start the namespaces' PID 1; `open` finishes the setup."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)

@@ -19,14 +19,13 @@ re-hashed as well, and it must hold nothing else.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pipeline._io import sha256_bytes, sha256_file
 from pipeline.audit.rows import INFO, Check, Rows, State, equal
 from pipeline.errors import VerificationError
 from pipeline.formats import is_commit
-from pipeline.records import card, dataset, sbom as sbom_mod, statement as release_statement
-
+from pipeline.records import card, dataset
+from pipeline.records import sbom as sbom_mod
+from pipeline.records import statement as release_statement
 
 
 def _bound_records(stmt: dict) -> dict[str, str]:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline.records import attest, trust
 from pipeline.errors import ReleaseError, VerificationError
+from pipeline.records import attest, trust
 
 T = TypeVar("T")
 PASS, FAIL, INFO, SKIPPED = "pass", "fail", "info", "skipped"
@@ -83,7 +83,8 @@ def first_difference(expected: list[dict], actual: list[dict]) -> str | None:
     e, a = ({d.get("name"): d for d in deps} for deps in (expected, actual))
     for name in sorted(set(e) | set(a), key=str):
         if e.get(name) != a.get(name):
-            return f"{name}: expected {json.dumps(e.get(name), sort_keys=True)}, got {json.dumps(a.get(name), sort_keys=True)}"
+            want, got = (json.dumps(x.get(name), sort_keys=True) for x in (e, a))
+            return f"{name}: expected {want}, got {got}"
     return "same entries in a different order" if expected != actual else None
 
 

@@ -9,17 +9,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline import config as config_mod, plan
-from pipeline.records import (
-    attest,
-    links as intoto_links,
-    statement as release_statement,
-    signing,
-    trust,
-)
+from pipeline import config as config_mod
+from pipeline import plan
 from pipeline._io import canonical_json, sha256_bytes, sha256_file
 from pipeline.audit.rows import Rows, State, equal, subject_digest
 from pipeline.errors import VerificationError
+from pipeline.records import (
+    attest,
+    signing,
+    trust,
+)
+from pipeline.records import (
+    links as intoto_links,
+)
+from pipeline.records import (
+    statement as release_statement,
+)
 
 
 def peek_profile(path: Path) -> str | None:

@@ -24,7 +24,7 @@ class Case:
         return f"{self.family}-d{self.difficulty}-s{self.seed}"
 
     @classmethod
-    def parse(cls, case_id: str) -> "Case":
+    def parse(cls, case_id: str) -> Case:
         m = _CASE.match(case_id)
         if not m or m["family"] not in FAMILIES:
             raise ValueError(f"not a curriculum case id: {case_id!r}")

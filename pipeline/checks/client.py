@@ -6,7 +6,6 @@ and turns its replies into `Reply` records; `http_get` reads the plain HTTP endp
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import time
@@ -47,7 +46,7 @@ def _client_class() -> type:
                 # before our first message: the reason is the message still buffered.
                 try:
                     response = await self._receive()
-                except (ConnectionClosed, asyncio.TimeoutError):
+                except (TimeoutError, ConnectionClosed):
                     raise ServerError(f"connection closed: {exc}", "CONNECTION_CLOSED") from exc
             else:
                 try:
@@ -91,7 +90,7 @@ class Session:
         self._client = client(base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S,
                               message_timeout_s=message_timeout_s).sync()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self.open()
         return self
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.checks import repair
+from pipeline.checks.results import CheckResult
 from pipeline.config import ExternalPolicy, ExternalTask
 from pipeline.errors import CheckFailure, ReleaseError
 from pipeline.image.oci.image import Index, parse, parse_config
-from pipeline.registry.client import Reference, RegistryClient
 from pipeline.progress import say
+from pipeline.registry.client import Reference, RegistryClient
 from pipeline.registry.pull import pull
-from pipeline.checks import repair
-from pipeline.checks.results import CheckResult
 from pipeline.verify.limits import ExternalLimits
 
 
@@ -89,7 +89,7 @@ class ExternalResult:
                 "writable_layer_peak_bytes": self.writable_layer_peak_bytes}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ExternalResult":
+    def from_json(cls, d: dict[str, Any]) -> ExternalResult:
         status = d["status"]
         return cls(task_id=d["task_id"], image=d["image"],
                    reason="" if status == "verified" else status.removeprefix("not verified: "),

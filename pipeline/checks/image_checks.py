@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pipeline.checks import shell as cmd
 from pipeline.checks import conformance, schema, solvers
+from pipeline.checks import shell as cmd
 from pipeline.checks._record import Recorder
 from pipeline.checks.answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
 from pipeline.checks.case_checks import solve_in_episode
@@ -133,7 +133,8 @@ def _malformed(correct: dict[str, Any]) -> list[tuple[str, str]]:
         ("answer-array", cmd.write_bytes("answer.json", b"[" + good + b"]")),
         ("answer-bool", cmd.write_bytes("answer.json", cmd.answer_bytes(with_component(correct, True)))),
         ("answer-nan", cmd.write_bytes("answer.json", nan_answer.encode())),
-        ("answer-too-deep", cmd.write_bytes("answer.json", cmd.answer_bytes(with_component(correct, nested(TOO_DEEP))))),
+        ("answer-too-deep",
+         cmd.write_bytes("answer.json", cmd.answer_bytes(with_component(correct, nested(TOO_DEEP))))),
         ("answer-oversized", cmd.write_bytes("answer.json", good) + " && " + pad),
         ("answer-symlink", cmd.write_bytes("real-answer.json", good) + " && ln -s real-answer.json answer.json"),
         ("answer-fifo", "rm -f answer.json && mkfifo answer.json"),
@@ -312,7 +313,8 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
     return rec.results
 
 
-IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code", "protected-task-module",
+IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code",
+                "protected-task-module",
                 "protected-proc-environ", "protected-vendored", "protected-inherited", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",
                 *ISOLATION_CHECKS,

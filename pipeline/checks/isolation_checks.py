@@ -9,7 +9,8 @@ and passes only if the next episode, or the server, shows nothing of it:
 - `isolation-network`: the agent cannot connect to the server's port, and sees no network
   interface but loopback;
 - `isolation-keyring`: a kernel keyring named by one episode is not seen by the next;
-- `isolation-scratch`: an inode flood of the scratch directories is bounded, the reset after it is quick, and the next episode finds none of it;
+- `isolation-scratch`: an inode flood of the scratch directories is bounded, the reset
+  after it is quick, and the next episode finds none of it;
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
@@ -329,7 +330,8 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
         replies["connection"] = f"{type(exc).__name__}: {exc}"
     finally:
         _reopen(session, case, seed + 1)
-    ok = all(value is True for value in replies.values()) and len(replies) == len(_malformed_messages()) and went_on and graded
+    every_reply = all(value is True for value in replies.values()) and len(replies) == len(_malformed_messages())
+    ok = every_reply and went_on and graded
     rec.add("malformed-input", ok,
             observed={"error_replies": replies, "episode_went_on": went_on, "graded": graded},
             expected={"error_replies": "each an error naming the problem", "episode_went_on": True,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pipeline.errors import VerificationError
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import job_costs, shard_jobs
+from pipeline.errors import VerificationError
 
 
 def _group(check_id: str) -> str:

@@ -87,7 +87,7 @@ class ReferenceRepair:
                               actual=f"{len(self.action())} characters")
 
     @classmethod
-    def read(cls, path: Path | str, source: str = "") -> "ReferenceRepair":
+    def read(cls, path: Path | str, source: str = "") -> ReferenceRepair:
         """The script at `path`; `source` says where it came from (default: the path)."""
         path = Path(path)
         try:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline._io import pretty_json, write_atomic
-from pipeline.errors import VerificationError
 from pipeline.checks.shards import Shard
+from pipeline.errors import VerificationError
 
 FORMAT = "openenv-arena-checks/v1"
 
@@ -62,7 +62,7 @@ class CheckResult:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "CheckResult":
+    def from_json(cls, d: dict[str, Any]) -> CheckResult:
         return cls(id=d["id"], passed=bool(d["passed"]), seconds=float(d["seconds"]),
                    observed=d.get("observed"), expected=d.get("expected"), detail=d.get("detail", ""),
                    not_applicable=d.get("not_applicable", ""))
@@ -127,7 +127,7 @@ class SuiteResult:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "SuiteResult":
+    def from_json(cls, d: dict[str, Any]) -> SuiteResult:
         if d.get("format") != FORMAT:
             raise VerificationError("not a check-results record", expected=FORMAT, actual=d.get("format"))
         return cls(image=d["image"], targets=tuple(d["targets"]),

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import config as config_mod
-from pipeline.errors import CheckFailure, ConfigError
-from pipeline.progress import say
 from pipeline.checks import external, repair, report
 from pipeline.checks.results import SuiteResult, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.checks.target import Target
-from pipeline.sources.references import ReferenceScript
+from pipeline.errors import CheckFailure, ConfigError
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
+from pipeline.progress import say
+from pipeline.sources.references import ReferenceScript
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "checks.json"
 

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.progress import say
 from pipeline.checks import case_checks, image_checks
 from pipeline.checks.cases import Case, all_cases
 from pipeline.checks.client import ServerError, Session
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.checks.shards import Shard, plan
 from pipeline.checks.target import Target
+from pipeline.progress import say
 
 # Reconnect attempts after a dropped session: the server frees a closed session
 # asynchronously, so an immediate reconnect can briefly meet the capacity limit.
@@ -73,7 +73,7 @@ def shard_jobs(shard: Shard, cases: Sequence[Case] | None = None, *, with_timeou
 JOIN_POLL_S = 0.25
 
 
-def _drain(work: "queue.Queue[_Job]") -> None:
+def _drain(work: queue.Queue[_Job]) -> None:
     while True:
         try:
             work.get_nowait()
@@ -82,7 +82,7 @@ def _drain(work: "queue.Queue[_Job]") -> None:
 
 
 class _Worker(threading.Thread):
-    def __init__(self, n: int, target: Target, jobs: "queue.Queue[_Job]", sink: "_Sink") -> None:
+    def __init__(self, n: int, target: Target, jobs: queue.Queue[_Job], sink: _Sink) -> None:
         super().__init__(name=f"checks-{n}", daemon=True)
         self.target, self.jobs, self.sink = target, jobs, sink
         # Disjoint seed ranges per worker keep every reset seed in the run distinct.
@@ -124,7 +124,7 @@ class _Worker(threading.Thread):
                 results, served = [CheckResult(f"{self._prefix(job)}/session", False,
                                                time.monotonic() - started,
                                                observed=f"server error: {exc}", expected="a working session")], {}
-            except Exception as exc:  # noqa: BLE001 - a suite bug must fail its job, not vanish with the thread
+            except Exception as exc:
                 results, served = [CheckResult(f"{self._prefix(job)}/suite-error", False,
                                                time.monotonic() - started,
                                                observed=f"{type(exc).__name__}: {exc}",
@@ -189,7 +189,7 @@ def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
         mine = shard_jobs(shard, cases, with_timeout=with_timeout)
         jobs = [j for j in jobs if j.key in mine]
         shard = Shard(shard.index, shard.count, mine)
-    work: "queue.Queue[_Job]" = queue.Queue()
+    work: queue.Queue[_Job] = queue.Queue()
     for job in jobs:
         work.put(job)
     sink = _Sink(len(jobs), quiet)

@@ -48,7 +48,7 @@ class Target:
         roots = [self.host_root, *(f"/proc/{pid}/root" for pid in _descendants(self.host_root))]
         return any(os.path.lexists(f"{root.rstrip('/')}/{inside.lstrip('/')}") for root in roots)
 
-    def with_url(self, url: str) -> "Target":
+    def with_url(self, url: str) -> Target:
         """The same layout reached at another URL (another container of the image, whose
         filesystem the suite does not know: no `host_root`)."""
         return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline import audit as audit_mod, config as config_mod
+from pipeline import audit as audit_mod
+from pipeline import config as config_mod
 from pipeline.records import trust, vsa
 
 

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline import config as config_mod, diff as diff_mod
+from pipeline import config as config_mod
+from pipeline import diff as diff_mod
 
 
 def diff_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,11 +6,14 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline import basestage, config as config_mod, inputs as image_inputs, plan
-from pipeline.image import base as base_mod, build as build_mod
-from pipeline.registry.basesource import BaseSource
+from pipeline import basestage, plan
+from pipeline import config as config_mod
+from pipeline import inputs as image_inputs
+from pipeline.image import base as base_mod
+from pipeline.image import build as build_mod
 from pipeline.records import provenance
 from pipeline.registry import local as localregistry
+from pipeline.registry.basesource import BaseSource
 from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
 from pipeline.sources import lock as runtime_lock

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline import config as config_mod, plan
+from pipeline import config as config_mod
+from pipeline import plan
 from pipeline._io import write_atomic
 from pipeline.checks import results as results_mod
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.build import load_record
 from pipeline.progress import say
-from pipeline.records import attest as attest_mod, provenance as provenance_mod
-from pipeline.records import sbom as sbom_mod, sbom_licenses, signing, trust
+from pipeline.records import attest as attest_mod
+from pipeline.records import provenance as provenance_mod
+from pipeline.records import sbom as sbom_mod
+from pipeline.records import sbom_licenses, signing, trust
 
 BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
 
@@ -71,7 +74,7 @@ def attest_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def attest(args: argparse.Namespace) -> int:
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     cfg = config_mod.load(args.config)
     if args.image is None:
         record = load_record(args.build_record)
@@ -86,7 +89,7 @@ def attest(args: argparse.Namespace) -> int:
         lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
         sbom_bytes=args.sbom.read_bytes(), checks=checks,
         checks_bytes=args.checks.read_bytes() if checks is not None else None,
-        signer=signer, out_dir=args.out, started=started, finished=datetime.now(timezone.utc),
+        signer=signer, out_dir=args.out, started=started, finished=datetime.now(UTC),
         invocation_id=os.environ.get("GITHUB_RUN_ID"),
     )
     attest_mod.write_readme(args.out, subject, signer, files, source_url=cfg.source_url)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline import config as config_mod, plan
+from pipeline import config as config_mod
+from pipeline import plan
 from pipeline import release as release_mod
 from pipeline.errors import ReleaseError
 from pipeline.progress import say

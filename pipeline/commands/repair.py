@@ -34,7 +34,8 @@ def repair_checks_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", required=True, type=Path,
                    help="the reference repair script, sent as one shell action")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help=f"the results in checks.json's format (default {DEFAULT_OUT.relative_to(config_mod.REPO_ROOT)})")
+                   help="the results in checks.json's format "
+                        f"(default {DEFAULT_OUT.relative_to(config_mod.REPO_ROOT)})")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
 
 

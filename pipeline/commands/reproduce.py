@@ -6,7 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline import config as config_mod, reproduce as reproduce_mod
+from pipeline import config as config_mod
+from pipeline import reproduce as reproduce_mod
 from pipeline.errors import VerificationError
 from pipeline.image import base as base_mod
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline import config as config_mod, plan
-from pipeline.progress import say
+from pipeline import config as config_mod
+from pipeline import plan
 from pipeline.config import REPO_ROOT
-from pipeline.sources import dataset, lock as runtime_lock, toolchain, vendor as vendor_mod
+from pipeline.progress import say
+from pipeline.sources import dataset, toolchain
+from pipeline.sources import lock as runtime_lock
+from pipeline.sources import vendor as vendor_mod
 
 
 def lock_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,18 +17,22 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline import config as config_mod, plan
+from pipeline import config as config_mod
+from pipeline import plan
 from pipeline.checks import external, run
 from pipeline.checks.merge import merge as merge_shards
 from pipeline.checks.results import load, write
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import run_suite
 from pipeline.progress import say
-from pipeline.records import attest, preflight as preflight_mod, signing, submission as submission_mod
+from pipeline.records import attest, signing
+from pipeline.records import preflight as preflight_mod
+from pipeline.records import submission as submission_mod
 from pipeline.registry import local as localregistry
-from pipeline.sources.references import reference_scripts
 from pipeline.sources.git import head_commit
-from pipeline.verify import hosttools, serve as serve_mod
+from pipeline.sources.references import reference_scripts
+from pipeline.verify import hosttools
+from pipeline.verify import serve as serve_mod
 
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:

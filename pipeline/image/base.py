@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline import _proc
-from pipeline.sources import lock as runtime_lock
 from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError
@@ -39,6 +38,7 @@ from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import OCI, ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layout import Layout
 from pipeline.progress import say
+from pipeline.sources import lock as runtime_lock
 
 BASE_LOCK_FILE = "locks/base.json"  # in a checkout: the one name of the base lock
 BASE_LOCK = REPO_ROOT / BASE_LOCK_FILE
@@ -474,7 +474,8 @@ def compile_bytecode(root: Path, runtime: Path, out: Path, *, prefix: str, pytho
              f"{compileall} -s {_RUNTIME_MOUNT} -p {prefix} {_RUNTIME_MOUNT}/lib")
     script = ('set -e; umask 022; mount --bind "$2" "$1"' + _RUNTIME_MOUNT + '; '
               'mount --bind "$3" "$1"' + _PYC_MOUNT + '; '
-              f'exec chroot "$1" /usr/bin/env -i PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 PYTHONPYCACHEPREFIX={_PYC_MOUNT} '
+              'exec chroot "$1" /usr/bin/env -i PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 '
+              f'PYTHONPYCACHEPREFIX={_PYC_MOUNT} '
               f'LC_ALL=C.UTF-8 PATH={PATH_ENV} /bin/sh -c "$4"')
     _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script,
                "compile-bytecode", root, runtime, out, inner], env={"PATH": PATH_ENV}, timeout=1800)

@@ -12,8 +12,8 @@ build record `dist/build.json`, which holds every value written into the config.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
 from pipeline import config as _config
 from pipeline._io import read_json, write_json_atomic
@@ -79,7 +79,7 @@ class BuildRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> "BuildRecord":
+    def from_json(cls, data: dict) -> BuildRecord:
         if data.get("version") != RECORD_VERSION:
             raise ConfigError("unsupported build record version", expected=RECORD_VERSION,
                               actual=data.get("version"))

@@ -44,7 +44,7 @@ class ImageConfigValues:
                 "user": self.user, "labels": dict(self.labels)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "ImageConfigValues":
+    def from_json(cls, data: dict) -> ImageConfigValues:
         return cls(cmd=tuple(data["cmd"]), entrypoint=tuple(data["entrypoint"]),
                    env=tuple(sorted(data["env"].items())), working_dir=data["working_dir"],
                    exposed_ports=tuple(data["exposed_ports"]), user=data["user"],

@@ -37,7 +37,7 @@ class Member:
         return {f: getattr(self, f) for f in ("path",) + FIELDS}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Member":
+    def from_json(cls, data: dict[str, Any]) -> Member:
         return cls(**{k: data[k] for k in ("path",) + FIELDS if k in data})
 
 
@@ -101,6 +101,6 @@ class AppLayer:
                 "size": self.size, "members": [m.to_json() for m in self.members]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "AppLayer":
+    def from_json(cls, data: dict[str, Any]) -> AppLayer:
         return cls(name=data["name"], digest=data["digest"], diff_id=data["diff_id"],
                    size=data["size"], members=tuple(Member.from_json(m) for m in data["members"]))

@@ -4,9 +4,10 @@ jsonschema (4.26) imports rfc3987-syntax for the `iri` and `iri-reference` forma
 imported, and rfc3987-syntax 1.1.0 builds its Earley parsers at import: about 2 s of CPU in
 every process that validates an SBOM or a request, although neither of ours holds a
 value of those formats (the CycloneDX schema checks them on URLs and BOM links: external
-references, licences, organisations, services, advisories; our SBOMs carry none). `defer_iri_grammar()`, called before jsonschema is imported, puts a
-module in its place whose `is_valid_syntax` imports the real one on its first call and
-hands every call to it: the same checks, paid for only where an IRI is checked.
+references, licences, organisations, services, advisories; our SBOMs carry none).
+`defer_iri_grammar()`, called before jsonschema is imported, puts a module in its place
+whose `is_valid_syntax` imports the real one on its first call and hands every call to
+it: the same checks, paid for only where an IRI is checked.
 """
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline._io import canonical_json, sha256_bytes, sha256_file, write_atomic
+from pipeline.checks.results import SuiteResult
 from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
 from pipeline.formats import utc_time
 from pipeline.image.oci import digest as oci_digest
-from pipeline.checks.results import SuiteResult
 from pipeline.records import provenance as provenance_record
 from pipeline.records.provenance import Provenance
 from pipeline.sources.lock import allowed_hashes
@@ -255,7 +255,8 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
             "", "```sh", "python - <<'EOF'", "import json, pathlib",
             "from cryptography.hazmat.primitives.serialization import load_pem_public_key",
             "from securesystemslib.dsse import Envelope", "from securesystemslib.signer import SSlibKey",
-            'key = SSlibKey.from_crypto(load_pem_public_key(pathlib.Path("attestations/release.pub.pem").read_bytes()))',
+            'pem = pathlib.Path("attestations/release.pub.pem").read_bytes()',
+            "key = SSlibKey.from_crypto(load_pem_public_key(pem))",
             f'assert key.keyid == "{signer_id}", key.keyid',
             'for name in ("release", "provenance", "sbom", "checks"):',
             '    env = Envelope.from_dict(json.loads(pathlib.Path(f"attestations/{name}.dsse.json").read_bytes()))',
@@ -326,8 +327,9 @@ def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Prov
     """
     out_dir = Path(out_dir)
     predicates: dict[str, Mapping[str, Any]] = {
-        "provenance": provenance_predicate(cfg, provenance, parameters=parameters, lock_text=lock_text, signing=signer.kind, started=started,
-                                           finished=finished, invocation_id=invocation_id or str(uuid.uuid4())),
+        "provenance": provenance_predicate(cfg, provenance, parameters=parameters, lock_text=lock_text,
+                                           signing=signer.kind, started=started, finished=finished,
+                                           invocation_id=invocation_id or str(uuid.uuid4())),
         "sbom": json.loads(sbom_bytes),
     }
     write_atomic(out_dir / SBOM_FILE, sbom_bytes)

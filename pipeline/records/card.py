@@ -135,7 +135,8 @@ def _licences(cfg: ReleaseConfig, prov: Provenance, project_license: str | None)
     ds = cfg.dataset
     out = [f"The whole is `{ds.license_name}` ({ds.license_link}); each part keeps its own terms:", "",
            "| part | licence | terms |", "|---|---|---|",
-           f"| this project's environment and pipeline (in the image) | {project_license or 'not declared'} | `LICENSE` of "
+           "| this project's environment and pipeline (in the image) | "
+           f"{project_license or 'not declared'} | `LICENSE` of "
            f"{cfg.source_url} at `{prov.project.commit}` |"]
     for s in prov.sources:
         out.append(f"| `vendor/{s.vendor_path}` ({s.repository} at `{s.revision}`) | {s.license} | "

@@ -43,7 +43,7 @@ class HubTarget:
 
     @classmethod
     def of(cls, repository: str, hub_url: str, *, publish: bool, profile: str,
-           environ: Mapping[str, str] | None = None) -> "HubTarget":
+           environ: Mapping[str, str] | None = None) -> HubTarget:
         environ = os.environ if environ is None else environ
         return cls(repository, (environ.get("HF_ENDPOINT") or hub_url).rstrip("/"), publish, profile)
 
@@ -61,7 +61,8 @@ class HubTarget:
         environ = os.environ if environ is None else environ
         token = environ.get("HF_TOKEN", "")
         if not token:
-            raise ConfigError(f"profile {self.profile} publishes the dataset {self.repository}, but HF_TOKEN is not set",
+            raise ConfigError(f"profile {self.profile} publishes the dataset {self.repository}, "
+                              "but HF_TOKEN is not set",
                               hint="export HF_TOKEN (a Hugging Face token with write access to the dataset)")
         return token
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from copy import deepcopy
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from in_toto.models.layout import Layout, Step
@@ -335,7 +335,7 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         if actual != expected:
             raise VerificationError(f"{path} differs from the product its stage recorded", expected=expected,
                                     actual=actual)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     state = "expired" if now > expires else "valid until"
     return f"layout {state} {lay.expires} (release {utc_time(released_on)}: valid then)"
 

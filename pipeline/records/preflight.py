@@ -300,7 +300,8 @@ def _per_task(task: dict[str, Any], evidence: Evidence, requested_schema: Any) -
                            f"`openenv validate` did not run on this image (no {EXTERNAL_ENDPOINT_CHECK} repair check)")
     # The external image's /schema was compared with the release schema when it was checked.
     same = bool(result.schema_equal) and requested_schema == release_schema.declared()
-    schema = Outcome("native_schema", task_id, PASS if same else FAIL, "" if same else "its /schema is not the request's")
+    schema = Outcome("native_schema", task_id, PASS if same else FAIL,
+                     "" if same else "its /schema is not the request's")
     return [endpoint, schema, episode]
 
 

@@ -25,18 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
-from pipeline.config import BUDGET_FIELDS, Budgets
-from pipeline.sources import git, lock as runtime_lock, toolchain
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
+from pipeline.config import BUDGET_FIELDS, Budgets
 from pipeline.errors import ConfigError, ReleaseError, SourceError
-from pipeline.sources.dataset import ExternalRecord
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer
 from pipeline.image.oci.layer import zlib_version
-from pipeline.sources.toolchain import Distribution
-from pipeline.sources.vendor import VendoredFile
 from pipeline.records.sizes import Sizes
 from pipeline.records.verification import TaskRecord
+from pipeline.sources import git, toolchain
+from pipeline.sources import lock as runtime_lock
+from pipeline.sources.dataset import ExternalRecord
+from pipeline.sources.toolchain import Distribution
+from pipeline.sources.vendor import VendoredFile
 
 SCHEMA = "openenv-arena-release/provenance/v2"
 WHEEL_LOCK = runtime_lock.LOCK_FILE
@@ -96,7 +97,7 @@ class Builder:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> "Builder":
+    def from_json(cls, data: Any) -> Builder:
         data = {"toolchain": [], **data} if isinstance(data, dict) else data
         fields = dict(_build(cls, data, "builder").__dict__)
         if not isinstance(data["toolchain"], list):
@@ -128,7 +129,7 @@ class Image:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> "Image":
+    def from_json(cls, data: Any) -> Image:
         data = {"config": None, **data} if isinstance(data, dict) else data
         fields = dict(_build(cls, data, "image").__dict__)
         fields["app_layers"] = tuple(AppLayer.from_json(l) for l in data["app_layers"])

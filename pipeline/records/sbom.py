@@ -24,19 +24,19 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
 from pipeline import __version__
 from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, Source
-from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
 from pipeline.records import sbom_licenses
+from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -353,7 +353,7 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         bom_ref=BomRef("tool:pipeline.sbom"),
     )])
     bom = Bom(serial_number=serial_number(image.digest), metadata=BomMetaData(
-        component=img, timestamp=datetime.fromtimestamp(epoch, timezone.utc), tools=tools))
+        component=img, timestamp=datetime.fromtimestamp(epoch, UTC), tools=tools))
 
     status = view.read(_STATUS_FILES[0])
     distro = distro_of(view.read(_OS_RELEASE[0]) or view.read(_OS_RELEASE[1]))

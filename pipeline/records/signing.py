@@ -183,7 +183,8 @@ class SigstorePolicy:
             data = json.loads(Path(path).read_bytes())
             return cls(identity=data["identity"], issuer=data["issuer"])
         except FileNotFoundError:
-            raise VerificationError(f"{path} is missing", hint="a keyless release publishes its signer identity")
+            raise VerificationError(f"{path} is missing",
+                                    hint="a keyless release publishes its signer identity") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise VerificationError(f"{path} is not an identity policy: {exc!s}") from None
 
@@ -218,7 +219,8 @@ def sigstore_verify(bundle: bytes, policy: SigstorePolicy, *, what: str) -> byte
     """
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import Bundle
-    from sigstore.verify import Verifier, policy as sp
+    from sigstore.verify import Verifier
+    from sigstore.verify import policy as sp
 
     try:
         parsed = Bundle.from_json(bundle)

@@ -83,7 +83,7 @@ class Sizes:
                 "seed_bytes": self.seed_bytes, "platform_bytes": self.platform_bytes}
 
     @classmethod
-    def from_json(cls, data: Any) -> "Sizes":
+    def from_json(cls, data: Any) -> Sizes:
         if not isinstance(data, dict) or set(data) != {"measures", "images", "seed_bytes", "platform_bytes"}:
             raise ConfigError("sizes is not a sizes record",
                               expected=["images", "measures", "platform_bytes", "seed_bytes"],

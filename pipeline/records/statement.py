@@ -22,12 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import signing
 from pipeline._io import canonical_json, is_tree_path, sha256_file, write_atomic
-from pipeline.records.attest import STATEMENT_TYPE, Subject
-from pipeline.records.dataset import FOLDER as DATASET_FOLDER
 from pipeline.errors import VerificationError
 from pipeline.formats import parse_utc_time, utc_time
+from pipeline.records import signing
+from pipeline.records.attest import STATEMENT_TYPE, Subject
+from pipeline.records.dataset import FOLDER as DATASET_FOLDER
 
 NAME = "release"
 RECORD_FILES = ("provenance.json", "submission.json")

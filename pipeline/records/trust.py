@@ -35,9 +35,9 @@ from pathlib import Path
 from securesystemslib.signer import SSlibKey
 
 from pipeline import configschema
-from pipeline.records import signing
 from pipeline.config import REPO_ROOT, ReleaseConfig
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.records import signing
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 

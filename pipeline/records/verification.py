@@ -60,7 +60,7 @@ class TaskRecord:
                 "verification": self.verification.to_json()}
 
     @classmethod
-    def from_json(cls, data: Any) -> "TaskRecord":
+    def from_json(cls, data: Any) -> TaskRecord:
         if not isinstance(data, dict) or set(data) != {"task_id", "image", "kind", "verification"}:
             raise ConfigError("a task record is malformed", expected=["image", "kind", "task_id", "verification"],
                               actual=sorted(data) if isinstance(data, dict) else type(data).__name__)

@@ -10,14 +10,14 @@ otherwise written as the plain statement.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline._io import pretty_json, sha256_file, write_atomic
 from pipeline.formats import utc_time
 from pipeline.records import attest, signing
-from pipeline._io import pretty_json, sha256_file, write_atomic
 
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "https://github.com/akseljoonas/openenv-arena-release/pipeline/audit"
@@ -35,7 +35,8 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
             inputs.append({"uri": f"attestations/{p.name}", "digest": {"sha256": sha256_file(p)}})
     def described(name: str) -> dict[str, Any]:
         path = records / name
-        return {"uri": name, "digest": {"sha256": sha256_file(path)} if path.is_file() and not path.is_symlink() else {}}
+        regular = path.is_file() and not path.is_symlink()
+        return {"uri": name, "digest": {"sha256": sha256_file(path)} if regular else {}}
 
     skipped = sorted(c.id for c in rows if c.status == "skipped")
     return {
@@ -61,7 +62,7 @@ def statement(rows, *, records: Path, image: str | None, verified_on: datetime |
                                                                                                  "sha256:" + "0" * 64)
     return attest.statement(subject, PREDICATE_TYPE, predicate(
         rows, records=records, image=f"{subject.name}@{subject.digest}",
-        verified_on=verified_on or datetime.now(timezone.utc)))
+        verified_on=verified_on or datetime.now(UTC)))
 
 
 def write(out: Path, rows, *, records: Path, image: str | None, key_path: Path | None = None) -> Path:

@@ -23,8 +23,8 @@ from pipeline.image.oci.image import (
     parse_manifest,
 )
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Reference, RegistryClient
 from pipeline.progress import Progress
+from pipeline.registry.client import Reference, RegistryClient
 
 # Base layer blobs, content-addressed and shared by every build of this checkout.
 BLOB_CACHE = REPO_ROOT / ".release" / "cache" / "blobs"
@@ -62,7 +62,7 @@ class BaseSource:
     layout: Path | None = None
 
     @classmethod
-    def from_registry(cls, reference: str, name: str | None = None) -> "BaseSource":
+    def from_registry(cls, reference: str, name: str | None = None) -> BaseSource:
         ref = Reference.parse(reference)
         if ref.digest is None:
             raise ConfigError(f"base {ref} must be pinned by digest", expected="name@sha256:...",
@@ -71,7 +71,7 @@ class BaseSource:
                    repository=ref.repository)
 
     @classmethod
-    def from_layout(cls, layout: Path, name: str, digest: str) -> "BaseSource":
+    def from_layout(cls, layout: Path, name: str, digest: str) -> BaseSource:
         return cls(name=name, digest=digest, layout=Path(layout))
 
     def __str__(self) -> str:

@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit, parse_qsl
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
 
 from pipeline._io import CHUNK
 from pipeline.errors import ConfigError, DigestMismatch, RegistryError
-from pipeline.progress import Progress
 from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import INDEX_TYPES, MANIFEST_TYPES
+from pipeline.progress import Progress
 
 log = logging.getLogger("pipeline.registry.client")
 

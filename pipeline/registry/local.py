@@ -28,10 +28,10 @@ import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator

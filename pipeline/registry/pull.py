@@ -15,8 +15,8 @@ from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import Descriptor, Index, ManifestError, parse, parse_config
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Reference, RegistryClient
 from pipeline.progress import Progress, say
+from pipeline.registry.client import Reference, RegistryClient
 
 
 @dataclass(frozen=True)

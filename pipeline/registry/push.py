@@ -15,8 +15,8 @@ from pipeline.errors import ConfigError
 from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import parse_manifest
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import RegistryClient
 from pipeline.progress import Progress, say
+from pipeline.registry.client import RegistryClient
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,6 @@ verified against its pins.
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,7 +182,7 @@ def _get_json(url: str) -> Any:
         raise SourceError(f"{url} refused the request", expected="HTTP 200",
                           actual=f"HTTP {exc.code}",
                           hint="check the dataset, revision, split and row pins") from None
-    except (urlerror.URLError, socket.timeout, ConnectionError) as exc:
+    except (TimeoutError, urlerror.URLError, ConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Unavailable(f"{parse.urlsplit(url).netloc} unreachable: {reason}") from None
     except ValueError as exc:

@@ -27,7 +27,6 @@ from pipeline.errors import SourceError, ToolError
 from pipeline.formats import SHORT_COMMIT, is_commit
 
 
-
 def hermetic_env() -> dict[str, str]:
     """The environment every git command runs in: only PATH survives from the host."""
     return {

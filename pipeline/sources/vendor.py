@@ -29,10 +29,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline import config as config_mod
-from pipeline.sources import git
 from pipeline._io import sha256_bytes, write_atomic
 from pipeline.errors import ConfigError, DigestMismatch, SourceError
 from pipeline.progress import say
+from pipeline.sources import git
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "vendor"
 DEFAULT_CACHE = config_mod.REPO_ROOT / ".release" / "git"

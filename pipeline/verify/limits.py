@@ -41,7 +41,7 @@ class ContainerLimits:
     own_user_namespace: bool = True
 
     @classmethod
-    def from_budgets(cls, budgets: Budgets, *, pids: int = DEFAULT_PIDS) -> "ContainerLimits":
+    def from_budgets(cls, budgets: Budgets, *, pids: int = DEFAULT_PIDS) -> ContainerLimits:
         """memory_gib, cpu_floor_vcpus and workspace_gib of a `[budgets.*]` table."""
         values = budgets.values
         limits = cls(memory_bytes=values["memory_gib"] * GIB, pids=pids,
@@ -70,14 +70,14 @@ class ContainerLimits:
 class ExternalLimits:
     """The external budget as the seed release ran the repair images: `--cpus 2
     --memory 16g` (docs/spec/mimo.md, "The 12 repair checks per image"), memory without
-    extra swap. Nothing else: the unchanged image keeps its own filesystem (its workspace is in the writable layer, which is
-    measured) and its own user IDs."""
+    extra swap. Nothing else: the unchanged image keeps its own filesystem (its workspace is
+    in the writable layer, which is measured) and its own user IDs."""
 
     memory_bytes: int
     cpus: float
 
     @classmethod
-    def from_budgets(cls, budgets: Budgets) -> "ExternalLimits":
+    def from_budgets(cls, budgets: Budgets) -> ExternalLimits:
         """memory_gib and cpu_floor_vcpus of `[budgets.external]`."""
         values = budgets.values
         limits = cls(memory_bytes=values["memory_gib"] * GIB, cpus=float(values["cpu_floor_vcpus"]))

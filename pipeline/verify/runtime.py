@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +25,9 @@ from pathlib import Path
 from pipeline import _proc
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
-from pipeline.verify.limits import ContainerLimits, ExternalLimits
-from pipeline.registry.client import is_loopback
 from pipeline.progress import say
+from pipeline.registry.client import is_loopback
+from pipeline.verify.limits import ContainerLimits, ExternalLimits
 
 LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"

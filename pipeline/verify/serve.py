@@ -32,9 +32,9 @@ from pipeline.image.build import BuildRecord, load_record
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layout import Layout
+from pipeline.progress import say
 from pipeline.verify.limits import ContainerLimits
 from pipeline.verify.runtime import ContainerRuntime
-from pipeline.progress import say
 
 HOST_DIR = config_mod.REPO_ROOT / ".release" / "serve-host"
 PORT_VARIABLE = "RELEASE_SERVE_PORT"

@@ -254,7 +254,8 @@ def test_a_name_without_a_registry_is_read_from_the_running_local_registry(local
     from pipeline.audit.registry import image_location
 
     monkeypatch.setenv("RELEASE_REGISTRY_DIR", str(local_registry.root))
-    assert image_location("arena/openenv-data-workflows").name == f"{local_registry.address}/arena/openenv-data-workflows"
+    located = image_location("arena/openenv-data-workflows")
+    assert located.name == f"{local_registry.address}/arena/openenv-data-workflows"
     assert image_location("ghcr.io/o/r").registry == "ghcr.io"
     monkeypatch.setenv("RELEASE_REGISTRY_DIR", str(tmp_path / "none"))
     with pytest.raises(VerificationError, match="no local registry is running"):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from in_toto.models.metadata import Envelope, Metadata
 
-from pipeline.records import links as intoto_links
 from pipeline.errors import VerificationError
+from pipeline.records import links as intoto_links
 
 from .conftest import RELEASED_ON
 
-RELEASED = datetime(*RELEASED_ON, tzinfo=timezone.utc)
+RELEASED = datetime(*RELEASED_ON, tzinfo=UTC)
 
 
 def _verify(rec, **kw):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pipeline.records import sbom
 from pipeline.config import Source
 from pipeline.errors import DigestMismatch
+from pipeline.records import sbom
 
 from .conftest import TASKS_PY, make_image
 

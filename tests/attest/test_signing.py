@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from pipeline import cli
-from pipeline.records import signing
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.records import signing
 
 STATEMENT = b'{"_type":"https://in-toto.io/Statement/v1","predicate":{},"predicateType":"x","subject":[]}'
 
@@ -110,7 +110,8 @@ def test_key_public_prints_only_the_pem_an_auditor_passes_to_audit_key(tmp_path,
 
 
 def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
-    from pipeline import config as config_mod, plan
+    from pipeline import config as config_mod
+    from pipeline import plan
     from pipeline.records import trust
 
     from .conftest import make_records
@@ -127,7 +128,8 @@ def test_unpinned_release_key_warning_says_how_to_pin_it(tmp_path):
 
 
 def test_unpinned_sigstore_identity_warning(tmp_path):
-    from pipeline import config as config_mod, plan
+    from pipeline import config as config_mod
+    from pipeline import plan
     from pipeline.records import trust
 
     from .conftest import make_records
@@ -136,7 +138,8 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     toml = rec.root / "release.toml"
     toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
                     "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
-                    "signing = \"sigstore\"\nexternal_tasks_required = false\nsubmission_id = \"x\"\ndataset = \"a/b\"\n\n[profiles.test]"))
+                    "signing = \"sigstore\"\nexternal_tasks_required = false\nsubmission_id = \"x\"\n"
+                    "dataset = \"a/b\"\n\n[profiles.test]"))
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")

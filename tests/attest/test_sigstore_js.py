@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.image.oci.image import OCI_INDEX, Index, parse
 from pipeline.records import attest, bundles, signing
 from pipeline.registry import push as publish
 from pipeline.registry import referrers
-from pipeline.image.oci.image import OCI_INDEX, Index, parse
 
+from ..shared import once
 from .conftest import make_image
 from .test_attach_registry import GITHUB_ISSUER, KEYLESS, KEYLESS_IDENTITY, _push_bundle, flip_payload_byte
-from ..shared import once
 
 JS = Path(__file__).resolve().parents[1] / "sigstore_js"
 SCRIPT = "verify_referrers.mjs"

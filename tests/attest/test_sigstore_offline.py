@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.records import attest, signing, trust
 from pipeline import audit
 from pipeline.errors import VerificationError
+from pipeline.records import attest, signing, trust
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sigstore"
 BUNDLE = FIXTURES / "github-attestation-reusable-workflow.sigstore.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 def fresh(tmp_path, monkeypatch):
     """Records released today, so in-toto's CLI (which refuses expired layouts) accepts them."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(conftest.EPOCH))
-    today = datetime.now(timezone.utc)
+    today = datetime.now(UTC)
     monkeypatch.setattr(conftest, "RELEASED_ON", (today.year, today.month, today.day))
     return conftest.make_records(tmp_path / "records")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from pipeline import basestage
-from pipeline.image import base
-from pipeline.sources import lock
 from pipeline.config import REPO_ROOT
-from pipeline.registry.client import Credentials, RegistryClient
+from pipeline.image import base
+from pipeline.registry.client import RegistryClient
+from pipeline.sources import lock
 
 from ..shared import locked, once, shared_result
 

@@ -7,9 +7,8 @@ Standard library and openenv-core only: it runs inside venvs made from locks/run
 
 from __future__ import annotations
 
-from probe_dists import loaded_distributions
-
 from openenv.core.env_server import Action, Environment, Observation, State, create_app
+from probe_dists import loaded_distributions
 
 
 class EchoAction(Action):

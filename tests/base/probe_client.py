@@ -10,7 +10,6 @@ import json
 import sys
 
 from openenv.core import GenericEnvClient
-
 from probe_dists import loaded_distributions
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from pipeline import basestage
 from pipeline.image import base
-from pipeline.registry import local as localregistry
 from pipeline.image.oci.layout import Layout
+from pipeline.registry import local as localregistry
 from pipeline.verify.runtime import ContainerRuntime
 
 from ..reproduce.reprotestfixtures import base_reprotest, build_world, built_indexes  # noqa: F401

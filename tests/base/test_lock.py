@@ -13,9 +13,8 @@ import urllib.request
 
 import pytest
 
-from pipeline.sources import lock
 from pipeline.errors import ConfigError, DigestMismatch
-
+from pipeline.sources import lock
 from tests.contained import ContainedProcess, contained_argv, require_containment
 
 from .basefixtures import HERE, make_venv, pip_install, wheel_dir

@@ -40,7 +40,7 @@ def _schema2_copy(local_registry, record) -> str:
 
 @pytest.mark.parametrize("family", ["oci", "docker"])
 def test_derived_image_runs_and_answers_health_and_reset(family, tmp_path, source_repo,
-                                                         local_registry, base_image):  # noqa: F811
+                                                         local_registry, base_image):
     base_ref = (base_image.pull_reference(local_registry.address) if family == "oci"
                 else _schema2_copy(local_registry, base_image))
     repo = clone(source_repo, tmp_path / "r")

@@ -74,7 +74,7 @@ def serving(app: Path, argv: list[str], log: Path):
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-2000:]}")
+                    raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-2000:]}") from None
                 time.sleep(0.2)
         contained = ContainedProcess(proc)
         yield Target(url=url, app_dir=str(app), server_pid=1, host_root=f"/proc/{contained.init_pid()}/root")

@@ -48,7 +48,7 @@ JOBS = {"good": ("", REFERENCE), "no-reference": ("", None), "reference-no-fix":
 
 
 @pytest.fixture(scope="module")
-def standins(local_registry, base_image, tmp_path_factory):  # noqa: F811
+def standins(local_registry, base_image, tmp_path_factory):
     return build_standins(local_registry, base_image, tmp_path_factory.mktemp("standins"), task_id=TASK)
 
 

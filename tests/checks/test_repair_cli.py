@@ -40,7 +40,7 @@ def _nox(clone, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=1200)
 
 
-def test_repair_checks_from_a_fresh_clone_against_a_loopback_registry(local_registry, base_image,  # noqa: F811
+def test_repair_checks_from_a_fresh_clone_against_a_loopback_registry(local_registry, base_image,
                                                                       tmp_path):
     standins = build_standins(local_registry, base_image, tmp_path / "work", task_id=TASK, faults=("grader-root",))
     assert standins[""].reference.startswith("127.0.0.1:")

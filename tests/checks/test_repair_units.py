@@ -30,8 +30,8 @@ def test_reference_action_is_exactly_the_seeds_heredoc():
 
 def test_reference_action_runs_the_script_in_bash_with_quotes_and_dollars_kept(tmp_path):
     # A quoted heredoc: bash expands nothing in the script; python3 reads it from stdin.
-    script = ("import pathlib\n"
-              "pathlib.Path('out.txt').write_text('$HOME `id` \"q\" \\\\n ' + str(6 * 7))\n").encode()
+    script = (b"import pathlib\n"
+              b"pathlib.Path('out.txt').write_text('$HOME `id` \"q\" \\\\n ' + str(6 * 7))\n")
     proc = subprocess.run(["bash", "-c", repair.ReferenceRepair(script, "t").action()], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from securesystemslib.signer import CryptoSigner
 
-from pipeline.records import attest, signing
 from pipeline._io import sha256_file
 from pipeline.checks import results as results_mod
+from pipeline.records import attest, signing
 
 from ..base.basefixtures import base_image  # noqa: F401
 from ..build.conftest import clone, source_repo  # noqa: F401
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def built_image(tmp_path_factory, source_repo, local_registry, base_image):  # noqa: F811
+def built_image(tmp_path_factory, source_repo, local_registry, base_image):
     """The derived image, built by `python -m pipeline build` and pushed to the local registry."""
     repo = clone(source_repo, tmp_path_factory.mktemp("sharded") / "r")
     proc, _ = run_build(repo, local_registry, base_image.pull_reference(local_registry.address))

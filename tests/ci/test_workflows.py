@@ -116,7 +116,7 @@ def test_project_rules_reject_a_broken_workflow(old, new, message):
 
 def test_one_action_one_pin_across_the_workflows():
     pins: dict[str, set[str]] = {}
-    for name, text in WORKFLOWS.items():
+    for text in WORKFLOWS.values():
         for _, _, step in rules._steps(rules.load(text)):
             if "uses" in step:
                 action, _, sha = step["uses"].partition("@")

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import audit, config as config_mod, plan
-from pipeline.records import card, dataset, provenance, statement as release_statement, submission
+from pipeline import audit, plan
+from pipeline import config as config_mod
+from pipeline.records import card, dataset, provenance, submission
+from pipeline.records import statement as release_statement
 
 from ..attest.conftest import make_records
 from ..attest.test_audit import _resign_statement, failed, resign
@@ -100,7 +102,7 @@ def test_same_inputs_give_the_same_bytes(tmp_path, monkeypatch):
     regenerating the card and tasks.jsonl from the written records gives them again."""
     from securesystemslib.signer import CryptoSigner
 
-    from pipeline.records import signing, sbom
+    from pipeline.records import sbom, signing
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     signer = signing.KeySigner(CryptoSigner.generate_ed25519())

@@ -143,7 +143,8 @@ def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(
     the publication record provenance.json then carries."""
     from dataclasses import replace
 
-    from pipeline import config as config_mod, plan, release
+    from pipeline import config as config_mod
+    from pipeline import plan, release
     from pipeline.records import provenance, submission
 
     hub_standin.create_repo(REPO)

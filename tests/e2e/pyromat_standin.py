@@ -49,6 +49,7 @@ from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_image
 from pipeline.sources import lock
+
 from ..checks.repair_standin import layer_file
 from ..shared import once, shared_result
 

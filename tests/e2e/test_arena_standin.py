@@ -183,8 +183,8 @@ rows_url = "{hub}"
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path, local_registry,  # noqa: F811
-                                                       hub_standin, base_image):  # noqa: F811
+def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path, local_registry,
+                                                       hub_standin, base_image):
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     mirror = tmp_path / "mirror"

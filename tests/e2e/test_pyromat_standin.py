@@ -33,8 +33,14 @@ from ..build.conftest import clone, source_repo  # noqa: F401
 from ..build.test_build import run_build
 from ..checks.repair_standin import HERE as REPAIR_STANDIN
 from ..sources.rows_standin import mimo_record, record_text
-from .pyromat_standin import (CMD, INHERITED, SOURCE_LABEL, build_pyromat_standin,
-                              pyromat_runtime, workspace_tar)  # noqa: F401
+from .pyromat_standin import (
+    CMD,
+    INHERITED,
+    SOURCE_LABEL,
+    build_pyromat_standin,
+    pyromat_runtime,  # noqa: F401
+    workspace_tar,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.container]
 TASK = "format-code-task-000666"
@@ -93,8 +99,8 @@ def _protected(runtime: ContainerRuntime, image: str, tmp: Path) -> dict:
         runtime.remove(container)
 
 
-def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_registry,  # noqa: F811
-                                                base_image, source_repo):  # noqa: F811
+def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_registry,
+                                                base_image, source_repo):
     stand = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
                                  runtime=pyromat_runtime)
     client = RegistryClient(local_registry.address)

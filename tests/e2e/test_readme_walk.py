@@ -51,8 +51,9 @@ import pytest
 
 from pipeline.config import load
 from pipeline.registry import local as localregistry
-from . import readme_walk
+
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
+from . import readme_walk
 from .caches import seed_caches
 from .readme_walk import ReadmeError, Walk, WalkFailed, parse, parse_documents
 

@@ -95,7 +95,7 @@ class Released:
 
 
 @shared_result
-def released(tmp_path_factory, base_image) -> Released:  # noqa: F811
+def released(tmp_path_factory, base_image) -> Released:
     """One local release in a fresh clone, made once per run (base_image: the pinned base's
     layout is there to copy). Read it only; run more in `release_copy`."""
     def make(root: Path) -> None:
@@ -331,7 +331,7 @@ def test_audit_passes_on_the_release_records(released, release_copy):
     assert proc.stdout.startswith("AUDIT PASSED") and "FAIL" not in proc.stdout
 
 
-def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):  # noqa: F811
+def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):
     """From the image digest alone, over plain HTTP: the local registry holds one Sigstore bundle
     per signed statement (the referrers tag schema: docker-registry has no referrers API), and
     sigstore-js verifies each with the release key; `audit --registry` finds and verifies them."""
@@ -421,7 +421,8 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(release
     assert "NOT PUBLISHED: the local profile does not upload it" in released.stderr
     # a consumer's own reader, offline
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    proc = subprocess.run([sys.executable, "-c", "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
+    proc = subprocess.run([sys.executable, "-c",
+                           "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
                            " print(t.num_rows, list(t['task_id'])[8])", str(folder)],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

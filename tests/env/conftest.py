@@ -28,8 +28,8 @@ from openenv.core.generic_client import GenericEnvClient
 from openenv.core.sync_client import SyncEnvClient
 
 from pipeline.checks.repair import HEALTH_WITHIN_S
-from tests.forked_server import Forked
 from tests.contained import ContainedProcess, require_containment, start_contained
+from tests.forked_server import Forked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_SHELL_TIMEOUT_S = 3.0
@@ -41,7 +41,8 @@ import json, resource, sys
 from env.server.app import create_server_app
 from env.server.serve import run
 from env.server.environment import ServerConfig
-port, timeout_s, tasks_file, modules_out, nofile = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+port, tasks_file, modules_out, nofile = sys.argv[1], sys.argv[3], sys.argv[4], sys.argv[5]
+timeout_s = float(sys.argv[2])
 if nofile:
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(nofile), int(nofile)))
 app = create_server_app(tasks_file or None, ServerConfig(shell_timeout_s=timeout_s))

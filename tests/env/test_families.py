@@ -184,7 +184,8 @@ def check_finance_ledger(f, d, exp):
         e for e in entries
         if e["status"] == "posted"
         and all(
-            by_seq.get(e["sequence"] + k, {}).get("target") == e["id"] and by_seq[e["sequence"] + k]["status"] == "posted"
+            by_seq.get(e["sequence"] + k, {}).get("target") == e["id"]
+            and by_seq[e["sequence"] + k]["status"] == "posted"
             for k in (1, 2)
         )
     ]
@@ -324,7 +325,8 @@ def test_task_record_shape(family):
 @pytest.mark.parametrize("family", TASK_IDS)
 def test_prompt_states_shape_and_shared_rules(family):
     prompt = make_task(family, 1)["prompt"]
-    for needle in [*FILES[family], *ANSWER_KEYS[family], "answer.json", "integer-valued", "sorted lexicographically", "no extra keys", "all three"]:
+    for needle in [*FILES[family], *ANSWER_KEYS[family], "answer.json", "integer-valued",
+                   "sorted lexicographically", "no extra keys", "all three"]:
         assert needle in prompt, needle
 
 
@@ -368,7 +370,8 @@ def test_tasks_identical_across_processes_and_hash_seeds():
     digests = set()
     for hash_seed in ("0", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=str(REPO))
-        out = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT], env=env, cwd=REPO, capture_output=True,
+                             text=True, check=True)
         digests.add(out.stdout.strip())
     local = hashlib.sha256()
     for family in TASK_IDS:

@@ -30,7 +30,8 @@ def test_case_id_format_and_round_trip():
         assert case.id == f"{case.family}-d{case.difficulty}-s{case.seed}"
 
 
-@pytest.mark.parametrize("bad", ["software_change-d3-s101", "software_change-d1-s102", "nope-d1-s101", "", None, "software_change"])
+@pytest.mark.parametrize("bad", ["software_change-d3-s101", "software_change-d1-s102", "nope-d1-s101", "", None,
+                                 "software_change"])
 def test_unknown_case_id_lists_valid_ids(bad):
     with pytest.raises(ValueError) as caught:
         parse_case_id(bad)

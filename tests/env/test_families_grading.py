@@ -115,7 +115,8 @@ def test_only_non_substantive_correct_components_score_zero(anchor):
 
 
 def test_substantive_definition():
-    assert substantive("x") and substantive(-1) and substantive(0.5) and substantive([[0, "a"]]) and substantive({"k": {"j": 3}})
+    assert substantive("x") and substantive(-1) and substantive(0.5)
+    assert substantive([[0, "a"]]) and substantive({"k": {"j": 3}})
     assert not substantive("") and not substantive(0) and not substantive([]) and not substantive({"key": 0})
     assert not substantive([[], {}, "", 0])
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import json
 
-from env.families import finance_ledger, industrial_schedule, math_route, media_timeline, oracle_answer
-from env.families import security_triage, software_change
+from env.families import (
+    finance_ledger,
+    industrial_schedule,
+    math_route,
+    media_timeline,
+    oracle_answer,
+    security_triage,
+    software_change,
+)
 
 
 def solve(family: str, files: dict) -> dict:
@@ -214,7 +221,8 @@ def _route_files(extra_edges=(), windows=None, required_before=None):
         "node_windows": windows if windows is not None else {"N04": [6, 20]},
         "required_before": required_before if required_before is not None else {"N04": ["N01"]},
     }
-    return {"graph.json": graph, "request.json": {"start": "N00", "goal": "N05", "required": ["N03"]}, "policy.json": policy}
+    request = {"start": "N00", "goal": "N05", "required": ["N03"]}
+    return {"graph.json": graph, "request.json": request, "policy.json": policy}
 
 
 def _both(files):
@@ -259,7 +267,8 @@ def test_security_triage_every_code_and_containment():
     }
 
     def event(eid, user, action, sensitivity, zone, mfa, time):
-        return {"id": eid, "user": user, "action": action, "sensitivity": sensitivity, "zone": zone, "mfa": mfa, "time": time, "expires": 100}
+        return {"id": eid, "user": user, "action": action, "sensitivity": sensitivity, "zone": zone, "mfa": mfa,
+                "time": time, "expires": 100}
 
     events = [
         event("event_0001", "user_1", "read", "public", "office", True, 95),
@@ -282,7 +291,8 @@ def test_security_triage_every_code_and_containment():
     }
     files = {"identities.json": identities, "policy.json": security_triage.POLICY, "events.json": events}
     assert solve("security_triage", files) == want
-    assert {e["id"]: security_triage._codes(identities, e) for e in events if security_triage._codes(identities, e)} == want["denied"]
+    codes = {e["id"]: security_triage._codes(identities, e) for e in events}
+    assert {k: v for k, v in codes.items() if v} == want["denied"]
 
 
 def test_media_timeline_overlap_clamps_gaps_and_rejections():
@@ -294,7 +304,8 @@ def test_media_timeline_overlap_clamps_gaps_and_rejections():
     delivery = {"max_overlap": 10, "delivery_budget": 100, "require_license": True, "fps": 30}
 
     def clip(cid, asset, start, end, num, den, overlap, gap=0):
-        return {"id": cid, "asset": asset, "in": start, "out": end, "speed_num": num, "speed_den": den, "overlap": overlap, "gap_before": gap}
+        return {"id": cid, "asset": asset, "in": start, "out": end, "speed_num": num, "speed_den": den,
+                "overlap": overlap, "gap_before": gap}
 
     clips = [
         clip("clip_0001", "asset_1", 0, 48, 1, 1, 20),  # 60 frames; first retained: no overlap

@@ -49,7 +49,8 @@ def run(env, command: str) -> dict:
 
 def script(server, env, text: str, *, where: str = ".") -> dict:
     """Run ``text`` with python3 as UID 2000, from ``where``."""
-    return run(env, server.write_command("/workspace/home/attack.py", text) + f"\ncd {where} && {PYTHON} /workspace/home/attack.py")
+    write = server.write_command("/workspace/home/attack.py", text)
+    return run(env, write + f"\ncd {where} && {PYTHON} /workspace/home/attack.py")
 
 
 def assert_clean(server, env) -> None:

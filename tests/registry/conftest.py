@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.registry import local as localregistry
 from pipeline.image.oci.image import OCI, ConfigChanges, Family, NewLayer, derive
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
+from pipeline.registry import local as localregistry
 from pipeline.registry.client import RegistryClient
 
 _counter = itertools.count()

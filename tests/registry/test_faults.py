@@ -14,13 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from pipeline.registry import local as localregistry
 from pipeline.errors import RegistryError
 from pipeline.image.oci import digest
 from pipeline.image.oci.image import OCI_INDEX, UnsupportedPlatform
+from pipeline.registry import local as localregistry
 from pipeline.registry.client import RegistryClient
-from pipeline.registry.push import push_layout
 from pipeline.registry.pull import pull
+from pipeline.registry.push import push_layout
 
 HOP = {"connection", "transfer-encoding", "keep-alive", "content-length", "content-encoding"}
 

@@ -12,7 +12,7 @@ import json
 import secrets
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from pipeline.registry import local as localregistry
 from pipeline.errors import RegistryError
+from pipeline.registry import local as localregistry
 from pipeline.registry.client import RegistryClient
-from pipeline.registry.push import push_layout
 from pipeline.registry.pull import pull
+from pipeline.registry.push import push_layout
 
 SERVICE, ISSUER = "mock-ghcr.io", "mock-ghcr-token-issuer"
 
@@ -43,7 +43,7 @@ class MockGhcrTokenService:
     def __init__(self, tmp_path):
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(hours=1))

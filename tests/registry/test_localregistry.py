@@ -60,7 +60,8 @@ def test_cli_start_status_stop(tmp_path):
     env = {**os.environ, "RELEASE_REGISTRY_DIR": str(tmp_path / "reg")}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "pipeline", "registry", *args], env=env, cwd=Path(__file__).resolve().parents[2],
+        return subprocess.run([sys.executable, "-m", "pipeline", "registry", *args], env=env,
+                              cwd=Path(__file__).resolve().parents[2],
                               capture_output=True, text=True, timeout=60)
 
     try:

@@ -7,10 +7,10 @@ import pytest
 from pipeline.errors import DigestMismatch, RegistryError
 from pipeline.image.oci.image import DOCKER, DOCKER_MANIFEST
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import RegistryClient
 from pipeline.registry import referrers
-from pipeline.registry.push import push_layout
+from pipeline.registry.client import RegistryClient
 from pipeline.registry.pull import pull
+from pipeline.registry.push import push_layout
 
 
 def test_push_then_anonymous_pull_by_digest(local_registry, repo_name, tmp_path, build_image, writer):

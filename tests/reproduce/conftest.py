@@ -11,12 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from pipeline import config, plan
+from pipeline import inputs as image_inputs
 from pipeline.image import base, build
-from pipeline.registry import basesource
-from pipeline import config, inputs as image_inputs, plan
 from pipeline.records import provenance
+from pipeline.registry import basesource
 from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.registry.push import push_layout
 

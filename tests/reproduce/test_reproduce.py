@@ -13,8 +13,7 @@ import pytest
 from pipeline.registry import basesource
 from pipeline.registry.client import Credentials
 
-from .conftest import (VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce,
-                       vendor)
+from .conftest import VENDORED, VENDORED_TOML, fresh_clone, git, make_records, reproduce, vendor
 
 pytestmark = [pytest.mark.slow]
 

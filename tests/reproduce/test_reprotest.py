@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .reprotestfixtures import (PYTHON311, base_reprotest, build_world, built_indexes,  # noqa: F401
-                                reprotest, world)
+from .reprotestfixtures import PYTHON311, base_reprotest, build_world, built_indexes, reprotest, world  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 

@@ -16,7 +16,8 @@ import pytest
 from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session, http_get
 from pipeline.verify.limits import ContainerLimits
-from tests.env import route_attacks, test_server_reset_attacks as battery
+from tests.env import route_attacks
+from tests.env import test_server_reset_attacks as battery
 
 from .conftest import checkout_servers
 

@@ -43,6 +43,6 @@ def test_a_new_directory_becomes_one_shared_mount_point_and_stays_one(tmp_path):
 def test_a_private_mount_point_is_made_shared_without_a_second_bind(tmp_path):
     d = tmp_path / "netns"
     d.mkdir()
-    before = f"import subprocess; subprocess.run(['mount', '--bind', d, d], check=True)"
+    before = "import subprocess; subprocess.run(['mount', '--bind', d, d], check=True)"
     assert _in_own_mount_namespace(_REPORT.format(d=str(d), before=before)) == \
         ["private", "True", "shared", "1", "False", "1"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import config
-from pipeline.verify import runtime
 from pipeline.errors import ToolError
+from pipeline.verify import runtime
 
 # `slow` where the base image is needed (tests/conftest.py marks those).
 pytestmark = [pytest.mark.root, pytest.mark.container]

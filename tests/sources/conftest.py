@@ -21,8 +21,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 
 from pipeline import config
-from pipeline.sources import git
 from pipeline._io import sha256_bytes
+from pipeline.sources import git
 
 TASK_PATH = "integrations/arena/tasks.py"
 TASK_BYTES = b"# upstream task module\nTASKS = ['a', 'b']\n" * 40
@@ -109,7 +109,7 @@ def upstream(tmp_path) -> Upstream:
 
 
 class _QuietWSGIHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+    def log_message(self, format, *args):
         pass
 
 
@@ -181,7 +181,7 @@ def _smart_http(upstream, *, protocol_v2: bool):
 
 
 class _QuietStaticHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+    def log_message(self, format, *args):
         pass
 
 

@@ -74,7 +74,7 @@ class RowsStandIn:
 
 def _handler(state: RowsStandIn):
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        def log_message(self, format, *args):
             pass
 
         def _send(self, code: int, obj) -> None:
@@ -85,7 +85,7 @@ def _handler(state: RowsStandIn):
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             url = urlsplit(self.path)
             state.requests.append(url.path)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}

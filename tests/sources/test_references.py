@@ -11,9 +11,9 @@ import pytest
 from pipeline import config, plan
 from pipeline._io import sha256_bytes
 from pipeline.errors import DigestMismatch
+from pipeline.image.payload import VendoredTaskFile, app_layers
 from pipeline.sources import vendor
 from pipeline.sources.references import reference_scripts
-from pipeline.image.payload import VendoredTaskFile, app_layers
 
 from .conftest import commit_files, run_git
 

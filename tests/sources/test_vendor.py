@@ -8,9 +8,10 @@ import stat
 import pytest
 
 from pipeline import cli, config
-from pipeline.sources import git, vendor as sources
 from pipeline._io import sha256_bytes
 from pipeline.errors import DigestMismatch, SourceError
+from pipeline.sources import git
+from pipeline.sources import vendor as sources
 
 from .conftest import LICENSE_BYTES, TASK_BYTES, TASK_PATH, commit_files, run_git
 

@@ -16,7 +16,8 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         email = row["email"].strip().lower()
         email = policy["aliases"].get(email, email)
         if email in by_email:
-            matched.append((row["timestamp"], policy["source_priority"][row["source"]], row["id"], by_email[email], row))
+            priority = policy["source_priority"][row["source"]]
+            matched.append((row["timestamp"], priority, row["id"], by_email[email], row))
         else:
             unresolved.append(row["id"])
     for *_, person, row in sorted(matched, key=lambda m: m[:3]):

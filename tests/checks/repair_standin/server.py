@@ -25,11 +25,10 @@ import subprocess
 import time
 from typing import Any
 
+import models
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata, State
-
-import models
 
 ARENA = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(ARENA, "instance.json"), encoding="utf-8") as _f:
@@ -59,7 +58,7 @@ if FAULT == "stale-verdict":
 
 ShellAction, ShellObservation = models.ShellAction, models.ShellObservation
 if FAULT == "different-schema":
-    class ShellObservation(models.ShellObservation):  # noqa: F811 - the fault: a docstring in the schema
+    class ShellObservation(models.ShellObservation):
         """What a shell command printed."""
 
 
