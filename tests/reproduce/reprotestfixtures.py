@@ -25,7 +25,7 @@ TOOLS = ("reprotest", "disorderfs", "sudo", "faketime")
 PYTHON311 = Path("/usr/bin/python3.11")
 ARTIFACT = "base-out/oci/index.json"
 # The build's third-party imports (pipeline.image.build's closure outside the stdlib).
-PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer")
+PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer", "packaging")
 SUDO_SHIM = """#!/bin/sh
 if [ "$1" = "-h" ]; then shift 2; fi
 exec /usr/bin/sudo "$@"
