@@ -1,7 +1,9 @@
 """The licences the SBOM gives its components, each read from what the image itself says.
 
-- A Python distribution: its core metadata (`License-Expression`, else a one-line
-  `License`, else the name in an `License :: OSI Approved :: ...` classifier).
+- A Python distribution: its core metadata: `License-Expression`; else the `License` field
+  when the library's factory reads it as an SPDX id or expression; else the licence its
+  `License :: ...` classifiers name when they map to one SPDX id unambiguously; else the
+  `License` field as a name, else the classifier's name.
 - A Debian package: its copyright file, `/usr/share/doc/<package>/copyright`, when that
   file is machine-readable (DEP-5, Debian's copyright-format 1.0), read with
   python-debian's own parser: the licence of its header and of every `Files` paragraph,
@@ -10,9 +12,8 @@
 - A file of the application: the licence its source pins (release.toml, pyproject.toml).
 
 Every value goes through cyclonedx-python-lib's own licence factory and comes out as
-that decides: an SPDX licence id, a valid SPDX expression, or a named licence. Nothing is
-translated: Debian's `GPL-2+` stays the name `GPL-2+`, exceptiongroup's classifier name
-`MIT License` the name `MIT License`.
+that decides: an SPDX licence id, a valid SPDX expression, or a named licence. Debian's
+`GPL-2+` stays the name `GPL-2+`.
 """
 
 from __future__ import annotations
@@ -23,22 +24,59 @@ from email.message import Message
 
 # The copyright file of an installed package, relative to the image root.
 COPYRIGHT = "usr/share/doc/{package}/copyright"
-_OSI_CLASSIFIER = "License :: OSI Approved :: "
+_LICENSE_CLASSIFIER = "License :: "
+# Trove licence classifiers that name one SPDX licence (by the classifier's own text). Those
+# that name a family (`BSD License`, `Apache Software License`, `GNU General Public License
+# (GPL)`) are not here: which licence of the family is meant cannot be read from them.
+CLASSIFIER_SPDX = {
+    "License :: OSI Approved :: MIT License": "MIT",
+    "License :: OSI Approved :: MIT No Attribution License (MIT-0)": "MIT-0",
+    "License :: OSI Approved :: ISC License (ISCL)": "ISC",
+    "License :: OSI Approved :: Python Software Foundation License": "PSF-2.0",
+    "License :: OSI Approved :: Mozilla Public License 2.0 (MPL 2.0)": "MPL-2.0",
+    "License :: OSI Approved :: The Unlicense (Unlicense)": "Unlicense",
+    "License :: OSI Approved :: Zero-Clause BSD (0BSD)": "0BSD",
+    "License :: OSI Approved :: zlib/libpng License": "Zlib",
+    "License :: OSI Approved :: Boost Software License 1.0 (BSL-1.0)": "BSL-1.0",
+    "License :: OSI Approved :: Universal Permissive License (UPL)": "UPL-1.0",
+    "License :: OSI Approved :: GNU General Public License v2 or later (GPLv2+)": "GPL-2.0-or-later",
+    "License :: OSI Approved :: GNU General Public License v3 or later (GPLv3+)": "GPL-3.0-or-later",
+    "License :: OSI Approved :: GNU Lesser General Public License v2 or later (LGPLv2+)": "LGPL-2.0-or-later",
+    "License :: OSI Approved :: GNU Lesser General Public License v3 or later (LGPLv3+)": "LGPL-3.0-or-later",
+    "License :: CC0 1.0 Universal (CC0 1.0) Public Domain Dedication": "CC0-1.0",
+}
 
 
 def python_license(meta: Message) -> str | None:
-    """The licence a distribution's core metadata declares, as written there, or None."""
-    expr = meta.get("License-Expression")
+    """The licence a distribution's core metadata declares, or None (module docstring)."""
+    expr = (meta.get("License-Expression") or "").strip()
     if expr:
-        return expr.strip()
+        return expr
     text = (meta.get("License") or "").strip()
     # The free-text field is sometimes a whole licence text; only a short name is useful.
-    if text and "\n" not in text and len(text) <= 80 and text.upper() != "UNKNOWN":
+    if "\n" in text or len(text) > 80 or text.upper() == "UNKNOWN":
+        text = ""
+    if text and _is_spdx(text):
         return text
-    for classifier in meta.get_all("Classifier") or []:
-        if classifier.startswith(_OSI_CLASSIFIER):
+    classifiers = [c.strip() for c in meta.get_all("Classifier") or [] if c.strip().startswith(_LICENSE_CLASSIFIER)]
+    mapped = {CLASSIFIER_SPDX.get(c) for c in classifiers}
+    if len(mapped) == 1 and None not in mapped:
+        return mapped.pop()
+    if text:
+        return text
+    for classifier in classifiers:
+        if classifier.startswith(_LICENSE_CLASSIFIER + "OSI Approved :: "):
             return classifier.rsplit(" :: ", 1)[1]
     return None
+
+
+def _is_spdx(value: str) -> bool:
+    """Whether cyclonedx-python-lib's factory reads `value` as an SPDX id or expression."""
+    from cyclonedx.contrib.license.factories import LicenseFactory
+    from cyclonedx.model.license import LicenseExpression
+
+    made = LicenseFactory().make_from_string(value)
+    return isinstance(made, LicenseExpression) or made.id is not None
 
 
 def debian_licenses(data: bytes) -> tuple[str, ...]:

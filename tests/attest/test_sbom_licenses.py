@@ -72,12 +72,48 @@ def test_the_library_factory_decides_id_expression_or_name():
     assert shown([None, " "]) == []
 
 
-def test_python_metadata_licence_falls_back_to_the_classifier_name():
+def _meta(**fields) -> email.message.Message:
     meta = email.message.Message()
-    meta["Classifier"] = "License :: OSI Approved :: MIT License"
-    assert sbom_licenses.python_license(meta) == "MIT License"
-    meta["License-Expression"] = "MIT"
-    assert sbom_licenses.python_license(meta) == "MIT"
+    for key, values in fields.items():
+        for value in values if isinstance(values, list) else [values]:
+            meta[key.replace("_", "-")] = value
+    return meta
+
+
+MIT_CLASSIFIER = "License :: OSI Approved :: MIT License"
+BSD_CLASSIFIER = "License :: OSI Approved :: BSD License"
+
+
+@pytest.mark.parametrize("fields, expected", [
+    # License-Expression first, whatever else the metadata says.
+    ({"License_Expression": "Apache-2.0 OR MIT", "License": "BSD", "Classifier": MIT_CLASSIFIER},
+     "Apache-2.0 OR MIT"),
+    # The License field when the library's factory reads it as SPDX.
+    ({"License": "Apache-2.0", "Classifier": MIT_CLASSIFIER}, "Apache-2.0"),
+    # A classifier that names one SPDX licence, before a License field that is no SPDX id.
+    ({"License": "MIT License", "Classifier": MIT_CLASSIFIER}, "MIT"),
+    ({"Classifier": ["Programming Language :: Python", MIT_CLASSIFIER]}, "MIT"),
+    # A family classifier names no one licence: the License field's name, else the classifier's.
+    ({"License": "3-clause BSD", "Classifier": BSD_CLASSIFIER}, "3-clause BSD"),
+    ({"Classifier": BSD_CLASSIFIER}, "BSD License"),
+    # Two classifiers of different licences: not read as one.
+    ({"Classifier": [MIT_CLASSIFIER, "License :: OSI Approved :: ISC License (ISCL)"]}, "MIT License"),
+    # A whole licence text in the License field is no name.
+    ({"License": "Copyright (c) someone\n\nPermission is hereby granted"}, None),
+    ({"License": "UNKNOWN"}, None),
+    ({}, None),
+])
+def test_python_metadata_licence_order(fields, expected):
+    assert sbom_licenses.python_license(_meta(**fields)) == expected
+
+
+def test_every_mapped_classifier_is_one_spdx_licence():
+    from license_expression import LicenseSymbol, get_spdx_licensing
+
+    licensing = get_spdx_licensing()
+    for classifier, spdx in sbom_licenses.CLASSIFIER_SPDX.items():
+        parsed = licensing.parse(spdx, strict=True)
+        assert isinstance(parsed, LicenseSymbol) and not licensing.unknown_license_keys(parsed), classifier
 
 
 def test_debian_packages_carry_their_copyright_files_licences(small_image, monkeypatch):
@@ -92,13 +128,13 @@ def test_debian_packages_carry_their_copyright_files_licences(small_image, monke
     assert _props(libc)["arena:copyright-file"] == "/usr/share/doc/libc-common/copyright"
 
 
-def test_exceptiongroup_classifier_is_a_named_licence_not_an_expression(tmp_path, monkeypatch):
+def test_exceptiongroup_classifier_is_the_spdx_id_it_names(tmp_path, monkeypatch):
     meta = (b"Metadata-Version: 2.1\nName: exceptiongroup\nVersion: 1.3.2\n"
             b"Classifier: License :: OSI Approved :: MIT License\n\n")
     img = make_image(tmp_path, base_files={f"{SITE}/exceptiongroup-1.3.2.dist-info/METADATA": meta,
                                            f"{SITE}/exceptiongroup-1.3.2.dist-info/RECORD": b""})
     doc = _generate(img, monkeypatch)
-    assert _components(doc)["exceptiongroup"]["licenses"] == [{"license": {"name": "MIT License"}}]
+    assert _components(doc)["exceptiongroup"]["licenses"] == [{"license": {"id": "MIT"}}]
     assert sbom_checks.licence_problems(doc) == []
 
 
