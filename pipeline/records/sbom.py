@@ -339,6 +339,19 @@ def _vendored_source(path: str, app_dir: str, sources: Iterable[Source]) -> Sour
     return None
 
 
+def _licence_file_licence(path: str, app_dir: str, sources: Iterable[Source],
+                          first_party_license: str | None) -> str | None:
+    """The licence of a file of the image's licences directory: `LICENSE` is the project's
+    own licence file (pipeline.image.payload), `<source>.<file>` a vendored source's."""
+    rest = path[len(app_dir.rstrip("/") + "/licenses/"):]
+    if rest == "LICENSE":
+        return first_party_license
+    for s in sources:
+        if rest.startswith(s.name + "."):
+            return s.license
+    return None
+
+
 def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch: int,
               sources: Iterable[Source] = (), first_party_license: str | None = None,
               lock_text: str = "", reviewed: sbom_licenses.ReviewedTable | None = None):
@@ -428,7 +441,7 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
                       Property(name="arena:source-path", value=src.path)]
             lic = src.license
         elif f.path.startswith(app_dir.rstrip("/") + "/licenses/"):
-            lic = None
+            lic = _licence_file_licence(f.path, app_dir, sources, first_party_license)
         else:
             lic = first_party_license
         components.append(Component(type=ComponentType.FILE, name=f.path, bom_ref=BomRef("file:" + f.path),

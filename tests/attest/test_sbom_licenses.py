@@ -352,3 +352,22 @@ quote = "BSD 3-Clause License"
     assert (f"sbom: pypi openenv-core: /{dist}/licenses/LICENSE (sha256 "
             f"{hashlib.sha256(OPENENV_LICENSE).hexdigest()}) is not the file reviewed") in capsys.readouterr().err
 
+def test_the_licences_directory_carries_the_licences_of_what_it_holds(tmp_path, monkeypatch):
+    """The project's own LICENSE file is the project's licence; a vendored source's licence file its source's."""
+    from pipeline.config import Source
+
+    source = Source(name="metaharness-tasks", repository="https://example.invalid/m", revision="0" * 40,
+                    path="tasks.py", sha256="0" * 64, size=1, license="Apache-2.0", license_file="LICENSE",
+                    profiles=("arena",))
+    img = make_image(tmp_path, app_files={"opt/arena/env/app.py": b"",
+                                          "opt/arena/licenses/LICENSE": b"MIT License\n",
+                                          "opt/arena/licenses/metaharness-tasks.LICENSE": b"Apache\n",
+                                          "opt/arena/licenses/unknown.LICENSE": b"?\n"})
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    doc = json.loads(sbom.generate(img.layout, name=img.name, app_dir="/opt/arena", sources=[source],
+                                   first_party_license="MIT"))
+    comps = _components(doc)
+    assert comps["/opt/arena/licenses/LICENSE"]["licenses"] == [{"license": {"id": "MIT"}}]
+    assert comps["/opt/arena/licenses/metaharness-tasks.LICENSE"]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
+    assert "licenses" not in comps["/opt/arena/licenses/unknown.LICENSE"]
+
