@@ -295,6 +295,15 @@ def coverage(components: Sequence[dict]) -> tuple[int, int]:
     return sum(1 for c in components if c.get("licenses")), len(components)
 
 
+def unlicensed_line(components: Sequence[dict], shown: int = 10) -> str | None:
+    """`no licence: a, b and 3 more` for the components without a licence; None when all have one."""
+    names = sorted(str(c.get("name")) for c in components if not c.get("licenses"))
+    if not names:
+        return None
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return "no licence: " + ", ".join(names[:shown]) + more
+
+
 def coverage_line(components: Sequence[dict]) -> str:
     """`152 of 159 components (95.6%) carry a licence`: the figure the release reports."""
     licensed, total = coverage(components)

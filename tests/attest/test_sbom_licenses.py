@@ -371,3 +371,9 @@ def test_the_licences_directory_carries_the_licences_of_what_it_holds(tmp_path, 
     assert comps["/opt/arena/licenses/metaharness-tasks.LICENSE"]["licenses"] == [{"license": {"id": "Apache-2.0"}}]
     assert "licenses" not in comps["/opt/arena/licenses/unknown.LICENSE"]
 
+
+def test_unlicensed_line_names_what_has_no_licence():
+    comps = [{"name": "b", "licenses": [{"license": {"id": "MIT"}}]}, {"name": "c"}, {"name": "a", "licenses": []}]
+    assert sbom_licenses.unlicensed_line(comps) == "no licence: a, c"
+    assert sbom_licenses.unlicensed_line(comps, shown=1) == "no licence: a and 1 more"
+    assert sbom_licenses.unlicensed_line(comps[:1]) is None
