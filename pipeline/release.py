@@ -381,8 +381,12 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                                        first_party_license=sbom.project_license(),
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
-            sbom_coverage = sbom_licenses.coverage_line(json.loads(sbom_bytes).get("components", []))
+            components = json.loads(sbom_bytes).get("components", [])
+            sbom_coverage = sbom_licenses.coverage_line(components)
             say(f"    sbom: {sbom_coverage}")
+            missing = sbom_licenses.unlicensed_line(components)
+            if missing:
+                say(f"    sbom: {missing}")
         with timings.stage("push"):
             pushed = push_layout(client, target.repository, Path(record.layout),
                                  ref_name=record.tag, tag=target.tag,

@@ -375,10 +375,13 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
         image = sbom_mod.open_image_by_digest(layout, s.image.digest)
         view = sbom_mod.read_view(image, s.cfg.app_dir)
         lock = s.root / s.prov.wheel_lock.path
+        # The licences a person read from free-form files: the audited checkout's own table.
+        table = s.root / "pipeline" / "records" / sbom_licenses.REVIEWED.name
         bom = sbom_mod.build_bom(image, view, name=s.image.name, app_dir=s.cfg.app_dir,
                                  epoch=s.prov.source_date_epoch, sources=s.plan.sources,
                                  first_party_license=sbom_mod.project_license(s.root),
-                                 lock_text=lock.read_text() if lock.is_file() else "")
+                                 lock_text=lock.read_text() if lock.is_file() else "",
+                                 reviewed=sbom_licenses.reviewed_table(table) if table.is_file() else None)
         regenerated = json.loads(sbom_mod.render(bom))
         _component_difference(regenerated, doc)
 

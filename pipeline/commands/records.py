@@ -55,8 +55,11 @@ def sbom(args: argparse.Namespace) -> int:
         raise DigestMismatch("the image in the layout is not the one the build record names",
                              expected=expected, actual=described, hint="rebuild (`nox -s build`)")
     write_atomic(args.out, data)
-    say(f"sbom: {args.out} for {name}@{described}: "
-        f"{sbom_licenses.coverage_line(json.loads(data).get('components', []))}")
+    components = json.loads(data).get("components", [])
+    say(f"sbom: {args.out} for {name}@{described}: {sbom_licenses.coverage_line(components)}")
+    missing = sbom_licenses.unlicensed_line(components)
+    if missing:
+        say(f"sbom: {missing}")
     return 0
 
 

@@ -4,7 +4,7 @@ Nothing here looks at the build host: the layers of the image in an OCI layout a
 applied in order (whiteouts included) to an in-memory view that keeps only the
 files an SBOM needs: the dpkg status database, os-release, the packages' copyright
 files under /usr/share/doc (and the links between those directories), every
-dist-info's METADATA and RECORD, and every file under the app directory. Licences
+dist-info's METADATA, RECORD and licence files, and every file under the app directory. Licences
 are read from those files (pipeline.records.sbom_licenses). The document is a
 pure function of the image (plus the wheel lock for wheel hashes), so two runs give
 the same bytes: the serial number is derived from the manifest digest, the
@@ -35,6 +35,7 @@ from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
 from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci import listing
+from pipeline.progress import say
 from pipeline.records import sbom_licenses
 from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
 
@@ -45,7 +46,10 @@ DEFAULT_LOCK = LOCK
 # Namespace of the SBOM serial numbers: uuid5(this, "sha256:<manifest digest>").
 SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoonas/openenv-arena-release/sbom")
 
-_DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD)$")
+# A dist-info's METADATA and RECORD, and the licence files its metadata may name (License-File:
+# under licenses/ since metadata 2.4, at its top or in a folder of it before).
+_DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD|(?:licenses|LICENSES)/.+"
+                        r"|[^/]*(?:LICEN[CS]E|COPYING|NOTICE)[^/]*)$")
 # A package's copyright file, and its doc directory when that is a link to another
 # package's (Debian allows it between packages of one source).
 _DOC = re.compile(r"usr/share/doc/[^/]+(?:/copyright)?")
@@ -257,8 +261,10 @@ def distro_of(os_release: bytes | None) -> str:
     return f"{dist}-{values['VERSION_ID']}" if values.get("VERSION_ID") else dist
 
 
-def python_dists(view: FileView) -> list[PyDist]:
-    """Every dist-info with METADATA in the view."""
+def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = None,
+                 changed: Callable[[str], None] | None = None) -> list[PyDist]:
+    """Every dist-info with METADATA in the view. A distribution whose metadata names no
+    licence gets the one `reviewed` gives its licence file (License-File), if any."""
     dists = []
     for path, data in view.files.items():
         if not path.endswith(".dist-info/METADATA"):
@@ -266,9 +272,18 @@ def python_dists(view: FileView) -> list[PyDist]:
         meta = email.parser.BytesHeaderParser().parsebytes(data)
         location = posixpath.dirname(path)
         record = view.files.get(location + "/RECORD", b"")
+        name = meta.get("Name", "").strip()
+        lic = sbom_licenses.python_license(meta)
+        for rel in sbom_licenses.license_files(meta) if lic is None and reviewed is not None else ():
+            text = view.files.get(f"{location}/{rel}")
+            if text is not None:
+                lic = reviewed.licence("pypi", normalize_name(name), text, where=f"/{location}/{rel}",
+                                       changed=changed)
+            if lic is not None:
+                break
         dists.append(PyDist(
-            name=meta.get("Name", "").strip(), version=meta.get("Version", "").strip(),
-            location="/" + location, record_sha256=sha256_bytes(record), license=sbom_licenses.python_license(meta),
+            name=name, version=meta.get("Version", "").strip(),
+            location="/" + location, record_sha256=sha256_bytes(record), license=lic,
         ))
     return dists
 
@@ -324,10 +339,25 @@ def _vendored_source(path: str, app_dir: str, sources: Iterable[Source]) -> Sour
     return None
 
 
+def _licence_file_licence(path: str, app_dir: str, sources: Iterable[Source],
+                          first_party_license: str | None) -> str | None:
+    """The licence of a file of the image's licences directory: `LICENSE` is the project's
+    own licence file (pipeline.image.payload), `<source>.<file>` a vendored source's."""
+    rest = path[len(app_dir.rstrip("/") + "/licenses/"):]
+    if rest == "LICENSE":
+        return first_party_license
+    for s in sources:
+        if rest.startswith(s.name + "."):
+            return s.license
+    return None
+
+
 def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch: int,
               sources: Iterable[Source] = (), first_party_license: str | None = None,
-              lock_text: str = ""):
-    """The cyclonedx Bom object for an image whose wanted files are in `view`."""
+              lock_text: str = "", reviewed: sbom_licenses.ReviewedTable | None = None):
+    """The cyclonedx Bom object for an image whose wanted files are in `view`. Licences of
+    free-form copyright files come from `reviewed` (default: the repository's reviewed table);
+    a package whose file is not the one reviewed gets none, and is named on stderr."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.bom_ref import BomRef
@@ -342,6 +372,8 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         return sbom_licenses.cyclonedx_licenses([expr])
 
     sources = tuple(sources)
+    reviewed = reviewed if reviewed is not None else sbom_licenses.reviewed_table()
+    changed: list[str] = []
     ident = ImageIdentity(name=name, digest=image.digest)
     img = Component(
         type=ComponentType.CONTAINER, name=name, version=image.digest, bom_ref=BomRef(ident.purl),
@@ -368,11 +400,17 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
         found = sbom_licenses.debian_licenses(view.files[copyright_path]) if copyright_path else ()
         if copyright_path:  # read for its licences when machine-readable; named either way
             props.append(Property(name="arena:copyright-file", value="/" + copyright_path))
+        if copyright_path and not found:  # free-form: only a reading of this very file counts
+            read = reviewed.licence("deb", p.name, view.files[copyright_path], where="/" + copyright_path,
+                                    changed=changed.append)
+            if read is not None:
+                found = (read,)
+                props.append(Property(name="arena:license-reviewed", value=reviewed.source))
         components.append(Component(type=ComponentType.LIBRARY, name=p.name, version=p.version,
                                     purl=purl, bom_ref=BomRef(purl.to_string()), properties=props,
                                     licenses=sbom_licenses.cyclonedx_licenses(found)))
     locked = allowed_hashes(lock_text)
-    dists = python_dists(view)
+    dists = python_dists(view, reviewed, changed.append)
     counts: dict[str, int] = {}
     for d in dists:
         counts[normalize_name(d.name) + d.version] = counts.get(normalize_name(d.name) + d.version, 0) + 1
@@ -403,11 +441,13 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
                       Property(name="arena:source-path", value=src.path)]
             lic = src.license
         elif f.path.startswith(app_dir.rstrip("/") + "/licenses/"):
-            lic = None
+            lic = _licence_file_licence(f.path, app_dir, sources, first_party_license)
         else:
             lic = first_party_license
         components.append(Component(type=ComponentType.FILE, name=f.path, bom_ref=BomRef("file:" + f.path),
                                     hashes=sha256(f.sha256), licenses=licences(lic), properties=props))
+    for line in changed:
+        say(f"sbom: {line}")
     for c in components:
         bom.components.add(c)
     bom.register_dependency(img, components)
@@ -449,12 +489,14 @@ def validate(data: bytes) -> None:
 
 
 def generate(layout: Path, *, name: str, app_dir: str, ref: str | None = None, sources: Iterable[Source] = (),
-             first_party_license: str | None = None, lock_text: str = "") -> bytes:
+             first_party_license: str | None = None, lock_text: str = "",
+             reviewed: sbom_licenses.ReviewedTable | None = None) -> bytes:
     """SBOM bytes of the image in an OCI layout (validated, deterministic)."""
     image = open_image(layout, ref)
     view = read_view(image, app_dir)
     bom = build_bom(image, view, name=name, app_dir=app_dir, epoch=source_date_epoch(image.config),
-                    sources=sources, first_party_license=first_party_license, lock_text=lock_text)
+                    sources=sources, first_party_license=first_party_license, lock_text=lock_text,
+                    reviewed=reviewed)
     return render(bom)
 
 
