@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.checks.cases import all_cases
 from pipeline.config import REPO_ROOT
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
+from tests.curriculum import all_cases
 from tests.shared import copy_tree
 
 EPOCH = 1_700_000_000
