@@ -204,6 +204,13 @@ external_tasks_required = false
 submission_id = "openenv-data-workflows-test"
 dataset = "arena/openenv-data-workflows"
 
+[curriculum]
+families = ["software_change", "industrial_schedule", "science_calibration", "office_reconciliation",
+            "finance_ledger", "math_route", "security_triage", "media_timeline"]
+difficulties = [1, 2]
+seeds = [101, 307]
+blocks = "difficulty-seed"
+
 [intoto]
 layout_valid_days = 365
 
