@@ -1,27 +1,22 @@
-"""The 32-case curriculum of docs/spec/families.md: fixed (family, difficulty, seed) cases
-and their IDs.
+"""The curriculum the server serves: its (family, difficulty, seed) cases and their IDs.
 
-The catalog depends only on the family order fixed by the spec, not on a task module, so the
-first-party families and a vendored module with the same API serve the same cases.
+The cases are release.toml's `[curriculum]`, in request order. The release writes them into
+the image as `curriculum.json` beside this module; a server run from a checkout, which has no
+such file (tests, host mode), is given one by `ARENA_CURRICULUM`. The catalog depends only on that file, not on a
+task module, so the first-party families and a vendored module with the same API serve the
+same cases.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
-FAMILY_ORDER: tuple[str, ...] = (
-    "software_change",
-    "industrial_schedule",
-    "science_calibration",
-    "office_reconciliation",
-    "finance_ledger",
-    "math_route",
-    "security_triage",
-    "media_timeline",
-)
-# Request order: four blocks of eight, one case per family in FAMILY_ORDER.
-BLOCKS: tuple[tuple[int, int], ...] = ((1, 101), (1, 307), (2, 101), (2, 307))
+CURRICULUM_VARIABLE = "ARENA_CURRICULUM"
+CURRICULUM_FILE = Path(__file__).with_name("curriculum.json")
 
 
 class TaskModule(Protocol):
@@ -50,7 +45,44 @@ class Case:
         return case_id(self.family, self.difficulty, self.seed)
 
 
-CASES: tuple[Case, ...] = tuple(Case(f, d, s) for d, s in BLOCKS for f in FAMILY_ORDER)
+def load_cases(path: str | os.PathLike[str]) -> tuple[Case, ...]:
+    """The cases of a curriculum file, `{"cases": [{"family", "difficulty", "seed"}, ...]}`;
+    ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(
+            f"no curriculum file at {path}; the image holds the one the release wrote from "
+            f"release.toml's [curriculum]; a checkout's server needs {CURRICULUM_VARIABLE} naming one"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"curriculum file {path} is not readable JSON: {exc}") from None
+    entries = data.get("cases") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"curriculum file {path}: expected a non-empty list under 'cases', got {entries!r:.200}")
+    cases = []
+    for entry in entries:
+        fields = (entry.get("family"), entry.get("difficulty"), entry.get("seed")) \
+            if isinstance(entry, dict) and len(entry) == 3 else None
+        if fields is None or not isinstance(fields[0], str) or any(type(v) is not int for v in fields[1:]):
+            raise ValueError(f"curriculum file {path}: expected cases of exactly family (string), "
+                             f"difficulty and seed (integers), got {entry!r:.200}")
+        cases.append(Case(*fields))
+    ids = [c.id for c in cases]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"curriculum file {path} repeats case(s) {', '.join(repeated)}; each case is served once")
+    return tuple(cases)
+
+
+def curriculum_path() -> Path:
+    """The image's file beside this module; where there is none (a checkout), ARENA_CURRICULUM's."""
+    if CURRICULUM_FILE.is_file() or not os.environ.get(CURRICULUM_VARIABLE):
+        return CURRICULUM_FILE
+    return Path(os.environ[CURRICULUM_VARIABLE])
+
+
+CASES: tuple[Case, ...] = load_cases(curriculum_path())
 CASE_IDS: tuple[str, ...] = tuple(case.id for case in CASES)
 _BY_ID = {case.id: case for case in CASES}
 

@@ -16,16 +16,17 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
     image/oci/                         OCI formats: digests, layers, config/manifest, layouts
-    config, configschema, errors,      shared by every floor (configschema: the one schema of
-    formats, progress, _io, _proc      release.toml and trust.toml, and its page)
+    config, configschema, curriculum,  shared by every floor (configschema: the one schema of
+    errors, formats, progress, _io,    release.toml and trust.toml, and its page; curriculum:
+    _proc                              [curriculum] and its cases in request order)
 """
 
 __version__ = "0.1.0"
 
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.errors", "pipeline.formats",
-     "pipeline.progress",
+    ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
+     "pipeline.formats", "pipeline.progress",
      "pipeline._io", "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),

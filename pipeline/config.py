@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import configschema
+from pipeline import curriculum as curriculum_mod
+from pipeline.curriculum import Curriculum
 from pipeline.errors import ConfigError
 from pipeline.formats import SHORT_COMMIT, is_commit
 
@@ -258,6 +260,17 @@ class ReleaseConfig:
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     admission: Admission = field(default_factory=Admission)
+    # None only for the release.toml of a commit before [curriculum] (reproduce).
+    declared_curriculum: Curriculum | None = None
+
+    @property
+    def curriculum(self) -> Curriculum:
+        """[curriculum]; ConfigError when the file has none (a release needs it)."""
+        if self.declared_curriculum is None:
+            raise ConfigError(f"{self.path} has no [curriculum]",
+                              hint="declare the cases to release: [curriculum] with families, difficulties, "
+                                   "seeds and blocks (docs/release-toml.md)")
+        return self.declared_curriculum
 
     @property
     def trust_path(self) -> Path:
@@ -352,6 +365,24 @@ def _check_references(tasks: list[ExternalTask], sources: tuple[Source, ...],
             raise ConfigError(f"{where}: source {source.name} is not vendored by profile(s) "
                               f"{', '.join(missing)}, which require verified external tasks",
                               expected=f"profiles including {missing}", actual=list(source.profiles))
+
+
+def curriculum_file(cfg: ReleaseConfig) -> bytes | None:
+    """The image's env/curriculum.json from `cfg`'s [curriculum]; None for the release.toml of a
+    commit from before [curriculum] (its catalog held the cases in code)."""
+    return cfg.declared_curriculum.file_bytes() if cfg.declared_curriculum is not None else None
+
+
+def _check_after_blocks(tasks: list[ExternalTask], declared: Curriculum) -> None:
+    """Each external task follows a block the curriculum has."""
+    count = len(declared.blocks())
+    for i, task in enumerate(tasks):
+        if not 1 <= task.after_block <= count:
+            raise ConfigError(f"release.toml: external.tasks[{i}].after_block ({task.task_id}) names no block "
+                              f"of the curriculum, which has {count}",
+                              expected=f"a block from 1 to {count}", actual=task.after_block,
+                              hint="[curriculum] makes one block per (difficulty, seed) pair; "
+                                   "move the task or declare more blocks")
 
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -461,6 +492,9 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
     ext_rev = ext["revision"]
     if not is_commit(ext_rev):
         raise ConfigError("external.revision must be a full 40-hex revision", actual=ext_rev)
+    declared = curriculum_mod.parse(raw["curriculum"]) if "curriculum" in raw else None
+    if declared is not None:
+        _check_after_blocks(ext_tasks, declared)
     budgets = {}
     for kind, t in raw["budgets"].items():
         budgets[kind] = Budgets(split=t["split"], values={k: t[k] for k in BUDGET_FIELDS})
@@ -486,4 +520,5 @@ def load(path: Path | str = DEFAULT_CONFIG) -> ReleaseConfig:
         raw=raw,
         runtime=_runtime(raw.get("runtime", {})),
         admission=_admission(raw.get("admission", {})),
+        declared_curriculum=declared,
     )

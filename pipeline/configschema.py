@@ -19,22 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline import curriculum
 from pipeline.errors import ConfigError
 
 DOC_PAGE = "docs/release-toml.md"
 
 # Scalar kinds: the name the page and the errors use, and whether a parsed value is one.
 STRING, INTEGER, BOOLEAN, NUMBER, STRINGS = "string", "integer", "boolean", "number", "array of strings"
+INTEGERS = "array of integers"
 _IS = {
     STRING: lambda v: isinstance(v, str),
     INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool),
     BOOLEAN: lambda v: isinstance(v, bool),
     NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     STRINGS: lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+    INTEGERS: lambda v: isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v),
 }
 _WRITTEN = {STRING: 'a quoted string, "..."', INTEGER: "a whole number, unquoted",
             BOOLEAN: "true or false, unquoted", NUMBER: "a number, unquoted",
-            STRINGS: 'an array of quoted strings, ["...", ...]'}
+            STRINGS: 'an array of quoted strings, ["...", ...]',
+            INTEGERS: "an array of whole numbers, unquoted, [1, 2, ...]"}
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,8 @@ EXTERNAL_TASK = Table(
         "task_id": req(STRING, "the task's id"),
         "image": req(STRING, "the task's image pinned by digest, `name@sha256:<64 hex>`"),
         "compressed_bytes": req(INTEGER, "the image's compressed size as its registry manifests declare it"),
-        "after_block": req(INTEGER, "the block of procedural tasks the task follows in the request"),
+        "after_block": req(INTEGER, "the block of procedural tasks the task follows in the request, "
+                                    "1 to the number of [curriculum] blocks"),
         "split": req(STRING, "the dataset split holding the record (not the request's split)"),
         "row": req(INTEGER, "the record's row in that split (>= 0)"),
         "reference": req(STRING, "the [[sources]] entry of the task's reference repair script"),
@@ -181,6 +186,24 @@ EXTERNAL = Table(
         "tasks": opt(Tables(EXTERNAL_TASK), "the external tasks, in the request's order; none when absent"),
     })
 
+CURRICULUM = Table(
+    "The curriculum: which procedural cases (family, difficulty, seed) the image serves, in "
+    "request order. An image input: the build writes the cases into the image "
+    f"(`{curriculum.CURRICULUM_PATH}`), and the check suite, the request, tasks.jsonl and the "
+    "dataset card follow them. The task modules limit the choice: the upstream generator "
+    "vendored under vendor/ and the first-party env/families both implement "
+    'docs/spec/families.md, "Module API" (pipeline/curriculum.py refuses anything else).',
+    {
+        "families": req(STRINGS, "the families, in their order within a block; each one of "
+                                 + ", ".join(curriculum.TASK_FAMILIES)),
+        "difficulties": req(INTEGERS, "the difficulties, each "
+                                      + ", ".join(str(d) for d in curriculum.DIFFICULTIES)
+                                      + " (what make_task accepts, upstream and first-party)"),
+        "seeds": req(INTEGERS, "the seeds (>= 0) of the generator, in their order within a difficulty"),
+        "blocks": req(STRING, '"difficulty-seed": one block per (difficulty, seed) pair, difficulties '
+                              "outermost, each block one case per family"),
+    })
+
 BUDGET = Table(
     "The request's per-task budgets of one kind of task (procedural: this image's; external: the "
     "MiMo images'), and the environment's own limits.",
@@ -210,6 +233,9 @@ RELEASE = Table(
             "source_url": req(STRING, "the repository of this project"),
         }), "the image"),
         "profiles": req(Named(PROFILE, "name"), "the release profiles, by name"),
+        "curriculum": opt(CURRICULUM, "the procedural cases the image serves and the request lists; "
+                                      "required to release (absent only in the release.toml of a "
+                                      "commit before it, which `reproduce` rebuilds as it was)"),
         "dataset": req(Table(
             "The card's front matter of the dataset folder (dist/dataset/), and the Hub serving it.", {
                 "hub_url": opt(STRING, "the Hub (HF_ENDPOINT overrides it); https://huggingface.co when absent"),

@@ -14,7 +14,8 @@ stays the same) moves no digest. What reaches the image of a profile:
 - the profile's base as the image names it: its pin in release.toml, or for the local
   base the `name` and `digest` of locks/base.json (how it was made, such as the
   builder's hash, is already in that digest);
-- the profile's `tasks` and the pin of the `[[sources]]` file it serves.
+- the profile's `tasks` and the pin of the `[[sources]]` file it serves;
+- `[curriculum]`, which the build writes into the image as `env/curriculum.json`.
 
 These values are read from each commit's own files (git objects, not the work tree), so
 older commits whose release.toml predates today's keys are read too; a file that does
@@ -42,7 +43,7 @@ SOURCE_KEYS = ("name", "repository", "revision", "path", "sha256", "license_file
 COUNTED = (
     "env/ and LICENSE: the files the image packs (content and mode)",
     "release.toml: [release] " + ", ".join(RELEASE_KEYS) + "; the profile's base and tasks; "
-    "the pin of the [[sources]] file it serves",
+    "the pin of the [[sources]] file it serves; [curriculum]",
     "locks/base.json: name and digest (the local base)",
 )
 
@@ -100,6 +101,8 @@ class _Reader:
                 "base": base,
                 "tasks": tasks,
                 "task_source": {k: served.get(k) for k in SOURCE_KEYS} if served else None,
+                # Absent before [curriculum]: an older commit's values (and their digest) stay as they were.
+                **({"curriculum": raw["curriculum"]} if "curriculum" in raw else {}),
                 **({"unparsable": raw["unparsable"]} if "unparsable" in raw else {}),
             }
         return self._values[commit]
@@ -132,10 +135,10 @@ def image_inputs(repo: Path, profile: str) -> ImageInputs:
 
 def differences(repo: Path, old: str, new: str, profile: str) -> list[str]:
     """What reaches `profile`'s image that differs between commits `old` and `new`: file
-    paths, `release.<key>`, `base`, `tasks`, `task_source`."""
+    paths, `release.<key>`, `base`, `tasks`, `task_source`, `curriculum`."""
     reader = _Reader(Path(repo), profile)
     a, b = reader.values(old), reader.values(new)
     found = sorted(p for p in set(a["files"]) | set(b["files"]) if a["files"].get(p) != b["files"].get(p))
     found += [f"release.{k}" for k in RELEASE_KEYS if a["release"][k] != b["release"][k]]
-    found += [k for k in ("base", "tasks", "task_source", "unparsable") if a.get(k) != b.get(k)]
+    found += [k for k in ("base", "tasks", "task_source", "curriculum", "unparsable") if a.get(k) != b.get(k)]
     return found

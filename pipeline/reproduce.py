@@ -50,7 +50,7 @@ from pipeline.sources import lock as runtime_lock
 # The modules that turn the image inputs into the derived image's bytes: when HEAD's
 # differ from the recorded commit's, a mismatch may come from the code, not the inputs.
 IMAGE_BUILDER = (*(f"pipeline/{m}" for m in _base.BUILDER_MODULES), "pipeline/image/build.py",
-                 "pipeline/image/payload.py", "pipeline/image/imageconfig.py")
+                 "pipeline/image/payload.py", "pipeline/image/imageconfig.py", "pipeline/curriculum.py")
 DIFFOSCOPE_LINES = 200
 # The ref name of a reproduced image in the layout it is kept in (dist/oci holds the build's too).
 KEPT_REF = "reproduce"
@@ -118,7 +118,7 @@ class Reproduction:
 def compare_app_layers(repo: Path, cfg: _config.ReleaseConfig, vendored: VendoredTaskFile | None,
                        image: provenance.Image, sde: int, work: Path) -> list[LayerComparison]:
     """Rebuild each application layer and compare it with the recorded one."""
-    specs = app_layers(repo, cfg.app_dir, vendored)
+    specs = app_layers(repo, cfg.app_dir, vendored, _config.curriculum_file(cfg))
     recorded = {l.name: l for l in image.app_layers}
     if [s.name for s in specs] != [l.name for l in image.app_layers]:
         raise VerificationError("the application layers are not the recorded ones",

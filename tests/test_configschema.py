@@ -29,7 +29,7 @@ TRUST = tomllib.loads((REPO / "trust.toml").read_text())
 NAMED = {"profiles", "trust"}
 # The keys of the committed files that may be left out, as `normal` writes their paths.
 OPTIONAL = {
-    "intoto", "intoto.layout_valid_days", "sources", "sources[].license_sha256", "sources[].profiles",
+    "intoto", "intoto.layout_valid_days", "curriculum", "sources", "sources[].license_sha256", "sources[].profiles",
     "profiles.<name>.description", "profiles.<name>.publish_dataset", "dataset.hub_url",
     "external.subset", "external.id_field", "external.record_field", "external.hub_url", "external.rows_url",
     "external.tasks", "external.tasks[].record_sha256", "admission", "admission.sandbox_disk_gib",

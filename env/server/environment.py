@@ -60,7 +60,8 @@ class ServerConfig:
 
 
 class Curriculum:
-    """The 32 catalog cases generated with one task module, each generated once and kept."""
+    """The catalog's cases (the curriculum the image serves) generated with one task module,
+    each generated once and kept."""
 
     def __init__(self, tasks: ModuleType) -> None:
         self.tasks = tasks

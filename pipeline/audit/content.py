@@ -26,10 +26,8 @@ from pipeline.sources import vendor as sources
 
 def expected_task_order(cfg) -> list[tuple[str, str]]:
     """(task id, kind) in request order: each block of cases, then the external tasks after it."""
-    from pipeline.checks.cases import blocks
-
     order = []
-    for number, block in enumerate(blocks(), start=1):
+    for number, block in enumerate(cfg.curriculum.blocks(), start=1):
         order += [(c.id, "procedural") for c in block]
         order += [(t.task_id, "external") for t in cfg.external.tasks if t.after_block == number]
     return order

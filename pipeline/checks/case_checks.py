@@ -17,10 +17,10 @@ from pipeline.checks import shell as cmd
 from pipeline.checks import solvers
 from pipeline.checks._record import Recorder
 from pipeline.checks.answers import Variant, graded_variants
-from pipeline.checks.cases import Case
 from pipeline.checks.client import Reply, ServerError, Session
 from pipeline.checks.results import CheckResult
 from pipeline.checks.target import Target
+from pipeline.curriculum import Case
 
 INSTRUCTIONS = "INSTRUCTIONS.md"
 SHELL_UID = "2000"

@@ -14,12 +14,12 @@ from pipeline.checks import shell as cmd
 from pipeline.checks._record import Recorder
 from pipeline.checks.answers import OVERSIZED_BYTES, TOO_DEEP, nested, with_component
 from pipeline.checks.case_checks import solve_in_episode
-from pipeline.checks.cases import Case
 from pipeline.checks.client import ServerError, Session, http_get
 from pipeline.checks.isolation_checks import ISOLATION_CHECKS, isolation_checks
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.checks.results import CheckResult
 from pipeline.checks.target import Target
+from pipeline.curriculum import Case
 
 SHELL_TIMEOUT_S = 60
 MAX_OUTPUT_BYTES = 12_000

@@ -36,9 +36,9 @@ from websockets.sync.client import connect
 
 from pipeline.checks import shell as cmd
 from pipeline.checks._record import Recorder
-from pipeline.checks.cases import Case
 from pipeline.checks.client import ServerError, Session, http_get
 from pipeline.checks.target import Target
+from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
                     "connection-flood", "malformed-input")

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 
 from pipeline.checks._record import Recorder
-from pipeline.checks.cases import Case
 from pipeline.checks.client import ServerError, Session
+from pipeline.curriculum import Case
 
 LIMIT_CHECKS = ("limit-memory", "limit-pids", "limit-cpus", "limit-workspace")
 # A cgroup v1 "no limit" is a huge number (PAGE_COUNTER_MAX pages); anything at or over

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.checks.shards import Shard
 from pipeline.checks.suite import job_costs, shard_jobs
+from pipeline.curriculum import Case
 from pipeline.errors import VerificationError
 
 
@@ -58,10 +59,10 @@ def _external_groups(part: SuiteResult) -> set[str]:
     return {e["task_id"] for e in part.external}
 
 
-def _owned(shard: Shard, part: SuiteResult) -> None:
+def _owned(shard: Shard, part: SuiteResult, cases: Sequence[Case]) -> None:
     """The shard ran exactly its planned jobs and reports only checks of those jobs (and,
     for the shard that verified the external tasks, their repair checks)."""
-    planned = shard_jobs(shard)
+    planned = shard_jobs(shard, cases)
     if shard.jobs != planned:
         raise VerificationError(f"shard {shard} did not run the jobs the plan gives it",
                                 expected=list(planned), actual=list(shard.jobs))
@@ -76,12 +77,12 @@ def _owned(shard: Shard, part: SuiteResult) -> None:
                                 expected="at least one check per job", actual=empty)
 
 
-def _ordered(pairs: list[tuple[Shard, SuiteResult]]) -> tuple[CheckResult, ...]:
+def _ordered(pairs: list[tuple[Shard, SuiteResult]], cases: Sequence[Case]) -> tuple[CheckResult, ...]:
     """Every check in the unsharded order: the plan's job order, each job's checks as recorded."""
     owner = {key: (shard, part) for shard, part in pairs for key in shard.jobs}
     done: set[tuple[int, str]] = set()
     out: list[CheckResult] = []
-    for key, _ in job_costs():
+    for key, _ in job_costs(cases):
         shard, part = owner[key]
         slot = (shard.index, _group(key))
         # A shard holding both image jobs recorded them in order under one group.
@@ -98,11 +99,12 @@ def _ordered(pairs: list[tuple[Shard, SuiteResult]]) -> tuple[CheckResult, ...]:
     return tuple(out)
 
 
-def merge(parts: Sequence[SuiteResult]) -> SuiteResult:
-    """One record, equal to an unsharded run's apart from targets and timings."""
+def merge(parts: Sequence[SuiteResult], cases: Sequence[Case]) -> SuiteResult:
+    """One record, equal to an unsharded run's apart from targets and timings; `cases` are the
+    run's cases (release.toml's [curriculum]), from which the shard plan is recomputed."""
     pairs = _complete(parts)
     for shard, part in pairs:
-        _owned(shard, part)
+        _owned(shard, part, cases)
     records = [part for _, part in pairs]
     _same([p.image for p in records], "the image they verified")
     _same([p.layers for p in records if p.layers], "the layers of the pulled image")
@@ -113,7 +115,7 @@ def merge(parts: Sequence[SuiteResult]) -> SuiteResult:
     if len(externals) > 1:
         raise VerificationError("more than one shard verified the external tasks", expected="one shard (shard 1)",
                                 actual=[index for index, _ in externals])
-    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs),
+    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs, cases),
                    seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
                    external=externals[0][1] if externals else (),
                    layers=next((p.layers for p in records if p.layers), ()),

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.checks.cases import all_cases
 from pipeline.checks.repair import REPAIR_CHECKS
 from pipeline.checks.results import CheckResult, SuiteResult
-from pipeline.checks.solvers import FAMILIES
+from pipeline.curriculum import Case
 
 COLUMNS = ("reset", "identity-across-seeds", "correct", "partial", "all-but-one", "wrong",
            "unknown-key", "edited-inputs", "cached-terminal")
@@ -21,19 +20,27 @@ def _column(check_name: str) -> str:
 
 
 def family_table(result: SuiteResult) -> str:
-    """Rows: families; columns: per-case checks; cells: passed/total over the family's cases."""
+    """Rows: the families of the cases checked, in the order first checked; columns: per-case
+    checks; cells: passed/total over the family's cases."""
     cells: dict[tuple[str, str], list[int]] = {}
-    for case in all_cases():
-        for check in result.for_prefix(case.id + "/"):
-            col = _column(check.id.split("/", 1)[1])
-            cell = cells.setdefault((case.family, col if col in COLUMNS else "other"), [0, 0])
-            cell[0] += check.passed
-            cell[1] += 1
+    families: list[str] = []
+    for check in result.checks:
+        group, _, name = check.id.partition("/")
+        try:
+            family = Case.parse(group).family
+        except ValueError:
+            continue  # an image check or an external task's
+        if family not in families:
+            families.append(family)
+        col = _column(name)
+        cell = cells.setdefault((family, col if col in COLUMNS else "other"), [0, 0])
+        cell[0] += check.passed
+        cell[1] += 1
     cols = list(COLUMNS) + (["other"] if any(k[1] == "other" for k in cells) else [])
     heads = [SHORT.get(c, c) for c in cols]
-    width = max(len(f) for f in FAMILIES)
+    width = max([len("family")] + [len(f) for f in families])
     lines = [f"{'family':<{width}}  " + "  ".join(f"{h:>9}" for h in heads)]
-    for family in FAMILIES:
+    for family in families:
         row = []
         for col in cols:
             passed, total = cells.get((family, col), [0, 0])

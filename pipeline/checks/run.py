@@ -109,7 +109,7 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
                            limits=tuple(sorted(limits.expected().items())), inherited=inherited)
                    for c in containers]
         say(f"checks: {len(targets)} container(s) of {image}")
-        result = run_suite(targets, image=image, shard=shard)
+        result = run_suite(targets, cases=cfg.curriculum.cases, image=image, shard=shard)
     finally:
         for c in containers:
             runtime.remove(c)

@@ -2,7 +2,7 @@
 
 Each target (a container, or a local server) gets one worker thread holding one
 OpenEnv session; jobs (the slow timeout check first, then the image checks, then the
-32 cases) are taken from a shared queue, so several containers work in parallel and
+declared cases) are taken from a shared queue, so several containers work in parallel and
 the 60 s timeout check overlaps the rest. With a shard (`I/N`), only the jobs the shard
 plan gives shard I run; `merge.merge` joins the N results into the unsharded record.
 """
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.checks import case_checks, image_checks
-from pipeline.checks.cases import Case, all_cases
 from pipeline.checks.client import ServerError, Session
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.checks.shards import Shard, plan
 from pipeline.checks.target import Target
+from pipeline.curriculum import Case
 from pipeline.progress import say
 
 # Reconnect attempts after a dropped session: the server frees a closed session
@@ -59,13 +59,13 @@ def _in_order(jobs: Sequence[_Job]) -> list[_Job]:
     return sorted(jobs, key=lambda j: j.index)
 
 
-def job_costs(cases: Sequence[Case] | None = None, *, with_timeout: bool = True) -> list[tuple[str, float]]:
+def job_costs(cases: Sequence[Case], *, with_timeout: bool = True) -> list[tuple[str, float]]:
     """(job key, estimated seconds) of the suite's jobs in recorded order: the plan's input."""
-    cases = list(cases if cases is not None else all_cases())
+    cases = list(cases)
     return [(j.key, JOB_COST_S[j.kind]) for j in _in_order(_jobs(cases, cases[0], with_timeout))]
 
 
-def shard_jobs(shard: Shard, cases: Sequence[Case] | None = None, *, with_timeout: bool = True) -> tuple[str, ...]:
+def shard_jobs(shard: Shard, cases: Sequence[Case], *, with_timeout: bool = True) -> tuple[str, ...]:
     """The job keys the plan gives `shard`."""
     return plan(job_costs(cases, with_timeout=with_timeout), shard.count)[shard.index - 1]
 
@@ -171,18 +171,21 @@ class _Sink:
                     f"{time.monotonic() - self.started:.0f} s  {label}: {len(results)} checks, {verdict}")
 
 
-def run_suite(targets: Sequence[Target], *, cases: Sequence[Case] | None = None,
+def run_suite(targets: Sequence[Target], *, cases: Sequence[Case],
               image: str = "", quiet: bool = False, with_timeout: bool = True,
               shard: Shard | None = None) -> SuiteResult:
     """Run every check of docs/spec/verification.md against `targets` (servers of one image).
 
-    `cases` narrows the per-case checks (default: all 32); `with_timeout=False` leaves
+    `cases` are the cases given per-case checks (a release: every case of its [curriculum],
+    in request order; the image checks use the first); `with_timeout=False` leaves
     out the minute-long timeout check (for quick runs; a release never does); `shard`
     runs only the jobs the shard plan gives it, and records which.
     """
     if not targets:
         raise ValueError("run_suite needs at least one target")
-    cases = list(cases if cases is not None else all_cases())
+    cases = list(cases)
+    if not cases:
+        raise ValueError("run_suite needs at least one case")
     started = time.monotonic()
     jobs = _jobs(cases, cases[0], with_timeout)
     if shard is not None:

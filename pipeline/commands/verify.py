@@ -69,7 +69,7 @@ def serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     port = serve_mod.serve_port(cfg, args.port)
     if args.host_mode:
-        return serve_mod.serve_host(port, args.tasks)
+        return serve_mod.serve_host(port, args.tasks, cfg.curriculum)
     if args.image:
         return serve_mod.serve_pulled(args.image, cfg, host_port=port)
     return serve_mod.serve_built(args.record, cfg, host_port=port)
@@ -140,7 +140,8 @@ def checks(args: argparse.Namespace) -> int:
         cfg = replace(cfg, app_dir=args.app_dir)
     env = {run.TASKS_FILE_VARIABLE: args.tasks_file} if args.tasks_file else {}
     targets = [replace(run.target_for(cfg, url, env), server_pid=args.server_pid) for url in args.url]
-    return run.finish(run_suite(targets, image=args.image or args.url[0], shard=args.shard), args.out)
+    return run.finish(run_suite(targets, cases=cfg.curriculum.cases, image=args.image or args.url[0],
+                               shard=args.shard), args.out)
 
 
 def merge_arguments(p: argparse.ArgumentParser) -> None:
@@ -155,8 +156,9 @@ def merge_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def merge(args: argparse.Namespace) -> int:
-    policy = plan.resolve(config_mod.load(args.config), args.profile).external
-    result = merge_shards([load(path, shard=True) for path in args.shards])
+    cfg = config_mod.load(args.config)
+    policy = plan.resolve(cfg, args.profile).external
+    result = merge_shards([load(path, shard=True) for path in args.shards], cfg.curriculum.cases)
     write(args.out, result)
     if args.sign:
         signed = attest.sign_checks(result, args.out, signer=signing.signer_for(args.sign),

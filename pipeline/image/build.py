@@ -125,7 +125,7 @@ def build(
     base_image = base.read(layout)
     blobs_dir = layout.root / "blobs" / "sha256"
     built_layers: list[AppLayer] = []
-    for spec in app_layers(repo, cfg.app_dir, vendored):
+    for spec in app_layers(repo, cfg.app_dir, vendored, _config.curriculum_file(cfg)):
         layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
         built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
                                      tuple(members_of_blob(layer.path))))

@@ -4,7 +4,9 @@ Three layers, each a pure function of files in the checkout (and the vendored fi
 when a profile serves one):
 
 1. `env`      - the environment server (`env/` without the task families), with its
-                OpenEnv manifest `env/openenv.yaml`;
+                OpenEnv manifest `env/openenv.yaml` and the curriculum it serves,
+                `env/curriculum.json`, written from release.toml's `[curriculum]` (a
+                checkout's own file of that name is never packed);
 2. `tasks`    - the task module the image serves: first-party `env/families/`, or the
                 vendored upstream file with its licence under `vendor/<source>/`;
 3. `licenses` - the project's licence (and the vendored file's licence).
@@ -22,6 +24,7 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from pipeline.curriculum import CURRICULUM_PATH
 from pipeline.errors import ReleaseError
 from pipeline.image.oci.layer import FileEntry, parents_of
 
@@ -54,6 +57,8 @@ def packed(path: str, *, first_party_tasks: bool) -> bool:
     tasks are first-party (`env/families`) or vendored: the rule `app_layers` packs by."""
     if path == "LICENSE":
         return True
+    if path == CURRICULUM_PATH:
+        return False
     parts = PurePosixPath(path).parts
     if parts[:1] != ("env",) or any(p in _SKIP_DIRS for p in parts) or not path.endswith(_CODE_SUFFIXES):
         return False
@@ -73,7 +78,8 @@ def _dirs_for(paths: list[str], stop: str) -> list[FileEntry]:
 
 
 def _files(root: Path, dest: str, *, exclude: set[str] = frozenset()) -> list[FileEntry]:
-    """Code files under `root` (sorted walk, no caches), placed under `dest`."""
+    """Code files under `root` (sorted walk, no caches), placed under `dest`; `exclude`
+    names directories and files relative to `root`."""
     found: list[FileEntry] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
@@ -82,7 +88,7 @@ def _files(root: Path, dest: str, *, exclude: set[str] = frozenset()) -> list[Fi
             if d not in _SKIP_DIRS and (f"{rel_dir}/{d}".lstrip("./") not in exclude)
         )
         for name in sorted(filenames):
-            if not name.endswith(_CODE_SUFFIXES):
+            if not name.endswith(_CODE_SUFFIXES) or f"{rel_dir}/{name}".lstrip("./") in exclude:
                 continue
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
@@ -100,14 +106,22 @@ def _layer(name: str, files: list[FileEntry], app_dir: str) -> LayerSpec:
     return LayerSpec(name=name, entries=tuple(dirs + files))
 
 
-def app_layers(repo: Path, app_dir: str, vendored: VendoredTaskFile | None) -> list[LayerSpec]:
-    """The application layers, in order, for a checkout at `repo`."""
+def app_layers(repo: Path, app_dir: str, vendored: VendoredTaskFile | None,
+               curriculum: bytes | None) -> list[LayerSpec]:
+    """The application layers, in order, for a checkout at `repo`; `curriculum` is the
+    `env/curriculum.json` to serve (None: a commit from before `[curriculum]`, whose
+    catalog held its cases in code)."""
     app = app_dir.strip("/")
     env_root = Path(repo) / "env"
     if not (env_root / "server").is_dir():
         raise ReleaseError(f"no environment server at {env_root / 'server'}",
                            hint="run the build from the project checkout")
-    layers = [_layer("env", _files(env_root, f"{app}/env", exclude={"families"}), app)]
+    in_env = CURRICULUM_PATH.removeprefix("env/")
+    env_files = _files(env_root, f"{app}/env", exclude={"families", in_env})
+    if curriculum is not None:
+        env_files.append(FileEntry(path=f"{app}/{CURRICULUM_PATH}", type="file", mode=FILE_MODE,
+                                   source=curriculum))
+    layers = [_layer("env", env_files, app)]
     licenses = [FileEntry(path=f"{app}/licenses/LICENSE", type="file", mode=FILE_MODE,
                           source=(Path(repo) / "LICENSE").read_bytes())]
     if vendored is None:

@@ -4,9 +4,9 @@ The front matter is huggingface_hub's `DatasetCardData`, filled from release.tom
 `[dataset]` table and the records: `license: other` with its name and link, language,
 tags, the source datasets, and the `default` config whose one data file is tasks.jsonl
 (split `train`), with the column types of its lines. The body is generated from the typed
-records only (provenance, the request, the release config): the tasks in request order,
-the images by digest, their sizes, the budgets, how to verify, the licences and the
-provenance. It holds no clock time and no publication revision (the card is published in
+records only (provenance, the request, the release config): the tasks in request order and
+the `[curriculum]` they come from, the images by digest, their sizes, the budgets, how to
+verify, the licences and the provenance. It holds no clock time and no publication revision (the card is published in
 the commit that revision names), so the audit regenerates it byte for byte.
 """
 
@@ -90,6 +90,23 @@ def _tasks(lines: tuple[TaskLine, ...]) -> list[str]:
             kind = "external"
         out.append(f"| {i} | `{t.task_id}` | {kind} | {_short(t.image)} | {what} |")
     return out
+
+
+def _curriculum(lines: tuple[TaskLine, ...]) -> list[str]:
+    """Where the procedural cases come from, with the families, difficulties and seeds the
+    lines hold (in request order: the declaration's order)."""
+    cases = [t for t in lines if t.family is not None]
+    if not cases:
+        return []
+
+    def listed(values: list[object]) -> str:
+        return ", ".join(f"`{v}`" if isinstance(v, str) else str(v) for v in dict.fromkeys(values))
+
+    return [f"The {len(cases)} procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` "
+            f"at the project commit: families {listed([t.family for t in cases])}, difficulties "
+            f"{listed([t.difficulty for t in cases])} and seeds {listed([t.seed for t in cases])}, one block of "
+            "one case per family for each (difficulty, seed) pair, each external task after the block its "
+            "`after_block` names.", ""]
 
 
 def _images(s: Sizes, lines: tuple[TaskLine, ...]) -> list[str]:
@@ -223,7 +240,7 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[Task
         "Everything below is generated from the release records; nothing else is claimed.",
         "",
         "## Files", "", *_files(prov), "",
-        "## Tasks", "", *_tasks(lines), "",
+        "## Tasks", "", *_curriculum(lines), *_tasks(lines), "",
         "## Images and sizes", "",
         "Compressed bytes as the registry manifests declare them: the sum of the layer sizes (the seed "
         "release's measure), and config blob plus layers (the platform's measure).", "",

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline._io import write_atomic
-from pipeline.checks.cases import Case
 from pipeline.config import ReleaseConfig
+from pipeline.curriculum import Case
 from pipeline.errors import VerificationError
 from pipeline.records.provenance import Provenance
 from pipeline.sources.dataset import ExternalRecord

@@ -90,7 +90,6 @@ def _external_verification(result: ExternalResult | None) -> Verification:
 def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *,
           image: str) -> tuple[TaskRecord, ...]:
     """Every task in request order; CheckFailure when any check failed or is missing."""
-    from pipeline.checks.cases import blocks
     from pipeline.checks.external import ExternalResult
 
     if not checks.ok:
@@ -107,7 +106,7 @@ def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *,
         raise CheckFailure(f"profile {policy.profile} requires every external task verified",
                            expected="verified", actual=f"not verified: {', '.join(unverified)}")
     tasks: list[TaskRecord] = []
-    for number, block in enumerate(blocks(), start=1):
+    for number, block in enumerate(cfg.curriculum.blocks(), start=1):
         tasks += [TaskRecord(case.id, image, PROCEDURAL, _case_verification(checks, case.id)) for case in block]
         tasks += [TaskRecord(ext.task_id, ext.image, EXTERNAL, _external_verification(externals.get(ext.task_id)))
                   for ext in cfg.external.tasks if ext.after_block == number]

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline import config as config_mod
+from pipeline._io import write_atomic
+from pipeline.curriculum import CURRICULUM_PATH, Curriculum
 from pipeline.errors import ConfigError, ReleaseError
 from pipeline.image.build import BuildRecord, load_record
 from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
@@ -148,7 +150,9 @@ def root_only_copy(source: Path, target: Path) -> Path:
     return target
 
 
-def serve_host(port: int, tasks_file: str | None) -> int:
+def serve_host(port: int, tasks_file: str | None, curriculum: Curriculum) -> int:
+    """The server run on this host from a root-only copy of env/, serving `curriculum` as the
+    image would (its env/curriculum.json)."""
     if os.geteuid() != 0:
         raise ConfigError("host mode needs root (the shell drops every command to UID 2000)",
                           actual=f"uid {os.geteuid()}", hint="run as root, or serve the image (no --host-mode)")
@@ -156,6 +160,7 @@ def serve_host(port: int, tasks_file: str | None) -> int:
     app.mkdir(parents=True, exist_ok=True)
     os.chmod(app, 0o700)
     root_only_copy(config_mod.REPO_ROOT / "env", app / "env")
+    write_atomic(app / CURRICULUM_PATH, curriculum.file_bytes(), mode=0o600)
     argv = [sys.executable, "-m", "env", "serve", "--host-mode", "--port", str(port),
             "--workspace", str(HOST_DIR / "workspace")]
     if tasks_file:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.checks.cases import all_cases
 from pipeline.config import REPO_ROOT
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
+from tests.curriculum import all_cases
 from tests.shared import copy_tree
 
 EPOCH = 1_700_000_000
@@ -203,6 +203,13 @@ signing = "key"
 external_tasks_required = false
 submission_id = "openenv-data-workflows-test"
 dataset = "arena/openenv-data-workflows"
+
+[curriculum]
+families = ["software_change", "industrial_schedule", "science_calibration", "office_reconciliation",
+            "finance_ledger", "math_route", "security_triage", "media_timeline"]
+difficulties = [1, 2]
+seeds = [101, 307]
+blocks = "difficulty-seed"
 
 [intoto]
 layout_valid_days = 365

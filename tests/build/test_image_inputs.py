@@ -108,3 +108,18 @@ def test_what_counts_is_named_when_it_differs(tmp_path, source_repo):
     # The arena image serves the vendored task file, not env/families: that edit does not reach it.
     assert image_inputs.differences(repo, start, changed, "arena") == ["env/server/mcp.py", "release.port"]
     assert image_inputs.image_inputs(repo, "local").commit == changed
+
+
+def test_the_curriculum_is_an_image_input(tmp_path, source_repo):
+    """[curriculum] is written into the image (env/curriculum.json): editing it moves the
+    image-input commit of every profile; the budgets beside it still do not."""
+    repo = clone(source_repo, tmp_path / "checkout")
+    commit = Commits(repo)
+    start = commit("nothing", **{"README.md": b"notes\n"})
+    toml = (repo / "release.toml").read_text()
+    assert "seeds = [101, 307]\n" in toml
+    changed = commit("release.toml: the curriculum's seeds", **{
+        "release.toml": toml.replace("seeds = [101, 307]\n", "seeds = [101, 202]\n").encode()})
+    for profile in ("local", "arena"):
+        assert image_inputs.differences(repo, start, changed, profile) == ["curriculum"]
+        assert image_inputs.image_inputs(repo, profile).commit == changed

@@ -8,9 +8,10 @@ import pytest
 
 from pipeline.checks import report
 from pipeline.checks import results as results_mod
-from pipeline.checks.cases import Case, all_cases
 from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.curriculum import Case
 from pipeline.errors import VerificationError
+from tests.curriculum import all_cases
 
 
 def _result(failing: str | None = None) -> SuiteResult:

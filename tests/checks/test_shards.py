@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.checks import results as results_mod
-from pipeline.checks.cases import all_cases
 from pipeline.checks.merge import merge
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.checks.shards import Shard, plan
 from pipeline.checks.suite import JOB_COST_S, job_costs, shard_jobs
 from pipeline.errors import ConfigError, VerificationError
+from tests.curriculum import all_cases
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "127.0.0.1:5000/arena/openenv-data-workflows@sha256:" + "ab" * 32
@@ -50,7 +50,7 @@ def _job_of(check_id: str) -> str:
 def _split(whole: SuiteResult, count: int) -> list[SuiteResult]:
     """The N shard records of `whole`: shard 1 also carries the external tasks (as verify does)."""
     parts = []
-    for index, keys in enumerate(plan(job_costs(), count), start=1):
+    for index, keys in enumerate(plan(job_costs(all_cases()), count), start=1):
         mine = [c for c in whole.checks if _job_of(c.id) in keys]
         if index == 1:
             mine += [c for c in whole.checks if c.id.startswith("t/")]
@@ -79,21 +79,21 @@ def test_shard_spec_parses_i_of_n_and_refuses_the_rest():
 
 @pytest.mark.parametrize("count", range(1, 35))
 def test_every_job_is_in_exactly_one_shard_and_none_is_empty(count):
-    shards = plan(job_costs(), count)
-    keys = [k for k, _ in job_costs()]
+    shards = plan(job_costs(all_cases()), count)
+    keys = [k for k, _ in job_costs(all_cases())]
     assert len(shards) == count and all(shards)
     assert sorted(k for s in shards for k in s) == sorted(keys)
     # Each shard keeps the suite's order.
     for s in shards:
         assert list(s) == [k for k in keys if k in s]
-    assert plan(job_costs(), count) == shards  # deterministic
+    assert plan(job_costs(all_cases()), count) == shards  # deterministic
 
 
 def test_the_timeout_check_gets_a_shard_of_its_own_and_the_rest_is_balanced():
     for count in (2, 3, 4, 8):
-        shards = plan(job_costs(), count)
+        shards = plan(job_costs(all_cases()), count)
         assert shards[0] == ("image/timeout",)
-        cost = dict(job_costs())
+        cost = dict(job_costs(all_cases()))
         loads = [sum(cost[k] for k in s) for s in shards[1:]]
         # Longest-first placement: the rest differ by at most the largest remaining job.
         assert max(loads) - min(loads) <= JOB_COST_S["image"]
@@ -101,16 +101,16 @@ def test_the_timeout_check_gets_a_shard_of_its_own_and_the_rest_is_balanced():
 
 def test_more_shards_than_jobs_is_refused():
     with pytest.raises(ConfigError, match="shard count"):
-        plan(job_costs(), len(job_costs()) + 1)
+        plan(job_costs(all_cases()), len(job_costs(all_cases())) + 1)
     with pytest.raises(ConfigError, match="shard count"):
-        shard_jobs(Shard(1, 35))
+        shard_jobs(Shard(1, 35), all_cases())
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
 def test_merging_the_shards_gives_the_whole_record_back(count):
     whole = _whole()
     parts = _split(whole, count)
-    merged = merge(list(reversed(parts)))
+    merged = merge(list(reversed(parts)), all_cases())
     assert _comparable(merged) == _comparable(whole)
     assert merged.targets == tuple(f"http://shard{i}" for i in range(1, count + 1))
     assert merged.seconds == 10.0 * count and merged.shard is None
@@ -133,33 +133,33 @@ def test_a_shard_record_round_trips_and_only_the_merge_reads_it(tmp_path):
 def test_a_missing_or_repeated_shard_is_refused():
     parts = _split(_whole(), 3)
     with pytest.raises(VerificationError, match=r"missing \[2\]"):
-        merge([parts[0], parts[2]])
+        merge([parts[0], parts[2]], all_cases())
     with pytest.raises(VerificationError, match=r"repeated \[3\]"):
-        merge([parts[0], parts[1], parts[2], parts[2]])
+        merge([parts[0], parts[1], parts[2], parts[2]], all_cases())
     with pytest.raises(VerificationError, match="nothing to merge"):
-        merge([])
+        merge([], all_cases())
 
 
 def test_shards_of_different_runs_are_refused():
     two, three = _split(_whole(), 2), _split(_whole(), 3)
     with pytest.raises(VerificationError, match="different shard counts"):
-        merge([two[0], three[1], three[2]])
+        merge([two[0], three[1], three[2]], all_cases())
     other = replace(two[1], image=IMAGE.replace("ab", "cd"))
     with pytest.raises(VerificationError, match="image they verified"):
-        merge([two[0], other])
+        merge([two[0], other], all_cases())
     pulled_else = replace(two[1], layers=LAYERS[:1])
     with pytest.raises(VerificationError, match="layers of the pulled image"):
-        merge([two[0], pulled_else])
+        merge([two[0], pulled_else], all_cases())
     whole = replace(_whole(), shard=None)
     with pytest.raises(VerificationError, match="not a shard record"):
-        merge([two[0], whole])
+        merge([two[0], whole], all_cases())
 
 
 def test_a_shard_claiming_other_jobs_is_refused():
     parts = _split(_whole(), 2)
     swapped = replace(parts[1], shard=replace(parts[1].shard, jobs=parts[1].shard.jobs[1:]))
     with pytest.raises(VerificationError, match="did not run the jobs the plan gives it"):
-        merge([parts[0], swapped])
+        merge([parts[0], swapped], all_cases())
 
 
 def test_a_check_outside_its_shards_jobs_or_a_job_without_checks_is_refused():
@@ -167,18 +167,18 @@ def test_a_check_outside_its_shards_jobs_or_a_job_without_checks_is_refused():
     moved = parts[2].checks[0]
     stray = replace(parts[1], checks=parts[1].checks + (moved,))
     with pytest.raises(VerificationError, match="jobs it does not own"):
-        merge([parts[0], stray, parts[2]])
+        merge([parts[0], stray, parts[2]], all_cases())
     group = parts[2].checks[0].id.split("/", 1)[0]
     dropped = replace(parts[2], checks=tuple(c for c in parts[2].checks if not c.id.startswith(group + "/")))
     with pytest.raises(VerificationError, match="no check for some of its jobs"):
-        merge([parts[0], parts[1], dropped])
+        merge([parts[0], parts[1], dropped], all_cases())
 
 
 def test_a_check_reported_twice_is_refused():
     parts = _split(_whole(), 2)
     twice = replace(parts[1], checks=parts[1].checks + parts[1].checks[-1:])
     with pytest.raises(VerificationError, match="more than once"):
-        merge([parts[0], twice])
+        merge([parts[0], twice], all_cases())
 
 
 def test_repair_checks_belong_to_the_shard_that_verified_the_external_tasks():
@@ -188,14 +188,14 @@ def test_repair_checks_belong_to_the_shard_that_verified_the_external_tasks():
     moved = replace(parts[1], checks=parts[1].checks + repair)
     kept = replace(parts[0], checks=tuple(c for c in parts[0].checks if not c.id.startswith("t/")))
     with pytest.raises(VerificationError, match="jobs it does not own"):
-        merge([kept, moved])
+        merge([kept, moved], all_cases())
 
 
 def test_external_tasks_verified_by_two_shards_are_refused():
     parts = _split(_whole(), 2)
     both = replace(parts[1], external=parts[0].external)
     with pytest.raises(VerificationError, match="more than one shard verified the external tasks"):
-        merge([parts[0], both])
+        merge([parts[0], both], all_cases())
 
 
 @pytest.mark.slow
@@ -232,7 +232,7 @@ def test_a_shard_against_a_live_server_runs_exactly_its_jobs(live_server, tmp_pa
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     part = results_mod.load(out, shard=True)
-    planned = plan(job_costs(), 4)[2]
+    planned = plan(job_costs(all_cases()), 4)[2]
     assert part.shard == Shard(3, 4, planned) and part.image == IMAGE
     assert "image" not in planned and "image/timeout" not in planned
     assert {c.id.split("/", 1)[0] for c in part.checks} == set(planned)

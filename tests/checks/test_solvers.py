@@ -93,6 +93,6 @@ def test_grading_rule_helpers():
 
 def test_suite_curriculum_matches_the_environment_catalog():
     from env.catalog import CASE_IDS
-    from pipeline.checks.cases import all_cases
+    from tests.curriculum import all_cases
     assert [c.id for c in all_cases()] == list(CASE_IDS)
     assert list(solvers.FAMILIES) == list(families.TASK_IDS)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.checks.cases import all_cases
 from pipeline.checks.image_checks import IMAGE_CHECKS
 from pipeline.checks.isolation_checks import ISOLATION_CHECKS
 from pipeline.checks.suite import run_suite
+from tests.curriculum import all_cases
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]  # each runs the whole check suite against a server
 CASES = [all_cases()[0], all_cases()[5]]

@@ -141,6 +141,21 @@ def test_huggingface_hub_loads_the_card_and_its_metadata_validates(records):
         assert phrase in body, phrase
 
 
+def test_the_card_says_its_cases_are_release_tomls_curriculum(records):
+    body = (_folder(records) / "README.md").read_text()
+    assert ("The 32 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the "
+            "project commit: families `software_change`, `industrial_schedule`,") in body
+    assert "`media_timeline`, difficulties 1, 2 and seeds 101, 307, one block of one case per family" in body
+    # Another curriculum's lines give its own figures, and no external task changes them.
+    lines = (dataset.TaskLine("math_route-d3-s202", "i", family="math_route", difficulty=3, seed=202),
+             dataset.TaskLine("x", "e", dataset="d", row=1),
+             dataset.TaskLine("media_timeline-d3-s202", "i", family="media_timeline", difficulty=3, seed=202))
+    assert card._curriculum(lines)[0].startswith(
+        "The 2 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the project "
+        "commit: families `math_route`, `media_timeline`, difficulties 3 and seeds 202,")
+    assert card._curriculum(lines[1:2]) == []
+
+
 def test_the_datasets_library_loads_it_offline_in_request_order(records, tmp_path):
     """`datasets` (a test dependency) reads the folder through the card's configs, with the Hub
     unreachable by construction (offline mode) and an empty cache."""

@@ -15,7 +15,6 @@ import pytest
 
 from pipeline.checks import image_checks
 from pipeline.checks._record import Recorder
-from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
 from pipeline.checks.target import Target
 from pipeline.image.build import HISTORY_PREFIX
@@ -27,6 +26,7 @@ from pipeline.registry.client import Reference, RegistryClient
 from pipeline.registry.pull import pull
 from pipeline.registry.push import push_image
 from pipeline.verify.runtime import ContainerRuntime
+from tests.curriculum import all_cases
 
 from ..base.basefixtures import base_image  # noqa: F401
 from ..build.conftest import clone, source_repo  # noqa: F401

@@ -52,7 +52,8 @@ def test_the_manifest_ships_in_the_env_layer(tasks, tmp_path):
         (tmp_path / "tasks.py").write_text("TASKS = []\n")
         (tmp_path / "LICENSE").write_text("MIT\n")
         vendored = payload.VendoredTaskFile("upstream", tmp_path / "tasks.py", tmp_path / "LICENSE")
-    layers = {layer.name: layer for layer in payload.app_layers(REPO_ROOT, "/opt/arena", vendored)}
+    curriculum = config_mod.curriculum_file(config_mod.load())
+    layers = {layer.name: layer for layer in payload.app_layers(REPO_ROOT, "/opt/arena", vendored, curriculum)}
     entry = next(e for e in layers["env"].entries if e.path == "opt/arena/env/openenv.yaml")
     assert entry.source == MANIFEST.read_bytes()
     assert payload.packed("env/openenv.yaml", first_party_tasks=tasks == "first-party")

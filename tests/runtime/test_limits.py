@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.checks._record import Recorder
-from pipeline.checks.cases import all_cases
 from pipeline.checks.client import Session
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.config import Budgets
 from pipeline.verify.limits import GIB, ContainerLimits
+from tests.curriculum import all_cases
 
 from .conftest import checkout_servers
 

@@ -104,6 +104,7 @@ def test_the_image_payload_never_holds_the_reference_scripts(tmp_path):
         (vendored / name).write_bytes(data)
     task_file = VendoredTaskFile("metaharness-tasks", vendored / "metaharness-tasks/tasks.py",
                                  vendored / "metaharness-tasks/LICENSE")
-    paths = [e.path for layer in app_layers(config.REPO_ROOT, cfg.app_dir, task_file) for e in layer.entries]
+    layers = app_layers(config.REPO_ROOT, cfg.app_dir, task_file, config.curriculum_file(cfg))
+    paths = [e.path for layer in layers for e in layer.entries]
     assert any(p.endswith("vendor/metaharness-tasks/tasks.py") for p in paths)
     assert not [p for p in paths if "mimo-reference" in p or p.endswith(".py") and "solutions" in p]

@@ -20,7 +20,6 @@ import pytest
 
 from pipeline import config, plan
 from pipeline.checks import schema
-from pipeline.checks.cases import all_cases
 from pipeline.checks.external import ExternalResult
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.config import Admission
@@ -30,6 +29,7 @@ from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
 from pipeline.records import preflight, sizes, submission, verification
 from pipeline.registry.push import push_layout
+from tests.curriculum import all_cases
 
 from .test_sizes import CONFIG_000666, CONFIG_001926, MIMO_000666, MIMO_001926
 

@@ -12,11 +12,11 @@ import pytest
 
 from pipeline import config, plan
 from pipeline.checks import schema
-from pipeline.checks.cases import all_cases
 from pipeline.checks.external import ExternalResult
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.errors import CheckFailure, VerificationError
 from pipeline.records import submission, verification
+from tests.curriculum import all_cases
 
 IMAGE = "arena/openenv-data-workflows@sha256:" + "ab" * 32
 COMMIT = "c" * 40

@@ -16,10 +16,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-FAMILIES = (
-    "software_change", "industrial_schedule", "science_calibration", "office_reconciliation",
-    "finance_ledger", "math_route", "security_triage", "media_timeline",
-)
+from pipeline.curriculum import TASK_FAMILIES
+
+# One solver per family of docs/spec/families.md.
+FAMILIES = TASK_FAMILIES
 # A shell action's command is capped at 16,000 characters (docs/spec/environment.md).
 MAX_COMMAND_CHARS = 16_000
 _HERE = Path(__file__).resolve().parent
