@@ -287,6 +287,14 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
                   f"'{issuer}' --bundle attestations/release.sigstore.json submission.json", "```", ""]
     lines += ["Then compare `sha256sum provenance.json submission.json attestations/*.json` with the "
               "release statement's subjects.", ""]
+    lines += ["## In the registry", "",
+              "Each signed statement is also pushed beside the image as a Sigstore bundle v0.3, an OCI "
+              "referrer of the image manifest (`artifactType` "
+              "`application/vnd.dev.sigstore.bundle.v0.3+json`). They are found from the image digest "
+              "alone: `GET /v2/<repository>/referrers/<digest>` where the registry has the referrers "
+              "API, else the index tagged `sha256-<hex of the digest>`. `python -m pipeline audit "
+              "--registry` checks every one; the repository's README (\"With sigstore-js or cosign\") "
+              "shows how to verify them with other Sigstore tools.", ""]
     if signing == "key":
         workflow = f"{source_url.rstrip('/')}/.github/workflows/release.yml@refs/tags/<tag>"
         lines += [
