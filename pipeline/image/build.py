@@ -125,7 +125,9 @@ def build(
     base_image = base.read(layout)
     blobs_dir = layout.root / "blobs" / "sha256"
     built_layers: list[AppLayer] = []
-    for spec in app_layers(repo, cfg.app_dir, vendored, _config.curriculum_file(cfg)):
+    # The image's env/catalog.py serves only the curriculum file the build writes: a release.toml
+    # without [curriculum] is refused here (ConfigError), not at the image's first start.
+    for spec in app_layers(repo, cfg.app_dir, vendored, cfg.curriculum.file_bytes()):
         layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
         built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
                                      tuple(members_of_blob(layer.path))))

@@ -131,7 +131,10 @@ profiles = ["arena"]
 
 def _config(registry: str, hub: str, base: str, images: dict[str, tuple[str, int]], sources: str,
             records: dict[str, str]) -> str:
-    tail = (REPO / "release.toml").read_text().split("[budgets.procedural]", 1)[1]
+    text = (REPO / "release.toml").read_text()
+    tail = text.split("[budgets.procedural]", 1)[1]
+    # The repository's curriculum: the table up to the next one.
+    curriculum = "[curriculum]" + text.split("[curriculum]", 1)[1].split("\n[", 1)[0]
     tasks = "".join(f'''
 [[external.tasks]]
 task_id = "{t}"
@@ -163,6 +166,8 @@ external_tasks_required = true
 submission_id = "openenv-data-workflows-standin"
 dataset = "akseljoonas/mimo-openenv-software"
 publish_dataset = true
+
+{curriculum}
 
 [dataset]
 license_name = "mixed-apache-2.0-and-mit"

@@ -3,6 +3,7 @@ runs the real server from this checkout's env/ on it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -15,8 +16,13 @@ from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = ["/opt/arena-python/bin/python3", "-m", "env", "serve", "--host", "0.0.0.0", "--port", "8000"]
+# The checkout's env/ holds no curriculum file (the release writes the image's): the one
+# tests/conftest.py writes from release.toml's [curriculum] is mounted beside it.
+CURRICULUM_IN_CONTAINER = "/opt/arena-curriculum.json"
 MOUNT = ["--volume", f"{REPO / 'env'}:/opt/arena/env:ro", "--workdir", "/opt/arena",
-         "--env", "PYTHONPATH=/opt/arena"]
+         "--env", "PYTHONPATH=/opt/arena",
+         "--volume", f"{os.environ['ARENA_CURRICULUM']}:{CURRICULUM_IN_CONTAINER}:ro",
+         "--env", f"ARENA_CURRICULUM={CURRICULUM_IN_CONTAINER}"]
 
 
 @contextmanager
