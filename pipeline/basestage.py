@@ -77,7 +77,7 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         debian_suite=spec.suite, debian_snapshot=spec.snapshot,
         debian_snapshot_url=snapshot_url(spec.snapshot), packages=spec.packages, debs=built.debs,
         source_date_epoch=spec.source_date_epoch, mmdebstrap_version=mmdebstrap_version(),
-        zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(),
+        zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(), debian_mirror=spec.mirror,
     )
     write_record(record, record_path)
     return record, "built"

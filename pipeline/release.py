@@ -363,7 +363,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 base_record, what = basestage.ensure(client)
                 say(f"    base {what}: {base_record.pull_reference(client.registry)}")
             base_src = rp.base.source(registry=client.registry)
-            base_pin = provenance.Base(base_src.name, base_src.digest)
+            base_pin = (provenance.local_base(repo, base_src.name, base_src.digest) if rp.base.local
+                        else provenance.Base(base_src.name, base_src.digest))
         with timings.stage("vendor"), links.step("vendor"):
             vendored = sources.vendor(rp.sources, vendor_dir, mirror=mirror)
             externals = external.fetch_records(cfg, rp.external, vendor_dir, mirror=mirror)

@@ -40,7 +40,8 @@ it was not verified.
     provenance/profile      provenance.json's profile = the release statement's
     provenance/image        provenance.json's image = the submission image
     provenance/wheel-lock   locks/runtime.txt = its pinned hash
-    provenance/base         base = release.toml's pin (or locks/base.json)
+    provenance/base         base = release.toml's pin (name, digest), or locks/base.json: digest and what
+                            the local base was built from (lock sha256, suite, snapshot, .debs, mirror)
     provenance/sources      sources = release.toml's [[sources]] pins
     provenance/toolchain    the builder's toolchain = uv.lock at the recorded commit (each distribution's
                             version, file and sha256; every member of the pipeline group); the uv.lock

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from pipeline import plan
@@ -145,6 +146,29 @@ def _base_pin(root: Path, base: plan.BaseChoice) -> str:
     return record.reference
 
 
+def _base_recorded(root: Path, base: plan.BaseChoice, prov) -> None:
+    """provenance.json's base = release.toml's pin (a base pulled by digest: name and digest, nothing
+    more is known of it), or the records' locks/base.json: the digest, and what the local base was
+    built from (the lock's sha256, suite, snapshot, number of .debs and mirror)."""
+    equal("base image of provenance.json vs the release.toml pin", _base_pin(root, base),
+          f"{prov.base.name}@{prov.base.digest}")
+    origin = prov.base.built_from
+    if base.pinned is not None:
+        equal("what provenance.json says a base pulled by digest was built from", None,
+              asdict(origin) if origin is not None else None, hint="only its name and digest are known")
+        return
+    from pipeline.image.base import load_record
+
+    path = root / BASE_LOCK
+    expected = provenance_mod.BaseOrigin.of(load_record(path), lock=BASE_LOCK, lock_sha256=sha256_file(path))
+    want, got = asdict(expected), asdict(origin) if origin is not None else {}
+    diff = sorted(k for k in want if want[k] != got.get(k))
+    equal(f"what provenance.json says the local base was built from ({', '.join(diff)}) vs {BASE_LOCK}",
+          {k: want[k] for k in diff}, {k: got.get(k) for k in diff},
+          hint=f"{BASE_LOCK} is not the lock of the base the records name, or provenance.json was edited"
+          if origin is not None else "the record does not say what the local base was built from")
+
+
 def audit_provenance(r: Rows, s: State) -> None:
     prov, cfg, root = s.prov, s.cfg, s.root
     if prov is None or cfg is None:
@@ -194,9 +218,7 @@ def audit_provenance(r: Rows, s: State) -> None:
     except ReleaseError as exc:
         r.rows.append(Check("provenance/sources", "provenance.json", FAIL, exc.one_line()))
         return
-    r.run("provenance/base", "provenance.json", lambda: equal(
-        "base image of provenance.json vs the release.toml pin", _base_pin(root, recorded_plan.base),
-        f"{prov.base.name}@{prov.base.digest}"))
+    r.run("provenance/base", "provenance.json", lambda: _base_recorded(root, recorded_plan.base, prov))
     r.run("provenance/sources", "provenance.json", lambda: _sources_match(recorded_plan.sources, prov))
     r.run("provenance/toolchain", "provenance.json", lambda: _toolchain_locked(root, prov))
     recorded = {v.source: v for v in prov.sources}

@@ -166,6 +166,9 @@ class BaseRecord:
     mmdebstrap_version: str
     zlib_version: str
     builder_sha256: str
+    # The Debian mirror mmdebstrap fetched the .debs from (BaseSpec.mirror); None in locks
+    # written before it was recorded. Where they came from, not what pins them: see SNAPSHOT.
+    debian_mirror: str | None = None
 
     @property
     def reference(self) -> str:
@@ -218,7 +221,7 @@ def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
             debs=tuple(Deb(**d) for d in raw["debs"]),
             source_date_epoch=raw["source_date_epoch"],
             mmdebstrap_version=raw["mmdebstrap_version"], zlib_version=raw["zlib_version"],
-            builder_sha256=raw["builder_sha256"],
+            builder_sha256=raw["builder_sha256"], debian_mirror=raw.get("debian_mirror"),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"{path} is not a base record: {exc}",

@@ -102,12 +102,22 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
     """SLSA ResourceDescriptors of every build input, in a fixed order.
 
     A pure function of provenance.json and the wheel lock it pins (the audit
-    re-derives it and compares): base image by digest, the project's own revision,
+    re-derives it and compares): base image by digest (and, for the locally built base, the
+    lock whose .deb list pins its packages), the project's own revision,
     each vendored git source (file and licence hashes, commit), the wheel lock, then
     each wheel the lock allows.
     """
     deps: list[dict[str, Any]] = [
         {"name": "base", "uri": f"oci://{prov.base.name}", "digest": {"sha256": _sha256_hex(prov.base.digest)}},
+    ]
+    origin = prov.base.built_from
+    if origin is not None:  # the local base: the lock whose .deb list pins its packages
+        deps.append({"name": "base-lock", "uri": f"file:{origin.packages_pinned_by}",
+                     "digest": {"sha256": origin.lock_sha256},
+                     "annotations": {"debs": origin.debs, "debianSuite": origin.debian_suite,
+                                     "namedAfterSnapshot": origin.named_after_snapshot,
+                                     "packagesFrom": origin.packages_from}})
+    deps += [
         {"name": "project", "uri": f"git+{project_repository}@{prov.project.commit}",
          "digest": {"gitCommit": prov.project.commit, "gitTree": prov.project.tree},
          "annotations": {"dirty": prov.project.dirty, "allowDirty": prov.project.allow_dirty}},

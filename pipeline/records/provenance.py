@@ -1,7 +1,8 @@
 """provenance.json: what went into a release, as one typed record with one loader and one writer.
 
 It names every pinned input (git sources with their licences, external task
-records, the base by digest, the wheel lock by hash), the project's own revision,
+records, the base by digest, with the lock it was built from for the local base, the
+wheel lock by hash), the project's own revision,
 the image-input commit, the builder with its locked toolchain, the profile,
 SOURCE_DATE_EPOCH and every value written into the image config. It holds no
 wall-clock time, so the same inputs give byte-identical files.
@@ -28,6 +29,8 @@ from pipeline import __version__
 from pipeline._io import pretty_json, read_json, sha256_file, write_atomic
 from pipeline.config import BUDGET_FIELDS, Budgets
 from pipeline.errors import ConfigError, ReleaseError, SourceError
+from pipeline.image import base as base_lock
+from pipeline.image.base import BaseRecord
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer
 from pipeline.image.oci.layer import zlib_version
@@ -41,6 +44,7 @@ from pipeline.sources.vendor import VendoredFile
 
 SCHEMA = "openenv-arena-release/provenance/v2"
 WHEEL_LOCK = runtime_lock.LOCK_FILE
+BASE_LOCK = base_lock.BASE_LOCK_FILE
 # The release writes these records itself, so their changes do not make the checkout dirty.
 RELEASE_OUTPUTS = ("provenance.json", "submission.json", "attestations/")
 
@@ -68,9 +72,59 @@ class ImageInputs:
 
 
 @dataclass(frozen=True)
+class BaseOrigin:
+    """What the locally built base was made from, as its lock (locks/base.json) records it.
+
+    The base is named after a snapshot.debian.org snapshot (the apt source the image names,
+    and its SOURCE_DATE_EPOCH), but mmdebstrap fetched the .debs from a Debian mirror, which
+    serves a newer point release: what pins them is the lock's .deb list, with the base
+    digest (pipeline.image.base.SNAPSHOT). The audit derives all of it again from the
+    checkout's lock.
+    """
+
+    packages_pinned_by: str  # the lock's path in the checkout
+    lock_sha256: str
+    debian_suite: str
+    named_after_snapshot: str
+    debs: int  # how many .debs the lock pins
+    packages_from: str | None  # the mirror the lock says they came from; None: the lock does not say
+    statement: str
+
+    @classmethod
+    def of(cls, record: BaseRecord, *, lock: str, lock_sha256: str) -> BaseOrigin:
+        return cls(
+            packages_pinned_by=lock, lock_sha256=lock_sha256, debian_suite=record.debian_suite,
+            named_after_snapshot=record.debian_snapshot, debs=len(record.debs),
+            packages_from=record.debian_mirror,
+            statement=(f"the .debs were fetched from a Debian mirror"
+                       f"{f' ({record.debian_mirror})' if record.debian_mirror else ''}, not from snapshot "
+                       f"{record.debian_snapshot}, which the base is only named after; they are pinned by the "
+                       f".deb list of {lock} (name, version, architecture and sha256 of each) and the base digest"),
+        )
+
+
+@dataclass(frozen=True)
 class Base:
+    """The base image by name and digest; for the locally built base also what it was made from
+    (`built_from`; None for a base pulled by digest, and in records written before it was recorded)."""
+
     name: str
     digest: str
+    built_from: BaseOrigin | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "digest": self.digest}
+        if self.built_from is not None:  # a pulled base records only what is known of it
+            data["built_from"] = asdict(self.built_from)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> Base:
+        data = {"built_from": None, **data} if isinstance(data, dict) else data
+        fields = dict(_build(cls, data, "base").__dict__)
+        if data["built_from"] is not None:
+            fields["built_from"] = _build(BaseOrigin, data["built_from"], "base.built_from")
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -229,6 +283,19 @@ def wheel_lock(repo_dir: Path) -> WheelLock:
     return WheelLock(path=WHEEL_LOCK, sha256=sha256_file(path))
 
 
+def local_base(repo_dir: Path, name: str, digest: str) -> Base:
+    """The locally built base `name@digest` and what it was made from, as the checkout's
+    locks/base.json records it (SourceError if that lock pins another base)."""
+    path = repo_dir / BASE_LOCK
+    record = base_lock.load_record(path)
+    if record is None or (record.name, record.digest) != (name, digest):
+        raise SourceError(f"{BASE_LOCK} does not pin the base the release builds on", expected=f"{name}@{digest}",
+                          actual=record.reference if record else "absent",
+                          hint="run `nox -s base` and commit locks/base.json, then release")
+    return Base(name=name, digest=digest,
+                built_from=BaseOrigin.of(record, lock=BASE_LOCK, lock_sha256=sha256_file(path)))
+
+
 def builder() -> Builder:
     """The versions that can change the bytes the pipeline writes, and the toolchain this
     process runs with (every installed distribution, as the checkout's uv.lock pins it)."""
@@ -255,6 +322,7 @@ def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[Vendore
 def to_json(record: Provenance) -> bytes:
     """The exact bytes of provenance.json (sorted keys, stable indentation)."""
     data = asdict(record)
+    data["base"] = record.base.to_json()
     data["builder"] = record.builder.to_json()
     if record.image is not None:
         data["image"] = record.image.to_json()
@@ -298,7 +366,7 @@ def load(path: Path) -> Provenance:
     fields = dict(data)
     fields.update(
         project=_build(ProjectRevision, project, "project"),
-        base=_build(Base, data.get("base"), "base"),
+        base=Base.from_json(data.get("base")),
         wheel_lock=_build(WheelLock, data.get("wheel_lock"), "wheel_lock"),
         builder=Builder.from_json(data.get("builder")),
         sources=tuple(_build(VendoredFile, s, f"sources[{i}]")

@@ -148,6 +148,7 @@ def small_image(tmp_path) -> SmallImage:
 # ------------------------------------------------------------------ a release's records
 
 BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
+LOCAL_BASE = "arena/base@sha256:" + "e" * 64  # the base of `local_records`, built locally
 EXTERNAL_IMAGE = "registry.example.invalid/mimo/software@sha256:" + "7" * 64
 # One MiMo record as the dataset stores it (one line of JSON) and the row holding it.
 EXTERNAL_RECORD = json.dumps({"cwd": "/workspace/repo", "instance_id": "format-code-task-000666",
@@ -179,7 +180,7 @@ issuer = "https://token.actions.githubusercontent.com"
 
 
 def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str, *,
-                 record_sha256: str) -> str:
+                 record_sha256: str, base: str = BASE) -> str:
     def budgets(value: int) -> str:
         return "\n".join(f"{k} = {value}" for k in (
             "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
@@ -197,7 +198,7 @@ source_url = "https://github.com/akseljoonas/openenv-arena-release"
 registry = "registry.example.invalid"
 repository = "arena/openenv-data-workflows"
 tag = "test"
-base = "{BASE}"
+base = "{base}"
 tasks = "vendor:metaharness-tasks"
 signing = "key"
 external_tasks_required = false
@@ -287,9 +288,29 @@ class Records:
     signer: object  # pipeline.records.signing.KeySigner
 
 
-def make_records(root: Path, signer=None, *, image_name: str | None = None) -> Records:
+def write_base_lock(root: Path) -> None:
+    """A locally built base's lock (LOCAL_BASE, two .debs from a named mirror) at root/locks/base.json."""
+    from pipeline.image import base as base_mod
+
+    name, digest = LOCAL_BASE.split("@")
+    base_mod.write_record(base_mod.BaseRecord(
+        name=name, digest=digest, media_type="application/vnd.oci.image.manifest.v1+json",
+        config_digest="sha256:" + "4" * 64,
+        layers=(base_mod.LayerRecord(role="os", digest="sha256:" + "3" * 64, diff_id="sha256:" + "2" * 64,
+                                     size=1000),),
+        runtime_lock_sha256="1" * 64, python="/opt/arena-python/bin/python3", python_version="3.11.2",
+        debian_suite="bookworm", debian_snapshot="20250520T000000Z",
+        debian_snapshot_url=base_mod.snapshot_url("20250520T000000Z"), packages=("python3",),
+        debs=(base_mod.Deb("base-files", "12.4+deb12u5", "amd64", "b" * 64),
+              base_mod.Deb("libc6", "2.36-9+deb12u4", "amd64", "c" * 64)),
+        source_date_epoch=1747699200, mmdebstrap_version="1.3.5", zlib_version="1.2.13",
+        builder_sha256="0" * 64, debian_mirror="http://deb.debian.org/debian"), root / "locks" / "base.json")
+
+
+def make_records(root: Path, signer=None, *, image_name: str | None = None, local_base: bool = False) -> Records:
     """A complete, correctly signed set of release records under `root`, made like a release:
-    each stage recorded as an in-toto link while it runs, the release statement last."""
+    each stage recorded as an in-toto link while it runs, the release statement last (`local_base`:
+    on a locally built base, LOCAL_BASE, pinned in root/locks/base.json, rather than BASE)."""
     import hashlib
     from dataclasses import replace
     from datetime import datetime
@@ -329,7 +350,10 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     root.mkdir(parents=True, exist_ok=True)
     (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE),
-                                                    record_sha256=sha(EXTERNAL_RECORD.encode())))
+                                                    record_sha256=sha(EXTERNAL_RECORD.encode()),
+                                                    base="local" if local_base else BASE))
+    if local_base:
+        write_base_lock(root)
     (root / "trust.toml").write_text(trust_toml(signer.keyid))
     (root / "pyproject.toml").write_text('[project]\nname = "x"\nlicense = "MIT"\n')
     # The lock the builder's toolchain was installed from (the audit's provenance/toolchain).
@@ -389,7 +413,8 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None) -> R
         schema=provenance.SCHEMA, profile="test", source_date_epoch=EPOCH,
         project=provenance.ProjectRevision(commit="1" * 40, tree="2" * 40, dirty=False, dirty_paths=(),
                                            allow_dirty=False),
-        base=provenance.Base(name=BASE.split("@")[0], digest=BASE.split("@")[1]),
+        base=(provenance.local_base(root, *LOCAL_BASE.split("@")) if local_base
+              else provenance.Base(name=BASE.split("@")[0], digest=BASE.split("@")[1])),
         wheel_lock=provenance.WheelLock(path="locks/runtime.txt", sha256=sha(LOCK_TEXT.encode())),
         builder=provenance.builder(),
         sources=(VendoredFile(source=src.name, repository=src.repository, revision=src.revision, path=src.path,
@@ -448,6 +473,24 @@ def records(records_template, tmp_path, monkeypatch) -> Records:
     image = records_template.image
     return Records(root=root, signer=records_template.signer,
                    image=replace(image, layout=root / image.layout.relative_to(records_template.root)))
+
+
+@pytest.fixture(scope="session")
+def local_records_template(tmp_path_factory) -> Records:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+        return make_records(tmp_path_factory.mktemp("local-records-template") / "records", local_base=True)
+
+
+@pytest.fixture
+def local_records(local_records_template, tmp_path, monkeypatch) -> Records:
+    """Like `records`, of a release on a locally built base (base = "local", root/locks/base.json)."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
+    root = copy_tree(local_records_template.root, tmp_path / "records")
+    copy_tree(local_records_template.root.parent / "records-mirror", tmp_path / "records-mirror")
+    image = local_records_template.image
+    return Records(root=root, signer=local_records_template.signer,
+                   image=replace(image, layout=root / image.layout.relative_to(local_records_template.root)))
 
 
 @pytest.fixture

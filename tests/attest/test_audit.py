@@ -424,6 +424,104 @@ def test_base_swap_resigned(records):
     assert "release/subjects" not in fails and "intoto/links" not in fails
 
 
+def test_local_base_records_what_it_was_built_from(local_records):
+    rows = audit.audit(local_records.root)
+    assert rows and all(c.ok for c in rows), audit.render_table(rows)
+    lock = local_records.root / "locks" / "base.json"
+    built_from = json.loads((local_records.root / "provenance.json").read_text())["base"]["built_from"]
+    assert built_from == {
+        "packages_pinned_by": "locks/base.json", "lock_sha256": sha256_file(lock), "debian_suite": "bookworm",
+        "named_after_snapshot": "20250520T000000Z", "debs": 2, "packages_from": "http://deb.debian.org/debian",
+        "statement": "the .debs were fetched from a Debian mirror (http://deb.debian.org/debian), not from "
+                     "snapshot 20250520T000000Z, which the base is only named after; they are pinned by the .deb "
+                     "list of locks/base.json (name, version, architecture and sha256 of each) and the base digest"}
+    deps = _statement(local_records.root, "provenance")["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert [d["name"] for d in deps[:3]] == ["base", "base-lock", "project"]
+    assert deps[1]["uri"] == "file:locks/base.json" and deps[1]["digest"] == {"sha256": sha256_file(lock)}
+
+
+def test_base_pulled_by_digest_records_only_name_and_digest(records):
+    assert json.loads((records.root / "provenance.json").read_text())["base"] == {
+        "name": "registry.example.invalid/base/python", "digest": "sha256:" + "5" * 64}
+    deps = _statement(records.root, "provenance")["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert "base-lock" not in {d["name"] for d in deps}
+
+
+def test_local_base_lock_edited(local_records):
+    """One .deb of the lock changed after the release: the lock's hash and the audit disagree."""
+    _edit_json(local_records.root / "locks" / "base.json", lambda d: d["debs"][0].update(sha256="0" * 64))
+    fails = failed(local_records.root)
+    assert set(fails) == {"provenance/base"}
+    assert fails["provenance/base"].startswith(
+        "what provenance.json says the local base was built from (lock_sha256) vs locks/base.json")
+
+
+def test_local_base_lock_loses_a_deb(local_records):
+    _edit_json(local_records.root / "locks" / "base.json", lambda d: d["debs"].pop())
+    fails = failed(local_records.root)
+    assert set(fails) == {"provenance/base"}
+    assert "(debs, lock_sha256)" in fails["provenance/base"] and "'debs': 2" in fails["provenance/base"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("named_after_snapshot", "20990101T000000Z"),
+    ("packages_from", "https://snapshot.debian.org/archive/debian/20250520T000000Z/"),
+    ("debs", 3),
+    ("statement", "the .debs came from the snapshot"),
+])
+def test_local_base_origin_forged_and_resigned(local_records, field, value):
+    """An insider with the release key rewrites what the base was built from, and signs a matching
+    provenance statement: only the lock in the checkout can tell."""
+    def forge(prov, replace):
+        return replace(prov, base=replace(prov.base, built_from=replace(prov.base.built_from, **{field: value})))
+
+    _resign_provenance(local_records, forge)
+    fails = failed(local_records.root)
+    assert set(fails) == {"provenance/base", "readme"}
+    assert fails["provenance/base"].startswith(
+        f"what provenance.json says the local base was built from ({field}) vs locks/base.json")
+
+
+def test_local_base_origin_forged_without_the_key(local_records):
+    _edit_json(local_records.root / "provenance.json",
+               lambda d: d["base"]["built_from"].update(named_after_snapshot="20990101T000000Z"))
+    fails = failed(local_records.root)
+    assert {"provenance/base", "provenance/record"} <= set(fails)
+
+
+def test_local_base_lock_hash_forged_in_the_statement_only(local_records):
+    """The provenance statement names another lock than provenance.json: re-derived, it differs."""
+    def other_lock(stmt):
+        deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
+        next(d for d in deps if d["name"] == "base-lock")["digest"]["sha256"] = "0" * 64
+
+    _resign_statement(local_records, "provenance", other_lock)
+    resign(local_records)
+    fails = failed(local_records.root)
+    assert set(fails) == {"provenance/statement", "readme"}
+    assert "base-lock" in fails["provenance/statement"] and "0" * 64 in fails["provenance/statement"]
+
+
+def test_local_base_origin_dropped_and_resigned(local_records):
+    """A record on the local base that does not say what the base was built from (as records
+    written before it was recorded) loads, but does not pass the audit."""
+    _resign_provenance(local_records, lambda prov, replace: replace(prov, base=replace(prov.base, built_from=None)))
+    fails = failed(local_records.root)
+    assert set(fails) == {"provenance/base", "readme"}
+    assert "the record does not say what the local base was built from" in fails["provenance/base"]
+
+
+def test_pulled_base_claims_an_origin_and_resigned(records, local_records_template):
+    """A base pulled by digest is known by name and digest only: a claimed origin is refused."""
+    from pipeline.records import provenance
+
+    origin = provenance.load(local_records_template.root / "provenance.json").base.built_from
+    _resign_provenance(records, lambda prov, replace: replace(prov, base=replace(prov.base, built_from=origin)))
+    fails = failed(records.root)
+    assert set(fails) == {"provenance/base", "readme"}
+    assert fails["provenance/base"].startswith("what provenance.json says a base pulled by digest was built from")
+
+
 def test_vendored_byte(records):
     path = records.root / "vendor" / "metaharness-tasks" / "tasks.py"
     path.write_bytes(path.read_bytes().replace(b"TASKS = []", b"TASKS = [1]"))

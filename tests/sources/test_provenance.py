@@ -12,7 +12,9 @@ import pytest
 from pipeline import config, plan
 from pipeline import inputs as image_inputs
 from pipeline._io import sha256_bytes
+from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, SourceError
+from pipeline.image import base as base_mod
 from pipeline.records import provenance
 from pipeline.sources import dataset as external
 from pipeline.sources import vendor as sources
@@ -173,3 +175,52 @@ def test_load_refuses_a_foreign_or_edited_record(project, upstream, tmp_path):
     path.write_text(json.dumps({"schema": "something/else"}))
     with pytest.raises(ConfigError, match="not a provenance record"):
         provenance.load(path)
+
+
+def test_local_base_records_the_lock_it_was_built_from(project, upstream, tmp_path):
+    """The locally built base: its digest, and what locks/base.json says it was made from (the
+    snapshot it is named after, the .debs that pin it and the mirror they came from)."""
+    lock = (REPO_ROOT / "locks" / "base.json").read_bytes()
+    raw = json.loads(lock)
+    commit_files(project, {"locks/base.json": lock}, "the base lock")
+    base = provenance.local_base(project, raw["name"], raw["digest"])
+    origin = base.built_from
+    assert (base.name, base.digest) == (raw["name"], raw["digest"])
+    assert origin.packages_pinned_by == "locks/base.json" and origin.lock_sha256 == sha256_bytes(lock)
+    assert (origin.debian_suite, origin.named_after_snapshot) == ("bookworm", base_mod.SNAPSHOT)
+    assert origin.debs == len(raw["debs"]) and origin.packages_from == raw.get("debian_mirror")
+    assert f"not from snapshot {base_mod.SNAPSHOT}, which the base is only named after" in origin.statement
+    _, vendored, ext = _records(upstream, tmp_path)
+    record = provenance.assemble(project, "local", base=base, sources=vendored, external=ext,
+                                 inputs=_inputs(project))
+    provenance.write(tmp_path / "p.json", record)
+    assert provenance.load(tmp_path / "p.json") == record
+    data = json.loads((tmp_path / "p.json").read_bytes())
+    assert data["base"]["built_from"]["debs"] == len(raw["debs"])
+
+    # Records written before the origin was recorded still load, as a base known by digest only.
+    del data["base"]["built_from"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert provenance.load(tmp_path / "old.json").base == provenance.Base(raw["name"], raw["digest"])
+    data["base"]["built_from"] = {"debs": 1}
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="base.built_from has unexpected fields"):
+        provenance.load(tmp_path / "old.json")
+
+
+def test_local_base_refuses_a_lock_of_another_base(project):
+    commit_files(project, {"locks/base.json": (REPO_ROOT / "locks" / "base.json").read_bytes()}, "the base lock")
+    with pytest.raises(SourceError, match="does not pin the base the release builds on"):
+        provenance.local_base(project, "arena/base", "sha256:" + "0" * 64)
+
+
+def test_the_mirror_is_recorded_in_the_base_lock(tmp_path):
+    """locks/base.json names the mirror the .debs came from; a lock written before it did loads as None."""
+    record = base_mod.load_record(REPO_ROOT / "locks" / "base.json")
+    path = tmp_path / "base.json"
+    base_mod.write_record(dataclasses.replace(record, debian_mirror="http://mirror.example/debian"), path)
+    assert base_mod.load_record(path).debian_mirror == "http://mirror.example/debian"
+    raw = json.loads(path.read_text())
+    del raw["debian_mirror"]
+    path.write_text(json.dumps(raw))
+    assert base_mod.load_record(path).debian_mirror is None
