@@ -8,7 +8,7 @@ folder is there (after a release, or a downloaded copy put in place) every file 
 re-hashed as well, and it must hold nothing else.
 
     dataset/subjects     the statement binds exactly the folder's files: card, tasks.jsonl,
-                         the vendored files (= provenance.json's pins) and copies of the
+                         openenv.yaml, the vendored files (= provenance.json's pins) and copies of the
                          records (= the records' own subjects)
     dataset/card         README.md regenerated from the records = the bound sha256
     dataset/tasks        tasks.jsonl regenerated from the records = the bound sha256
@@ -36,12 +36,12 @@ def _bound_records(stmt: dict) -> dict[str, str]:
 def _subjects(s: State, bound: dict[str, str]) -> None:
     records = _bound_records(s.release)
     vendored = dataset.vendor_digests(s.prov.sources)
-    expected = {dataset.CARD, dataset.TASKS, *vendored, *records}
+    expected = {dataset.CARD, dataset.TASKS, dataset.MANIFEST, *vendored, *records}
     missing, extra = sorted(expected - set(bound)), sorted(set(bound) - expected)
     if missing or extra:
         raise VerificationError(
             "the release statement does not bind exactly the dataset folder's files",
-            expected="the card, tasks.jsonl, the vendored files and a copy of each record",
+            expected="the card, tasks.jsonl, openenv.yaml, the vendored files and a copy of each record",
             actual="; ".join(x for x in (f"not bound: {', '.join(missing[:5])}" if missing else "",
                                          f"not the folder's: {', '.join(extra[:5])}" if extra else "") if x))
     for rel, digest in sorted(records.items()):

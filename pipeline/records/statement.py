@@ -5,7 +5,7 @@ file: provenance.json, submission.json and each file under attestations/ (the SB
 checks.json, the signed statements, the in-toto layout and links, the README), except
 the statement itself and the publishing aids that are never trusted (the public key,
 its keyid, the sigstore identity); then every file of the dataset folder (the card,
-tasks.jsonl, vendor/ and its copies of the records, by the same rule), named
+tasks.jsonl, openenv.yaml, vendor/ and its copies of the records, by the same rule), named
 `dist/dataset/<path>`. dist/ is not committed: those subjects are checked by the audit's
 dataset checks (the folder when it is there, else regenerated from the records), not
 here. Its predicate says which profile was released,

@@ -49,11 +49,15 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_the_folder_holds_the_card_tasks_vendored_files_and_the_records(records):
     folder = _folder(records)
     names = dataset.files(folder)
-    assert {"README.md", "tasks.jsonl", "vendor/metaharness-tasks/tasks.py", "vendor/metaharness-tasks/LICENSE",
-            "provenance.json", "submission.json", "attestations/release.dsse.json", "attestations/checks.json",
-            "attestations/layout.json"} <= set(names)
+    assert {"README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
+            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/release.dsse.json",
+            "attestations/checks.json", "attestations/layout.json"} <= set(names)
     assert (folder / "vendor/metaharness-tasks/tasks.py").read_bytes() == \
         (records.root / "vendor/metaharness-tasks/tasks.py").read_bytes()
+    # the environment's OpenEnv manifest, byte for byte the checkout's (the project's own here)
+    assert (folder / "openenv.yaml").read_bytes() == (records.root / "env/openenv.yaml").read_bytes() == \
+        (config_mod.REPO_ROOT / "env/openenv.yaml").read_bytes()
+    assert "| `openenv.yaml` | the environment's OpenEnv manifest" in (folder / "README.md").read_text()
     for rel in dataset.record_files(names):
         assert (folder / rel).read_bytes() == (records.root / rel).read_bytes(), rel
     # every file but the statement and the publishing aids is a subject, by its sha256
@@ -201,11 +205,11 @@ def test_audit_passes_with_the_folder_and_without_it(records):
 
 
 def _every_file():
-    return ["README.md", "tasks.jsonl", "vendor/metaharness-tasks/tasks.py", "vendor/metaharness-tasks/LICENSE",
-            "provenance.json", "submission.json", "attestations/README.md", "attestations/checks.json",
-            "attestations/sbom.cdx.json", "attestations/layout.json", "attestations/provenance.dsse.json",
-            "attestations/links/verify", "attestations/release.dsse.json", "attestations/release.pub.pem",
-            "attestations/keyid"]
+    return ["README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
+            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/README.md",
+            "attestations/checks.json", "attestations/sbom.cdx.json", "attestations/layout.json",
+            "attestations/provenance.dsse.json", "attestations/links/verify", "attestations/release.dsse.json",
+            "attestations/release.pub.pem", "attestations/keyid"]
 
 
 @pytest.mark.parametrize("rel", _every_file())
