@@ -248,11 +248,12 @@ class Published:
 def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder: Path, *, repo: Path,
                         prov: provenance.Provenance, sub: submission.Request, vendored,
                         vendor_dir: Path, hf_token: str | None) -> provenance.DatasetPublication:
-    """The folder's task files (card, tasks.jsonl, vendor/) into `folder`; published and read back
+    """The folder's task files (card, tasks.jsonl, openenv.yaml, vendor/) into `folder`; published and read back
     when the profile publishes the dataset."""
     generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(repo),
                               target=rp.dataset)
-    paths = dataset.write_content(folder, generated, dataset.vendor_files(vendored, vendor_dir))
+    paths = dataset.write_content(folder, generated, {**dataset.manifest_file(repo),
+                                                      **dataset.vendor_files(vendored, vendor_dir)})
     if not rp.dataset.publish:
         say(f"    dataset: {dataset.FOLDER}/ written ({len(paths)} task files); NOT PUBLISHED: the {rp.profile} "
             f"profile does not upload it to {rp.dataset.repository}")

@@ -71,8 +71,9 @@ it was not verified.
     checks/passed           the statement says PASSED, and checks.json has passed checks and no failure
     checks/image            the checks ran on the submission image
     dataset/subjects        the statement binds exactly the dataset folder's files (card, tasks.jsonl,
-                            vendored files = their pins, copies of the records = the records)
+                            openenv.yaml, vendored files = their pins, copies of the records = the records)
     dataset/card, dataset/tasks   README.md and tasks.jsonl regenerated from the records = the bound sha256
+    dataset/manifest        the bound openenv.yaml = env/openenv.yaml of the checkout = the image's (SBOM)
     dataset/publication     provenance.json's dataset: the profile's repository; a published revision
                             exactly when the profile publishes
     dataset/folder          dist/dataset/ re-hashed file by file, nothing else in it (information when

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.config import BUDGET_FIELDS, ReleaseConfig
-from pipeline.records.dataset import CARD, FEATURES, SPLIT, TASKS, TaskLine, task_lines, tasks_jsonl, vendor_digests
+from pipeline.records.dataset import (
+    CARD,
+    FEATURES,
+    MANIFEST,
+    SPLIT,
+    TASKS,
+    TaskLine,
+    task_lines,
+    tasks_jsonl,
+    vendor_digests,
+)
 from pipeline.records.hub import HubTarget
 from pipeline.records.provenance import Provenance
 
@@ -132,7 +142,9 @@ def _files(prov: Provenance) -> list[str]:
            f"| `{CARD}` | this card |",
            f"| `{TASKS}` | one line per task in request order: task id and image; procedural cases add "
            "family, difficulty and seed; external tasks add the pinned record (dataset, revision, split, row, "
-           "record sha256) and the source of their reference repair |"]
+           "record sha256) and the source of their reference repair |",
+           f"| `{MANIFEST}` | the environment's OpenEnv manifest (name, app, port, action and observation "
+           "models), as the image ships it |"]
     for rel in vendor_digests(prov.sources):
         out.append(f"| `{rel}` | vendored upstream file (see Provenance and Licences) |")
     out += ["| `provenance.json` | what went in: upstream revisions and hashes, the project commit, the base, "

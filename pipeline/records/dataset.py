@@ -2,14 +2,17 @@
 
     README.md        the dataset card (pipeline.records.card)
     tasks.jsonl      one line per task, in request order (the card's `default` config, split `train`)
+    openenv.yaml     the environment's OpenEnv manifest: the checkout's env/openenv.yaml, the file
+                     the image ships at <app_dir>/env/openenv.yaml
     vendor/          the vendored upstream files with their licences (<source>/<file>)
     provenance.json, submission.json, attestations/   the release records, byte for byte
 
-Every file is a function of the records, release.toml and the vendored files, so the same
-inputs give the same bytes. Every file but the release statement itself (and the
-publishing aids the statement never binds) is a subject of the signed release statement,
+Every file is a function of the records, release.toml, the vendored files and the checkout's
+env/openenv.yaml, so the same inputs give the same bytes. Every file but the release statement
+itself (and the publishing aids the statement never binds) is a subject of the signed release statement,
 named `dist/dataset/<path>` (pipeline.records.statement); the audit regenerates the card and
-tasks.jsonl from the committed records, so a fresh clone without dist/ still checks them.
+tasks.jsonl from the committed records and holds openenv.yaml to the checkout's env/openenv.yaml
+and the SBOM's, so a fresh clone without dist/ still checks them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline._io import write_atomic
 from pipeline.config import ReleaseConfig
 from pipeline.curriculum import Case
-from pipeline.errors import VerificationError
+from pipeline.errors import SourceError, VerificationError
 from pipeline.records.provenance import Provenance
 from pipeline.sources.dataset import ExternalRecord
 from pipeline.sources.vendor import VendoredFile
@@ -36,6 +39,8 @@ FOLDER = "dist/dataset"  # relative to the checkout; the statement's names for i
 CARD = "README.md"
 TASKS = "tasks.jsonl"
 VENDOR = "vendor"
+MANIFEST = "openenv.yaml"  # the OpenEnv manifest, a copy of the checkout's MANIFEST_SOURCE
+MANIFEST_SOURCE = "env/openenv.yaml"
 RECORDS = ("provenance.json", "submission.json", "attestations")
 SPLIT = "train"  # the card's one split; tasks.jsonl is its one data file
 
@@ -109,6 +114,16 @@ def tasks_jsonl(lines: Iterable[TaskLine]) -> bytes:
                     for line in lines)
 
 
+def manifest_file(repo: Path) -> dict[str, Path]:
+    """The folder's openenv.yaml -> the checkout's env/openenv.yaml, the file the image's env layer packs."""
+    src = Path(repo) / MANIFEST_SOURCE
+    if not src.is_file():
+        raise SourceError(f"{MANIFEST_SOURCE} is missing: the dataset folder ships the environment's OpenEnv "
+                          "manifest", expected=f"a regular file {MANIFEST_SOURCE}", actual="absent",
+                          hint="restore env/openenv.yaml (tests/env/test_openenv_manifest.py checks it)")
+    return {MANIFEST: src}
+
+
 def vendor_files(sources: Iterable[VendoredFile], vendor_dir: Path) -> dict[str, Path]:
     """The folder's vendor/ files ("vendor/<source>/<file>", licences included) -> where they are."""
     out = {}
@@ -127,14 +142,15 @@ def vendor_digests(sources: Iterable[VendoredFile]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def write_content(out: Path, generated: Mapping[str, bytes], vendored: Mapping[str, Path]) -> list[str]:
-    """A new folder `out` holding the generated files and a copy of each vendored file; its paths."""
+def write_content(out: Path, generated: Mapping[str, bytes], copied: Mapping[str, Path]) -> list[str]:
+    """A new folder `out` holding the generated files and a copy of each of `copied` (the manifest,
+    the vendored files); its paths."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     for rel, data in generated.items():
         write_atomic(out / rel, data)
-    for rel, src in vendored.items():
+    for rel, src in copied.items():
         write_atomic(out / rel, Path(src).read_bytes())
     return files(out)
 
@@ -157,7 +173,7 @@ def is_record(path: str) -> bool:
 
 
 def content_files(paths: Iterable[str]) -> list[str]:
-    """The task files among a folder's paths: the card, tasks.jsonl and vendor/."""
+    """The task files among a folder's paths: the card, tasks.jsonl, openenv.yaml and vendor/."""
     return [p for p in paths if not is_record(p)]
 
 

@@ -7,7 +7,7 @@ stored login); reading back is anonymous (`token=False`), as a trainer or the pl
 reads it, so a private or gated dataset fails the read-back.
 
 A release publishes in two commits, because a record cannot name the commit that holds
-it: the task files (card, tasks.jsonl, vendor/) first, replacing whatever else the
+it: the task files (card, tasks.jsonl, openenv.yaml, vendor/) first, replacing whatever else the
 repository held; their revision is recorded in provenance.json; the signed records then
 follow in a second commit on top of it. After each commit every file is downloaded again
 at the new revision and compared byte for byte with the folder; the Hub's listing must
@@ -176,7 +176,7 @@ def publish_files(target: HubTarget, folder: Path, paths: Iterable[str], *, toke
     provenance.json carries."""
     paths = sorted(paths)
     revision = upload(target, folder, paths, token=token, replace=True,
-                      message="Task files of the release (card, tasks.jsonl, vendored files)")
+                      message="Task files of the release (card, tasks.jsonl, openenv.yaml, vendored files)")
     count = read_back(target, folder, paths, revision)
     return DatasetPublication(repository=target.repository, published=True, revision=revision,
                               url=f"{target.url}/tree/{revision}", files_read_back=count, reason="")

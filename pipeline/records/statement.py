@@ -5,7 +5,7 @@ file: provenance.json, submission.json and each file under attestations/ (the SB
 checks.json, the signed statements, the in-toto layout and links, the README), except
 the statement itself and the publishing aids that are never trusted (the public key,
 its keyid, the sigstore identity); then every file of the dataset folder (the card,
-tasks.jsonl, vendor/ and its copies of the records, by the same rule), named
+tasks.jsonl, openenv.yaml, vendor/ and its copies of the records, by the same rule), named
 `dist/dataset/<path>`. dist/ is not committed: those subjects are checked by the audit's
 dataset checks (the folder when it is there, else regenerated from the records), not
 here. Its predicate says which profile was released,
@@ -28,6 +28,7 @@ from pipeline.formats import parse_utc_time, utc_time
 from pipeline.records import signing
 from pipeline.records.attest import STATEMENT_TYPE, Subject
 from pipeline.records.dataset import FOLDER as DATASET_FOLDER
+from pipeline.records.dataset import MANIFEST_SOURCE as DATASET_MANIFEST_SOURCE
 
 NAME = "release"
 RECORD_FILES = ("provenance.json", "submission.json")
@@ -83,8 +84,9 @@ def dataset_subjects(stmt: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
-# the project licence the SBOM names and the built image it regenerates the SBOM from.
-READ_FILES = RECORD_FILES + ("release.toml", "trust.toml", "pyproject.toml")
+# the project licence the SBOM names, the OpenEnv manifest the dataset's copy is held to and the
+# built image it regenerates the SBOM from.
+READ_FILES = RECORD_FILES + ("release.toml", "trust.toml", "pyproject.toml", DATASET_MANIFEST_SOURCE)
 READ_TREES = ("attestations", "vendor", "locks", "dist/oci", DATASET_FOLDER)
 
 

@@ -110,6 +110,7 @@ def make_image(root: Path, *, app_files: dict[str, bytes] | None = None,
         _files({f"{SITE}/.wh.Old_Pkg-1.0.dist-info": b""}),
         _files(app_files or {
             "opt/arena/env/__init__.py": b"",
+            "opt/arena/env/openenv.yaml": OPENENV_YAML,
             "opt/arena/env/server/app.py": b"app = None\n",
             "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
             "opt/arena/vendor/metaharness-tasks/LICENSE": b"MIT License\n",
@@ -158,6 +159,7 @@ EXTERNAL_ROW = {"prompt": [{"role": "user", "content": "repair the formatter"}],
                 "extra_info": {"instance_id": "format-code-task-000666", "instance_json": EXTERNAL_RECORD}}
 DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb82dd531406fcf5f"
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
+OPENENV_YAML = (REPO_ROOT / "env" / "openenv.yaml").read_bytes()  # the project's own manifest
 LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
 # Checks of the image (those the admission preflight reads among them) and one of every case:
@@ -360,6 +362,8 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     (root / "uv.lock").write_bytes((REPO_ROOT / "uv.lock").read_bytes())
     (root / "env").mkdir(exist_ok=True)
     (root / "env" / "__init__.py").write_bytes(b"")
+    # The environment's OpenEnv manifest: the image ships it, the dataset folder carries a copy.
+    (root / "env" / "openenv.yaml").write_bytes(OPENENV_YAML)
     cfg = config_mod.load(root / "release.toml")
     rp = plan.resolve(cfg, "test")
     mirror = root.parent / f"{root.name}-mirror"
@@ -377,6 +381,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     with links.step("build"):
         image = make_image(root / "dist", app_files={
             "opt/arena/env/__init__.py": b"",
+            "opt/arena/env/openenv.yaml": OPENENV_YAML,
             "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
             "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
         })
@@ -435,7 +440,8 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     folder = root / dataset.FOLDER
     generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
                               target=rp.dataset)
-    dataset.write_content(folder, generated, dataset.vendor_files(prov.sources, root / "vendor"))
+    dataset.write_content(folder, generated, {**dataset.manifest_file(root),
+                                              **dataset.vendor_files(prov.sources, root / "vendor")})
     prov = replace(prov, dataset=rp.dataset.not_published())
     with links.step("attest"):
         provenance.write(root / "provenance.json", prov)

@@ -314,9 +314,12 @@ def test_sbom_swapped(records, tmp_path):
     (records.root / "attestations" / "sbom.cdx.json").write_bytes(
         sbom.generate(other.layout, name="x/y", app_dir="/opt/arena"))
     fails = failed(records.root)
+    # the other image ships no openenv.yaml: the dataset's copy is not the one the (swapped) SBOM lists
     assert set(fails) == {"sbom/attested", "sbom/image", "sbom/layers", "sbom/components", "sbom/coverage",
-                          "release/subjects", "intoto/links"}
+                          "release/subjects", "intoto/links", "dataset/manifest"}
     assert "the SBOM file was replaced or edited after signing" in fails["sbom/attested"]
+    assert "vs the image's /opt/arena/env/openenv.yaml (the SBOM's file component); expected None" in \
+        fails["dataset/manifest"]
     assert f"attestations/sbom.cdx.json {BOUND}" in fails["release/subjects"]
 
 
@@ -798,6 +801,7 @@ def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
 @pytest.mark.parametrize("kind,rel", [("link to /dev/zero", "attestations/sbom.cdx.json"),
                                       ("link to /dev/zero", "release.toml"),
                                       ("link to /dev/zero", "pyproject.toml"),
+                                      ("link to /dev/zero", "env/openenv.yaml"),
                                       ("link to /dev/zero", "dist/oci/index.json"),
                                       ("named pipe", "attestations/sbom.cdx.json"),
                                       ("named pipe", "attestations/provenance.dsse.json")])

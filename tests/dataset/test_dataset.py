@@ -49,11 +49,15 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_the_folder_holds_the_card_tasks_vendored_files_and_the_records(records):
     folder = _folder(records)
     names = dataset.files(folder)
-    assert {"README.md", "tasks.jsonl", "vendor/metaharness-tasks/tasks.py", "vendor/metaharness-tasks/LICENSE",
-            "provenance.json", "submission.json", "attestations/release.dsse.json", "attestations/checks.json",
-            "attestations/layout.json"} <= set(names)
+    assert {"README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
+            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/release.dsse.json",
+            "attestations/checks.json", "attestations/layout.json"} <= set(names)
     assert (folder / "vendor/metaharness-tasks/tasks.py").read_bytes() == \
         (records.root / "vendor/metaharness-tasks/tasks.py").read_bytes()
+    # the environment's OpenEnv manifest, byte for byte the checkout's (the project's own here)
+    assert (folder / "openenv.yaml").read_bytes() == (records.root / "env/openenv.yaml").read_bytes() == \
+        (config_mod.REPO_ROOT / "env/openenv.yaml").read_bytes()
+    assert "| `openenv.yaml` | the environment's OpenEnv manifest" in (folder / "README.md").read_text()
     for rel in dataset.record_files(names):
         assert (folder / rel).read_bytes() == (records.root / rel).read_bytes(), rel
     # every file but the statement and the publishing aids is a subject, by its sha256
@@ -188,7 +192,8 @@ def test_the_datasets_library_loads_it_offline_in_request_order(records, tmp_pat
 def test_audit_passes_with_the_folder_and_without_it(records):
     rows = {c.id: c for c in audit.audit(records.root)}
     assert all(c.ok for c in rows.values()), audit.render_table(list(rows.values()))
-    for cid in ("dataset/subjects", "dataset/card", "dataset/tasks", "dataset/publication", "dataset/folder"):
+    for cid in ("dataset/subjects", "dataset/card", "dataset/tasks", "dataset/manifest", "dataset/publication",
+                "dataset/folder"):
         assert rows[cid].status == audit.rows.PASS, cid
     # a fresh clone has no dist/: every bound file is still checked, from the records
     shutil.rmtree(_folder(records))
@@ -198,14 +203,15 @@ def test_audit_passes_with_the_folder_and_without_it(records):
     bound = len(release_statement.dataset_subjects(_statement(records)))
     assert rows["dataset/folder"].detail.startswith(f"dist/dataset/ is not here: its {bound} bound files were checked")
     assert rows["dataset/card"].status == rows["dataset/tasks"].status == audit.rows.PASS
+    assert rows["dataset/manifest"].status == audit.rows.PASS
 
 
 def _every_file():
-    return ["README.md", "tasks.jsonl", "vendor/metaharness-tasks/tasks.py", "vendor/metaharness-tasks/LICENSE",
-            "provenance.json", "submission.json", "attestations/README.md", "attestations/checks.json",
-            "attestations/sbom.cdx.json", "attestations/layout.json", "attestations/provenance.dsse.json",
-            "attestations/links/verify", "attestations/release.dsse.json", "attestations/release.pub.pem",
-            "attestations/keyid"]
+    return ["README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
+            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/README.md",
+            "attestations/checks.json", "attestations/sbom.cdx.json", "attestations/layout.json",
+            "attestations/provenance.dsse.json", "attestations/links/verify", "attestations/release.dsse.json",
+            "attestations/release.pub.pem", "attestations/keyid"]
 
 
 @pytest.mark.parametrize("rel", _every_file())
@@ -257,6 +263,46 @@ def test_a_vendored_file_of_the_folder_other_than_its_pin_fails_even_resigned(re
     assert "vendor/metaharness-tasks/tasks.py vs provenance.json's pin" in fails["dataset/subjects"]
 
 
+def test_an_openenv_manifest_other_than_the_environments_fails_even_resigned(records, monkeypatch):
+    """An insider edits the folder's openenv.yaml (another app, another port) and re-signs everything:
+    it is neither the checkout's env/openenv.yaml nor the one the image ships."""
+    path = _folder(records) / "openenv.yaml"
+    path.write_text(path.read_text().replace("port: 8000", "port: 9000"))
+    resign_keeping_the_folder(records, monkeypatch)
+    fails = failed(records.root)
+    assert set(fails) == {"dataset/manifest"}, fails
+    assert "sha256 of the dataset's openenv.yaml vs the checkout's env/openenv.yaml" in fails["dataset/manifest"]
+
+
+def test_a_release_statement_that_does_not_bind_the_manifest_fails(records, monkeypatch):
+    """The folder without openenv.yaml, re-signed over what is left: the statement binds no manifest."""
+    (_folder(records) / "openenv.yaml").unlink()
+    resign_keeping_the_folder(records, monkeypatch)
+    fails = failed(records.root)
+    assert set(fails) == {"dataset/subjects", "dataset/manifest"}, fails
+    assert "not bound: openenv.yaml" in fails["dataset/subjects"]
+    # the statement of the release, its openenv.yaml subject dropped: the folder's file is unbound too
+    records = make_records(records.root.parent / "again")
+    _resign_statement(records, "release", lambda stmt: stmt.update(subject=[
+        s for s in stmt["subject"] if s["name"] != "dist/dataset/openenv.yaml"]))
+    fails = failed(records.root)
+    assert set(fails) == {"dataset/subjects", "dataset/manifest", "dataset/folder"}, fails
+    assert "not bound openenv.yaml" in fails["dataset/folder"]
+
+
+def test_a_checkout_whose_manifest_is_not_the_released_one_fails(records):
+    """env/openenv.yaml edited after the release: a fresh clone without dist/ still sees that the
+    released manifest is not this commit's."""
+    shutil.rmtree(_folder(records))
+    path = records.root / "env/openenv.yaml"
+    path.write_text(path.read_text().replace("port: 8000", "port: 9000"))
+    fails = failed(records.root)
+    assert set(fails) == {"dataset/manifest"}, fails
+    assert "vs the checkout's env/openenv.yaml" in fails["dataset/manifest"]
+    path.unlink()
+    assert "expected absent, got" in failed(records.root)["dataset/manifest"]
+
+
 def test_a_publication_claimed_by_a_profile_that_does_not_publish_fails(records):
     prov_path = records.root / "provenance.json"
     doc = json.loads(prov_path.read_text())
@@ -274,5 +320,5 @@ def test_records_without_a_dataset_folder_fail(records):
 
     _resign_statement(records, "release", drop)
     fails = failed(records.root)
-    assert set(fails) == {"dataset/subjects", "dataset/card", "dataset/tasks", "dataset/folder"}
+    assert set(fails) == {"dataset/subjects", "dataset/card", "dataset/tasks", "dataset/manifest", "dataset/folder"}
     assert "not bound: README.md" in fails["dataset/subjects"]

@@ -35,7 +35,7 @@ def test_task_files_then_records_published_and_read_back_anonymously(records, hu
     # a previous release's file, which this one does not have: the task-files commit removes it
     stale = hub.upload(target, folder, [dataset.CARD], token=hub_standin.token, message="an older release")
     hub_standin.repos[REPO].commits[stale].files["vendor/old-source/tasks.py"] = b"old\n"
-    assert {"README.md", "tasks.jsonl", "vendor/metaharness-tasks/tasks.py",
+    assert {"README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
             "vendor/metaharness-tasks/LICENSE"} == set(content)
 
     pub = hub.publish_files(target, folder, content, token=hub_standin.token)
@@ -139,7 +139,7 @@ def test_publish_to_the_real_hub(records):
 
 def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(records, hub_standin, tmp_path):
     """pipeline.release's dataset stage, as the arena profile runs it, on a real release's records:
-    the card and tasks.jsonl generated, the vendored files copied, all published and read back, and
+    the card and tasks.jsonl generated, openenv.yaml and the vendored files copied, all published and read back, and
     the publication record provenance.json then carries."""
     from dataclasses import replace
 
@@ -156,11 +156,12 @@ def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(
     folder = tmp_path / "staged-dataset"
     pub = release._dataset_task_files(cfg, rp, folder, repo=records.root, prov=prov, sub=sub, vendored=prov.sources,
                                       vendor_dir=records.root / "vendor", hf_token=hub_standin.token)
-    assert pub.published and pub.repository == REPO and pub.files_read_back == 4
+    assert pub.published and pub.repository == REPO and pub.files_read_back == 5
     assert hub_standin.commits(REPO)[-1].oid == pub.revision
     published = hub_standin.files_at(REPO, pub.revision)
-    assert sorted(published) == [".gitattributes", "README.md", "tasks.jsonl", "vendor/metaharness-tasks/LICENSE",
-                                 "vendor/metaharness-tasks/tasks.py"]
+    assert sorted(published) == [".gitattributes", "README.md", "openenv.yaml", "tasks.jsonl",
+                                 "vendor/metaharness-tasks/LICENSE", "vendor/metaharness-tasks/tasks.py"]
     assert published["tasks.jsonl"] == (records.root / dataset.FOLDER / "tasks.jsonl").read_bytes()
+    assert published["openenv.yaml"] == (records.root / "env/openenv.yaml").read_bytes()
     assert "publishes this folder to the dataset `akseljoonas/mimo-openenv-software`" in \
         published["README.md"].decode()

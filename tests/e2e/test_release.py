@@ -409,6 +409,7 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(release
     assert [json.loads(line)["task_id"] for line in lines] == [t["task_id"] for t in sub["tasks"]]
     assert len(lines) == 34
     assert not any(name.startswith("vendor/") for name in files)  # the local profile vendors nothing
+    assert files["openenv.yaml"] == (clone / "env" / "openenv.yaml").read_bytes()  # the OpenEnv manifest
     card = files["README.md"].decode()
     assert "No upstream file is vendored in the `local` profile" in card and "does not publish it" in card
     assert sub["image"] in card
