@@ -4,7 +4,9 @@ lock/sources -> base -> build -> sbom -> push -> anonymous pull + check suite ->
 admission preflight of the request -> the dataset's task files (published and read back:
 arena) -> provenance.json, attestations/, submission.json -> the dataset's records
 (published and read back: arena) -> attach (each signed statement a Sigstore bundle, an OCI
-referrer of the image) -> report.
+referrer of the image) -> self-audit (the audit `nox -s audit -- --registry` runs, on the
+records just written; a SLSA verification summary of it signed, written to dist/ and attached
+as a fifth referrer: the releaser's self-check, pipeline.audit.selfcheck) -> report.
 
 The vendor, build, sbom, verify, attest and submission stages are each recorded as an
 in-toto link while they run (pipeline.records.links); the last record written is the
@@ -37,11 +39,12 @@ from pipeline import config as _config
 from pipeline import diff as release_diff
 from pipeline import inputs as image_inputs
 from pipeline._io import write_atomic
+from pipeline.audit import selfcheck
 from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
 from pipeline.checks.run import references_of, verify_image
-from pipeline.errors import CheckFailure, SourceError
+from pipeline.errors import CheckFailure, ReleaseError, SourceError
 from pipeline.image import base, build
 from pipeline.progress import say
 from pipeline.records import (
@@ -130,7 +133,8 @@ def _install_records(staging: Path, root: Path) -> list[Path]:
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
             suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
             timings: Timings, profile: str, published: Published, sbom_coverage: str,
-            attached: Sequence = (), changes: Sequence[str] = ()) -> None:
+            attached: Sequence = (), changes: Sequence[str] = (),
+            checked: selfcheck.SelfCheck | None = None) -> None:
     def figure(n: int | None) -> str:
         return "unknown (manifest not read)" if n is None else f"{n:,}"
 
@@ -183,6 +187,14 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
               "| predicate type | referrer manifest | listed by |", "|---|---|---|"]
     lines += [f"| `{a.descriptor.annotations.get(bundles.PREDICATE_TYPE, '')}` | `{a.descriptor.digest}` | "
               f"{a.listed_by} |" for a in attached]
+    if checked is not None:
+        ok = sum(c.status == "pass" for c in checked.rows)
+        lines += ["", f"The verification summary (`{checked.path.relative_to(path.parent.parent)}`, not a record) "
+                      f"is the release's audit of its own records: {ok} of {len(checked.rows)} checks passed, "
+                      f"the rest information or not verified "
+                      f"({', '.join(c.id for c in checked.rows if c.status == 'skipped')}), against "
+                      f"{checked.trust_root}. It is the releaser's self-check, signed by the release's own "
+                      "signer, not an independent verifier's: an auditor runs `nox -s audit -- --registry`."]
     lines += ["", "## Changes since the committed records", "",
               "`nox -s diff -- HEAD .` prints this table; [docs/diff.md](../docs/diff.md) says what it compares.",
               "", *changes]
@@ -330,7 +342,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
     timings = Timings()
     started_at = datetime.now(UTC)
-    started_registry = False
+    started_registry = installed = False
     target = rp.target
     signer = rp.signer()
     image_name = target.image_name
@@ -420,19 +432,31 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
                 hf_token=hf_token, admitted=admitted)
             placed = _install_records(staging, repo)
+            installed = True
         with timings.stage("attach"):
             attached = bundles.attach(client, target.repository, record.manifest_digest, repo / "attestations",
                                       suffix=signer.suffix)
+        with timings.stage("self-audit (verification summary)"):
+            checked = selfcheck.run(repo, signer=signer, pinned=unpinned is None, profile=rp.profile,
+                                    image=image, out_dir=dist)
+            say(f"    audit of the records PASSED against {checked.trust_root}; summary {checked.path} "
+                "(the releaser's self-check)")
+            attached.append(selfcheck.attach(client, target.repository, record.manifest_digest, checked))
         report = dist / "report.md"
         changed, changes = release_diff.against_committed(repo)
         say(f"    changes since the committed records: {changed}")
         _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
                 admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published,
-                sbom_coverage=sbom_coverage, attached=attached, changes=changes)
+                sbom_coverage=sbom_coverage, attached=attached, changes=changes, checked=checked)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),
                        repo / dataset.FOLDER)
+    except ReleaseError as exc:
+        # Past the install (attach, self-audit), the records are this release's: say so, not
+        # that the previous ones are untouched.
+        exc.records_installed = installed
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if started_registry:

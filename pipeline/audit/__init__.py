@@ -83,13 +83,19 @@ it was not verified.
     registry/manifest       the registry serves the image manifest by its digest (anonymously)
     registry/referrers      the image's referrers, found from its digest alone (the referrers API, else
                             the `sha256-<hex>` tag index): every Sigstore bundle among them is an artifact
-                            whose subject is the image, verifies against the trust root (key: the DSSE
-                            signature and the key hint; keyless: sigstore) and attests the image, with
-                            its predicateType annotation = its statement's
+                            whose subject is the image; every one that claims the trust root as its signer
+                            (key hint or envelope keyid; certificate identity) verifies against it (key:
+                            the DSSE signature and the key hint; keyless: sigstore) and attests the image,
+                            with its predicateType annotation = its statement's; at least one does
+    registry/listed         the bundles the trust root signed, by predicate type, and those naming another
+                            signer (another auditor's VSA): listed, not judged (information)
+    registry/vsa            a verification summary (the release's self-check) signed by the trust root is
+                            among them, and every such summary says PASSED
     registry/records        the bundles of the records' signed statements can be made (pipeline.records.bundles)
     registry/{release,provenance,sbom,checks}   the records' signed statement is one of those bundles
 
-It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image.
+It writes a SLSA Verification Summary Attestation (pipeline.records.vsa) for the image. A release
+runs this audit on its own records and attaches the summary it signs (pipeline.audit.selfcheck).
 """
 
 from __future__ import annotations

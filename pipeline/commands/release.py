@@ -35,8 +35,12 @@ def release(args: argparse.Namespace) -> int:
             cfg, rp, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
             parallel=args.parallel,
             command=("python", "-m", "pipeline", "release", *args.argv))
-    except ReleaseError:
-        say(f"release stopped; the previous records are untouched ({', '.join(release_mod.RECORDS)})")
+    except ReleaseError as exc:
+        if getattr(exc, "records_installed", False):
+            say(f"release stopped after it wrote its records ({', '.join(release_mod.RECORDS)}); they are "
+                "in place but not released: fix the cause, then release again")
+        else:
+            say(f"release stopped; the previous records are untouched ({', '.join(release_mod.RECORDS)})")
         raise
     print(f"released {outcome.image}")
     for path in outcome.records:

@@ -14,8 +14,12 @@ sigstore-python read:
 
 Each is pushed as an OCI 1.1 referrer of the image manifest
 (pipeline.registry.referrers) with the annotations `dev.sigstore.bundle.content:
-dsse-envelope` and `dev.sigstore.bundle.predicateType`. `verify` checks a bundle pulled
-back against the audit's trust root, never against anything the registry serves.
+dsse-envelope` and `dev.sigstore.bundle.predicateType`. A fifth, not one of the records, is
+the SLSA verification summary the release signs after auditing its own records
+(pipeline.audit.selfcheck; `attach_one`). `verify` checks a bundle pulled back against the
+audit's trust root, never against anything the registry serves; `claimed_signer` tells the
+bundles that claim the trust root's signer (each must then verify) from those others signed
+(another auditor's summary, say), which the audit lists without judging.
 """
 
 from __future__ import annotations
@@ -137,14 +141,56 @@ def annotations(predicate: str) -> dict[str, str]:
     return {CONTENT: DSSE_CONTENT, PREDICATE_TYPE: predicate}
 
 
+def of_signed(name: str, data: bytes, suffix: str, *, what: str) -> Attestation:
+    """The bundle of one signed statement that is not among the records (the release's own
+    verification summary): a DSSE envelope (`suffix` .dsse.json) or a sigstore bundle."""
+    if suffix == signing.BUNDLE_SUFFIX:
+        bundle = data
+        parse(bundle, what=what)
+    else:
+        bundle = key_bundle(data, what=what)
+    envelope = envelope_of(bundle)
+    return Attestation(name, predicate_type(envelope, what=what), bundle, envelope)
+
+
+def attach_one(client, repository: str, image_digest: str, att: Attestation):
+    """Push one bundle as a referrer of `image_digest` (pipeline.registry.referrers.Pushed)."""
+    from pipeline.registry import referrers
+
+    return referrers.push_referrer(client, repository, image_digest, artifact_type=MEDIA_TYPE, payload=att.bundle,
+                                   media_type=MEDIA_TYPE, annotations=annotations(att.predicate_type))
+
+
 def attach(client, repository: str, image_digest: str, att_dir: Path, *, suffix: str) -> list:
     """Push every signed statement under `att_dir` as a bundle referrer of `image_digest`;
     the referrers pushed (pipeline.registry.referrers.Pushed), release statement first."""
-    from pipeline.registry import referrers
+    return [attach_one(client, repository, image_digest, a) for a in of_records(att_dir, suffix)]
 
-    return [referrers.push_referrer(client, repository, image_digest, artifact_type=MEDIA_TYPE, payload=a.bundle,
-                                    media_type=MEDIA_TYPE, annotations=annotations(a.predicate_type))
-            for a in of_records(att_dir, suffix)]
+
+def claimed_signer(data: bytes, root: trust.TrustRoot) -> tuple[bool, str]:
+    """Whether a bundle claims to be signed by the trust root's signer, and who it names, read
+    before any verification: a key-signed bundle's public-key hint and envelope keyids, a
+    keyless one's certificate identity. Claiming is not proof: a bundle that claims the trust
+    root (or names no one this can read) must verify; one that names another signer is someone
+    else's (another auditor's summary) and proves nothing either way about the release."""
+    try:
+        doc = json.loads(data)
+        material = doc.get("verificationMaterial") or {}
+        hint = (material.get("publicKey") or {}).get("hint") if "publicKey" in material else None
+        keyids = {s.get("keyid") for s in (doc.get("dsseEnvelope") or {}).get("signatures") or []}
+    except (ValueError, AttributeError, TypeError):
+        return True, "unreadable"
+    if "publicKey" in material:
+        trusted = {root.key.keyid} if root.key is not None else set(root.keyids)
+        named = sorted(k for k in {hint, *keyids} if isinstance(k, str))
+        return bool(trusted & set(named)), "keyid " + (", ".join(named) or "none")
+    if "certificate" in material or "x509CertificateChain" in material:
+        try:
+            san = trust.bundle_identity(data, what="bundle")
+        except VerificationError:
+            return True, "an unreadable certificate"
+        return bool(root.identity and trust.identity_matches(root.identity, san)), san
+    return True, "no signer"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ What was verified (the input attestations with their sha256), against which poli
 Checks the auditor skipped are listed, so a summary never claims more than was checked.
 Signed as a DSSE envelope with the auditor's key when one is given (`--vsa-key`);
 otherwise written as the plain statement.
+
+A release writes one too, about its own records (pipeline.audit.selfcheck), signed by the
+release's signer and marked `selfCheck`: the releaser's own audit, not an independent
+verifier's.
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ VERIFIER_ID = "https://github.com/akseljoonas/openenv-arena-release/pipeline/aud
 SLSA_LEVEL = "SLSA_BUILD_LEVEL_1"  # what the provenance states (attest.SLSA_BUILD_LEVEL)
 
 
-def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict[str, Any]:
-    """The VSA predicate for the audit rows of the records under `records`."""
+SELF_CHECK = ("the releaser's own audit of its records, run by the release before it published them and "
+              "signed with the release's signer: it says the records passed the checks listed here against "
+              "the trust root named here, not that anyone independent of the releaser verified them")
+
+
+def predicate(rows, *, records: Path, image: str, verified_on: datetime, self_check: bool = False) -> dict[str, Any]:
+    """The VSA predicate for the audit rows of the records under `records` (`self_check`: the
+    release's audit of its own records)."""
     passed = bool(rows) and all(c.ok for c in rows)
     att = records / "attestations"
     inputs = []
@@ -39,6 +49,8 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
         return {"uri": name, "digest": {"sha256": sha256_file(path)} if regular else {}}
 
     skipped = sorted(c.id for c in rows if c.status == "skipped")
+    root = next((c.detail for c in rows if c.id == "trust/root"), None)
+    extra = {"selfCheck": SELF_CHECK} if self_check else {}
     return {
         "verifier": {"id": VERIFIER_ID, "version": {"pipeline": __version__}},
         "timeVerified": utc_time(verified_on),
@@ -52,17 +64,20 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime) -> dict
         # Beyond the VSA fields: the pins of who may sign (unless the auditor gave their own), and
         # which checks ran, so "PASSED" can be read precisely.
         "trustPolicy": described("trust.toml"),
+        "trustRoot": root,  # what the signatures were verified against (trust.toml's pins, or a given key)
         "checks": {c.id: c.status for c in rows},
         "notVerified": skipped,
+        **extra,
     }
 
 
-def statement(rows, *, records: Path, image: str | None, verified_on: datetime | None = None) -> bytes:
+def statement(rows, *, records: Path, image: str | None, verified_on: datetime | None = None,
+              self_check: bool = False) -> bytes:
     subject = attest.Subject.from_image_ref(image) if image and "@" in image else attest.Subject("unknown",
                                                                                                  "sha256:" + "0" * 64)
     return attest.statement(subject, PREDICATE_TYPE, predicate(
         rows, records=records, image=f"{subject.name}@{subject.digest}",
-        verified_on=verified_on or datetime.now(UTC)))
+        verified_on=verified_on or datetime.now(UTC), self_check=self_check))
 
 
 def write(out: Path, rows, *, records: Path, image: str | None, key_path: Path | None = None) -> Path:

@@ -90,8 +90,12 @@ def push_referrer(client: RegistryClient, repository: str, subject_digest: str, 
         return Pushed(descriptor, API)
     tag = fallback_tag(subject_digest)
     current = _tag_index(client, repository, subject_digest)
-    kept = tuple(d for d in (current.manifests if current else ()) if d.digest != descriptor.digest)
-    index = Index(OCI_INDEX, kept + (descriptor,))
+    listed = current.manifests if current else ()
+    # One entry per referrer, where it was first listed: pushing it again moves nothing.
+    if any(d.digest == descriptor.digest for d in listed):
+        index = Index(OCI_INDEX, tuple(descriptor if d.digest == descriptor.digest else d for d in listed))
+    else:
+        index = Index(OCI_INDEX, listed + (descriptor,))
     if current is None or index.to_bytes() != Index(OCI_INDEX, current.manifests).to_bytes():
         client.put_manifest(repository, tag, index.to_bytes(), OCI_INDEX)
     return Pushed(descriptor, f"tag {tag}")

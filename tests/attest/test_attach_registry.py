@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from pipeline import audit, config
+from pipeline.audit import selfcheck
 from pipeline.errors import VerificationError
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.image import OCI_INDEX, Index, parse
-from pipeline.records import attest, bundles, signing, trust
+from pipeline.records import attest, bundles, signing, trust, vsa
 from pipeline.registry import push as publish
 from pipeline.registry import referrers
 from pipeline.registry.client import Credentials, RegistryClient
@@ -47,12 +48,28 @@ def _push_bundle(client, repo, digest, bundle: bytes, predicate: str):
                                    media_type=bundles.MEDIA_TYPE, annotations=bundles.annotations(predicate))
 
 
+def self_check(rec, client=None, repo=None):
+    """What a release does after attaching the records' bundles: audit them (the registry too),
+    sign the verification summary with the release key and, given a registry, attach it."""
+    checked = selfcheck.run(rec.root, signer=rec.signer, pinned=True, profile="test",
+                            image=f"{rec.image.name}@{rec.image.digest}", out_dir=rec.root / "dist",
+                            registry=client is not None)
+    pushed = selfcheck.attach(client, repo, rec.image.digest, checked) if client is not None else None
+    return checked, pushed
+
+
+def attach_release(rec, client, repo) -> list:
+    """The five referrers a release pushes: the records' four bundles, then its summary."""
+    attached = bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    return attached + [self_check(rec, client, repo)[1]]
+
+
 def test_each_signed_statement_is_a_standard_bundle_referrer(pushed):
     rec, client, repo = pushed
     digest = rec.image.digest
-    attached = bundles.attach(client, repo, digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    attached = attach_release(rec, client, repo)
     tag = f"sha256-{digest[7:]}"
-    assert [a.listed_by for a in attached] == [f"tag {tag}"] * 4  # docker-registry: no referrers API
+    assert [a.listed_by for a in attached] == [f"tag {tag}"] * 5  # docker-registry: no referrers API
     assert client.get_referrers(repo, digest) is None
     listing = referrers.list_referrers(client, repo, digest)
     assert listing.found_by == f"tag {tag}"
@@ -80,17 +97,102 @@ def test_each_signed_statement_is_a_standard_bundle_referrer(pushed):
         bundle = json.loads(client.get_blob_bytes(repo, layer["digest"]))
         assert bundle["mediaType"] == bundles.MEDIA_TYPE
         assert bundle["verificationMaterial"] == {"publicKey": {"hint": rec.signer.keyid}, "tlogEntries": []}
-        # The DSSE envelope the records hold, unchanged.
+        # The DSSE envelope the records hold (the summary: dist/'s), unchanged.
         name = {v: k for k, v in attest.PREDICATES.items()}.get(entry["annotations"][bundles.PREDICATE_TYPE],
                                                                 "release")
-        envelope = json.loads((rec.root / "attestations" / f"{name}.dsse.json").read_bytes())
-        assert bundle["dsseEnvelope"] == envelope
-    assert predicates[1:] == list(attest.PREDICATES.values())
+        signed = (rec.root / "dist" / "vsa.release.dsse.json" if predicates[-1] == vsa.PREDICATE_TYPE
+                  else rec.root / "attestations" / f"{name}.dsse.json")
+        assert bundle["dsseEnvelope"] == json.loads(signed.read_bytes())
+    assert predicates[1:4] == list(attest.PREDICATES.values())
     assert predicates[0].endswith("/release-statement/v1")
+    assert predicates[4] == vsa.PREDICATE_TYPE
     rows = audit.audit(rec.root, registry=True)
     assert all(c.ok for c in rows), audit.render_table(rows)
-    assert {"registry/manifest", "registry/referrers", "registry/release", "registry/provenance",
-            "registry/sbom", "registry/checks"} <= {c.id for c in rows}
+    by_id = {c.id: c for c in rows}
+    assert {"registry/manifest", "registry/referrers", "registry/vsa", "registry/release", "registry/provenance",
+            "registry/sbom", "registry/checks"} <= set(by_id)
+    assert by_id["registry/vsa"].status == "pass"
+    assert by_id["registry/listed"].detail.startswith("5 Sigstore bundle(s) signed by the trust root: ")
+    assert by_id["registry/listed"].detail.endswith(vsa.PREDICATE_TYPE)
+
+
+def test_the_release_summary_is_its_self_check_signed_by_the_release_key(pushed):
+    """The summary a release attaches: about the image, PASSED, signed with the release key, marked as
+    the releaser's self-check, naming the records it verified and the one check it could not run."""
+    rec, client, repo = pushed
+    bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    checked, _ = self_check(rec, client, repo)
+    assert checked.path == rec.root / "dist" / "vsa.release.dsse.json"
+    stmt = json.loads(signing.dsse_verify(checked.path.read_bytes(), rec.signer.signer.public_key, what="vsa"))
+    assert stmt["subject"][0]["digest"]["sha256"] == rec.image.digest[7:]
+    pred = stmt["predicate"]
+    assert pred["verificationResult"] == "PASSED" and pred["selfCheck"].startswith("the releaser's own audit")
+    assert pred["notVerified"] == ["registry/vsa"] and pred["checks"]["registry/referrers"] == "pass"
+    assert pred["trustRoot"].startswith(f"keyids {rec.signer.keyid}")
+    assert {i["uri"] for i in pred["inputAttestations"]} >= {"attestations/release.dsse.json"}
+    [row] = [c for c in checked.rows if c.id == "registry/vsa"]
+    assert row.status == "skipped" and "after this audit" in row.detail
+
+
+def test_the_self_check_refuses_records_that_fail_and_signs_nothing(pushed):
+    rec, client, repo = pushed
+    with pytest.raises(VerificationError, match=r"fail their own audit: .*first registry/referrers"):
+        self_check(rec, client, repo)  # nothing attached yet
+    assert not (rec.root / "dist" / "vsa.release.dsse.json").exists()
+
+
+def test_a_summary_with_one_flipped_byte_fails(pushed):
+    rec, client, repo = pushed
+    attach_release(rec, client, repo)
+    summary = bundles.of_signed("vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(),
+                                signing.DSSE_SUFFIX, what="vsa")
+    bad = _push_bundle(client, repo, rec.image.digest, flip_payload_byte(summary.bundle), vsa.PREDICATE_TYPE)
+    rows = _registry_rows(rec.root)
+    assert not rows["registry/referrers"].ok
+    assert f"referrer {bad.descriptor.digest}" in rows["registry/referrers"].detail
+    assert "signature does not verify with the release key" in rows["registry/referrers"].detail
+
+
+def test_no_summary_or_a_failed_one_fails(pushed):
+    rec, client, repo = pushed
+    bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    rows = _registry_rows(rec.root)
+    assert rows["registry/referrers"].ok and rows["registry/release"].ok
+    assert "no verification summary signed by the trust root" in rows["registry/vsa"].detail
+    # A summary the release key signed that says FAILED.
+    failed = [audit.Check("intoto/links", "attestations/layout.json", "fail", "missing")]
+    stmt = vsa.statement(failed, records=rec.root, image=f"{rec.image.name}@{rec.image.digest}")
+    _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"),
+                 vsa.PREDICATE_TYPE)
+    rows = _registry_rows(rec.root)
+    assert rows["registry/referrers"].ok
+    assert "verificationResult; expected PASSED, got FAILED" in rows["registry/vsa"].detail
+
+
+def test_another_auditors_summary_is_listed_not_judged(pushed):
+    """A summary signed by someone else (another auditor, or anyone who may push) neither fails the
+    audit nor counts for it; one naming the release key but signed by another is refused."""
+    rec, client, repo = pushed
+    attach_release(rec, client, repo)
+    auditor = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
+    stmt = vsa.statement([audit.Check("x", "y", "fail")], records=rec.root,
+                         image=f"{rec.image.name}@{rec.image.digest}")
+    theirs = _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(auditor.sign(stmt), what="vsa"),
+                          vsa.PREDICATE_TYPE)
+    rows = audit.audit(rec.root, registry=True)
+    assert all(c.ok for c in rows), audit.render_table(rows)
+    listed = next(c for c in rows if c.id == "registry/listed").detail
+    assert listed.startswith("5 Sigstore bundle(s) signed by the trust root")
+    assert "1 signed by others, not checked" in listed and theirs.descriptor.digest in listed
+    assert f"keyid {auditor.keyid}" in listed
+    # Their signature under the release key's keyid: it claims the trust root, so it must verify.
+    doc = json.loads(bundles.key_bundle(auditor.sign(stmt), what="vsa"))
+    doc["verificationMaterial"]["publicKey"]["hint"] = rec.signer.keyid
+    _push_bundle(client, repo, rec.image.digest, json.dumps(doc).encode(), vsa.PREDICATE_TYPE)
+    rows = _registry_rows(rec.root)
+    assert not rows["registry/referrers"].ok
+    assert "the public-key hint names another key" in rows["registry/referrers"].detail \
+        or "is not signed by the trusted key" in rows["registry/referrers"].detail
 
 
 def test_attaching_again_keeps_one_entry_each_and_other_referrers(pushed):
@@ -98,10 +200,10 @@ def test_attaching_again_keeps_one_entry_each_and_other_referrers(pushed):
     digest = rec.image.digest
     other = referrers.push_referrer(client, repo, digest, artifact_type="application/example",
                                     payload=b"x", media_type="application/example", annotations={})
-    first = bundles.attach(client, repo, digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    first = attach_release(rec, client, repo)
     index_digest = client.head_manifest(repo, referrers.fallback_tag(digest))
     again = bundles.attach(client, repo, digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
-    assert again == first
+    assert again == first[:4]
     assert client.head_manifest(repo, referrers.fallback_tag(digest)) == index_digest
     listed = referrers.list_referrers(client, repo, digest).descriptors
     assert [d.digest for d in listed] == [other.descriptor.digest] + [a.descriptor.digest for a in first]
@@ -190,7 +292,10 @@ def test_keyless_bundle_referrer_is_verified_by_sigstore(pushed):
     assert "subject sha256 49a3aa6075e0f49f82843e74b5baa614ad2a588e6675612bf108a0a008c5ac25" in detail
     other = trust.from_auditor(key_file=None, identity="https://github.com/x/y/.github/workflows/r.yml@refs/tags/v1",
                                issuer=GITHUB_ISSUER)
-    assert "which is not the pinned identity" in _registry_rows(rec.root, trust_root=other)["registry/referrers"].detail
+    # Signed by another identity: not the release's, so not judged, and none is left that is.
+    detail = _registry_rows(rec.root, trust_root=other)["registry/referrers"].detail
+    assert "none of the 1 Sigstore bundle(s) referring to" in detail and "claims the trust root" in detail
+    assert f"signed by {KEYLESS_IDENTITY}" in detail
 
 
 def test_keyless_bundle_with_a_flipped_byte_fails(local_registry, tmp_path, monkeypatch):
@@ -274,8 +379,8 @@ def test_a_registry_with_the_referrers_api_lists_them_itself(local_registry, tmp
         rec = make_records(tmp_path / "records", image_name=f"{api.address}/{repo}")
         client = RegistryClient(api.address, credentials=Credentials(local_registry.user, local_registry.password))
         publish.push_layout(client, repo, rec.image.layout, tag="test")
-        attached = bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
-        assert [a.listed_by for a in attached] == [referrers.API] * 4
+        attached = attach_release(rec, client, repo)
+        assert [a.listed_by for a in attached] == [referrers.API] * 5
         assert client.head_manifest(repo, referrers.fallback_tag(rec.image.digest)) is None
         listing = referrers.list_referrers(client, repo, rec.image.digest)
         assert listing.found_by == referrers.API and listing.descriptors == tuple(a.descriptor for a in attached)

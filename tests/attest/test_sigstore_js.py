@@ -17,13 +17,20 @@ from pathlib import Path
 import pytest
 
 from pipeline.image.oci.image import OCI_INDEX, Index, parse
-from pipeline.records import attest, bundles, signing
+from pipeline.records import attest, bundles, signing, vsa
 from pipeline.registry import push as publish
 from pipeline.registry import referrers
 
 from ..shared import once
 from .conftest import make_image
-from .test_attach_registry import GITHUB_ISSUER, KEYLESS, KEYLESS_IDENTITY, _push_bundle, flip_payload_byte
+from .test_attach_registry import (
+    GITHUB_ISSUER,
+    KEYLESS,
+    KEYLESS_IDENTITY,
+    _push_bundle,
+    attach_release,
+    flip_payload_byte,
+)
 
 JS = Path(__file__).resolve().parents[1] / "sigstore_js"
 SCRIPT = "verify_referrers.mjs"
@@ -55,21 +62,24 @@ def test_the_shipped_script_is_the_one_tested(sigstore_js):
 
 
 def test_sigstore_js_verifies_every_key_signed_referrer(pushed, sigstore_js):
+    """The four records' bundles and the release's verification summary (its self-check), each
+    verified with the release public key."""
     rec, client, repo = pushed
-    bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+    attached = attach_release(rec, client, repo)
     image = f"{client.registry}/{repo}@{rec.image.digest}"
     proc = _node(sigstore_js, image, "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert [l.split()[1] for l in lines[:-1]][1:] == list(attest.PREDICATES.values())
+    assert [l.split()[1] for l in lines[:-1]][1:] == [*attest.PREDICATES.values(), vsa.PREDICATE_TYPE]
     assert lines[0].startswith("OK ") and lines[0].split()[1].endswith("/release-statement/v1")
+    assert lines[4] == f"OK {vsa.PREDICATE_TYPE} {attached[4].descriptor.digest} (tag sha256-{rec.image.digest[7:]})"
     assert all(l.endswith(f"(tag sha256-{rec.image.digest[7:]})") for l in lines[:-1])
-    assert lines[-1] == f"4 of 4 Sigstore bundles referring to {rec.image.digest} verified"
+    assert lines[-1] == f"5 of 5 Sigstore bundles referring to {rec.image.digest} verified"
     # Another key is refused.
     other = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
     other.publish(rec.root / "other")
     proc = _node(sigstore_js, image, "--key", str(rec.root / "other" / signing.PUBLIC_KEY_FILE))
-    assert proc.returncode == 1 and proc.stdout.count("signature verification failed") == 4, proc.stdout
+    assert proc.returncode == 1 and proc.stdout.count("signature verification failed") == 5, proc.stdout
 
 
 def test_sigstore_js_refuses_a_flipped_byte(pushed, sigstore_js):
@@ -80,6 +90,41 @@ def test_sigstore_js_refuses_a_flipped_byte(pushed, sigstore_js):
                  "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
     assert proc.returncode == 1
     assert f"FAIL {bad.descriptor.digest}" in proc.stdout and "signature verification failed" in proc.stdout
+
+
+def test_a_summary_with_a_flipped_byte_is_refused_by_sigstore_js_and_the_audit(pushed, sigstore_js):
+    """The release's verification summary, one byte of its signed statement flipped, attached beside
+    the genuine one: sigstore-js refuses that bundle (and only it), and so does the audit."""
+    from pipeline import audit
+
+    rec, client, repo = pushed
+    attach_release(rec, client, repo)
+    summary = bundles.of_signed("vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(),
+                                signing.DSSE_SUFFIX, what="vsa")
+    bad = _push_bundle(client, repo, rec.image.digest, flip_payload_byte(summary.bundle), vsa.PREDICATE_TYPE)
+    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
+                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    assert proc.returncode == 1
+    [failed] = [l for l in proc.stdout.splitlines() if l.startswith("FAIL")]
+    assert failed.startswith(f"FAIL {bad.descriptor.digest}") and "signature verification failed" in failed
+    assert proc.stdout.splitlines()[-1] == f"5 of 6 Sigstore bundles referring to {rec.image.digest} verified"
+    rows = {c.id: c for c in audit.audit(rec.root, registry=True)}
+    assert not rows["registry/referrers"].ok
+    assert bad.descriptor.digest in rows["registry/referrers"].detail
+    assert "signature does not verify with the release key" in rows["registry/referrers"].detail
+
+
+def test_sigstore_js_refuses_a_summary_that_did_not_pass(pushed, sigstore_js):
+    from pipeline import audit
+
+    rec, client, repo = pushed
+    stmt = vsa.statement([audit.Check("intoto/links", "attestations/layout.json", "fail", "missing")],
+                         records=rec.root, image=f"{rec.image.name}@{rec.image.digest}")
+    _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"),
+                 vsa.PREDICATE_TYPE)
+    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
+                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    assert proc.returncode == 1 and "the verification summary says FAILED, not PASSED" in proc.stdout
 
 
 def test_sigstore_js_refuses_a_statement_about_another_digest(pushed, sigstore_js):
@@ -167,8 +212,8 @@ def test_sigstore_js_uses_the_referrers_api_where_the_registry_has_one(local_reg
         rec = make_records(tmp_path / "records", image_name=f"{api.address}/{repo}")
         client = RegistryClient(api.address, credentials=Credentials(local_registry.user, local_registry.password))
         publish.push_layout(client, repo, rec.image.layout, tag="test")
-        bundles.attach(client, repo, rec.image.digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
+        attach_release(rec, client, repo)
         proc = _node(sigstore_js, f"{api.address}/{repo}@{rec.image.digest}",
                      "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("(referrers API)") == 4
+    assert proc.stdout.count("(referrers API)") == 5

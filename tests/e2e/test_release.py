@@ -333,8 +333,9 @@ def test_audit_passes_on_the_release_records(released, release_copy):
 
 def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify(release_copy, sigstore_js):
     """From the image digest alone, over plain HTTP: the local registry holds one Sigstore bundle
-    per signed statement (the referrers tag schema: docker-registry has no referrers API), and
-    sigstore-js verifies each with the release key; `audit --registry` finds and verifies them."""
+    per signed statement and the release's verification summary (the referrers tag schema:
+    docker-registry has no referrers API), and sigstore-js verifies each with the release key;
+    `audit --registry` finds and verifies them, the summary (the release's self-check) too."""
     clone = release_copy
     state = localregistry.start(clone / ".release" / "registry")
     try:
@@ -344,12 +345,19 @@ def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         digest = image.split("@")[1]
-        assert proc.stdout.splitlines()[-1] == f"4 of 4 Sigstore bundles referring to {digest} verified"
+        assert proc.stdout.splitlines()[-1] == f"5 of 5 Sigstore bundles referring to {digest} verified"
+        assert proc.stdout.splitlines()[4].startswith("OK https://slsa.dev/verification_summary/v1 ")
         audited = pipeline(clone, "audit", "--registry", "--verbose", "--key", str(key))
         assert audited.returncode == 0, audited.stdout[-4000:] + audited.stderr[-2000:]
-        for cid in ("registry/referrers", "registry/release", "registry/provenance", "registry/sbom",
-                    "registry/checks"):
+        for cid in ("registry/referrers", "registry/vsa", "registry/release", "registry/provenance",
+                    "registry/sbom", "registry/checks"):
             assert re.search(rf"^PASS +{re.escape(cid)} ", audited.stdout, re.M), audited.stdout[-4000:]
+        assert "-> 5 Sigstore bundle(s) signed by the trust root: " in audited.stdout
+        # The summary the release signed and kept in dist/ (not a record), and its report's table.
+        summary = json.loads((clone / "dist" / "vsa.release.dsse.json").read_text())
+        assert summary["signatures"][0]["keyid"] in audited.stdout
+        report = (clone / "dist" / "report.md").read_text()
+        assert "| `https://slsa.dev/verification_summary/v1` |" in report and "self-check" in report
     finally:
         localregistry.stop(clone / ".release" / "registry")
 

@@ -13,7 +13,9 @@
 //     --certificate-identity and --certificate-oidc-issuer, the Fulcio certificate chain,
 //     the SCT, the Rekor entry and the identity, against Sigstore's trusted root;
 //   - the signed in-toto statement's subject is the image, and its predicateType is the
-//     one the manifest's annotation names.
+//     one the manifest's annotation names;
+//   - a SLSA verification summary (the release's self-check: the release audits its own
+//     records and signs the result with its own signer) says verificationResult PASSED.
 // It prints one line per bundle and exits 0 only when every one verified (and there was one).
 //
 //   node verify_referrers.mjs HOST/REPOSITORY@sha256:HEX --key release.pub.pem
@@ -36,6 +38,7 @@ import { getTrustedRoot } from '@sigstore/tuf';
 import { Verifier, toSignedEntity, toTrustMaterial } from '@sigstore/verify';
 
 const BUNDLE_TYPE = 'application/vnd.dev.sigstore.bundle.v0.3+json';
+const VSA_TYPE = 'https://slsa.dev/verification_summary/v1';
 const EMPTY_DIGEST = 'sha256:' + crypto.createHash('sha256').update('{}').digest('hex');
 const MANIFEST_TYPES = [
   'application/vnd.oci.image.manifest.v1+json',
@@ -176,6 +179,9 @@ function verifyBundle(verify, bytes, digest, annotatedType) {
   }
   if (annotatedType !== undefined && statement.predicateType !== annotatedType) {
     throw new Refused(`annotated predicateType ${annotatedType}, signed ${statement.predicateType}`);
+  }
+  if (statement.predicateType === VSA_TYPE && statement.predicate?.verificationResult !== 'PASSED') {
+    throw new Refused(`the verification summary says ${statement.predicate?.verificationResult}, not PASSED`);
   }
   return statement;
 }
