@@ -300,7 +300,9 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
     lines += ["## In the registry", "",
               "Each signed statement is also pushed beside the image as a Sigstore bundle v0.3, an OCI "
               "referrer of the image manifest (`artifactType` "
-              "`application/vnd.dev.sigstore.bundle.v0.3+json`). They are found from the image digest "
+              "`application/vnd.dev.sigstore.bundle.v0.3+json`), with a fifth: the release's own audit "
+              "of these records as a signed SLSA verification summary (a self-check, not an independent "
+              "verifier's; it is not among the records here). They are found from the image digest "
               "alone: `GET /v2/<repository>/referrers/<digest>` where the registry has the referrers "
               "API, else the index tagged `sha256-<hex of the digest>`. `python -m pipeline audit "
               "--registry` checks every one; the repository's README (\"With sigstore-js or cosign\") "
