@@ -22,6 +22,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.curriculum import serve_the_declared_curriculum  # noqa: E402
+
+serve_the_declared_curriculum()  # before anything imports env
+
 from tests import forked_server  # noqa: E402
 from tests.env.conftest import start_server  # noqa: E402
 

@@ -30,6 +30,10 @@ from openenv.core.generic_client import GenericEnvClient
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.curriculum import serve_the_declared_curriculum  # noqa: E402
+
+serve_the_declared_curriculum()  # before anything imports env
+
 from pipeline.checks.isolation_checks import FLOOD_SCRIPT, HOPPER_SCRIPT  # noqa: E402
 from pipeline.verify.serve import root_only_copy  # noqa: E402
 from tests.contained import ContainedProcess, contained_argv  # noqa: E402

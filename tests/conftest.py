@@ -54,29 +54,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config
-from pipeline._io import write_atomic
-from pipeline.curriculum import CURRICULUM_PATH
 from pipeline.registry import local as localregistry
 
 from . import containers, forked_server, scheduling
+from .curriculum import serve_the_declared_curriculum
 from .hub_standin import HubStandin
 from .shared import per_test_slot, run_root
 
-
-def _serve_the_declared_curriculum() -> None:
-    """A server run from this checkout serves release.toml's [curriculum], as the image does:
-    the release writes the image's env/curriculum.json, and env/catalog.py reads the file
-    ARENA_CURRICULUM names when there is none beside it. Set before anything imports env."""
-    path = config.REPO_ROOT / ".release" / "tests" / Path(CURRICULUM_PATH).name
-    data = config.load().curriculum.file_bytes()
-    if not path.is_file() or path.read_bytes() != data:
-        write_atomic(path, data)
-    os.environ["ARENA_CURRICULUM"] = str(path)
-
-
-# Set before any test module imports env (env/catalog.py reads the file when imported).
-_serve_the_declared_curriculum()
+serve_the_declared_curriculum()
 
 
 @pytest.fixture(scope="session")

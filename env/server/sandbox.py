@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -250,11 +251,25 @@ class Sandbox:
         return json.loads(data)
 
     def alive(self) -> bool:
-        """Whether PID 1 still runs (nsinit's first process exits as soon as it is gone)."""
-        return self.pidfd is not None and self.process.poll() is None
+        """Whether PID 1 still runs: its pidfd turns readable the moment it exits (nsinit's
+        first process exits only after that, so its exit alone would be seen late)."""
+        if self.pidfd is None or self.process.poll() is not None:
+            return False
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return not poller.poll(0)
 
     def destroy(self) -> None:
         """Kill PID 1 (and so every process of the episode) and wait until all are gone."""
+        self.kill()
+        self.reap()
+
+    def kill(self) -> None:
+        """Kill PID 1: the kernel then kills every process of the episode's PID namespace,
+        however fast it forks. None of them can reach the next episode's sandbox (other
+        namespaces, another tmpfs), so waiting for them to be gone (`reap`) may come later."""
+        if self.control.fileno() < 0:
+            return  # killed already
         if self.pidfd is not None:
             try:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
@@ -265,6 +280,9 @@ class Sandbox:
         else:
             self.process.kill()  # PID 1, if there is one yet, dies with it (PR_SET_PDEATHSIG)
         self.control.close()
+
+    def reap(self) -> None:
+        """Wait until every process of the killed sandbox is gone (SandboxError after TEARDOWN_S)."""
         try:
             # nsinit's first process returns once PID 1 has exited, which it does only after
             # the kernel has killed and reaped every other process of its PID namespace.
@@ -284,8 +302,14 @@ def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:
     raise SandboxError("the sandbox's PID 1 sent no credentials")
 
 
+# Ended sandboxes being reaped in the background at once, at most: a reset past this waits
+# for the oldest, so an agent resetting in a loop cannot pile up dying namespaces.
+MAX_RETIRING = 2
+
+
 class SandboxFactory:
-    """Makes the sandboxes of one server, the next one always ready ahead of time."""
+    """Makes the sandboxes of one server, the next one always ready ahead of time, and
+    reaps the ended ones in the background."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -293,6 +317,36 @@ class SandboxFactory:
         self._next: threading.Thread | None = None
         self._ready: Sandbox | None = None
         self._failure: BaseException | None = None
+        self._retiring: list[threading.Thread] = []
+        self._teardown_failure: SandboxError | None = None
+
+    def retire(self, sandbox: Sandbox) -> None:
+        """End an episode's sandbox: kill it now (every process of the episode with it), and
+        reap it in the background. A teardown that failed is raised by the next `take`."""
+        sandbox.kill()
+        with self._lock:
+            self._retiring = [t for t in self._retiring if t.is_alive()]
+            oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
+        if oldest is not None:
+            oldest.join()
+        reaper = threading.Thread(target=self._reap, args=(sandbox,), name="arena-reaper", daemon=True)
+        with self._lock:
+            self._retiring.append(reaper)
+        reaper.start()
+
+    def _reap(self, sandbox: Sandbox) -> None:
+        try:
+            sandbox.reap()
+        except SandboxError as exc:
+            print(f"arena: {exc}", file=sys.stderr, flush=True)
+            self._teardown_failure = exc
+
+    def wait_retired(self) -> None:
+        """Wait until every ended sandbox is reaped."""
+        with self._lock:
+            retiring, self._retiring = self._retiring, []
+        for reaper in retiring:
+            reaper.join()
 
     def _prepare(self) -> None:
         try:
@@ -316,6 +370,9 @@ class SandboxFactory:
 
     def take(self) -> Sandbox:
         """The sandbox made ahead of time (made now if there is none); then start the next."""
+        failed, self._teardown_failure = self._teardown_failure, None
+        if failed is not None:
+            raise failed
         self.prepare()
         with self._lock:
             if self._next is not None:
@@ -343,7 +400,7 @@ class SandboxFactory:
         return sandbox
 
     def close(self) -> None:
-        """End the sandbox made ahead of time."""
+        """End the sandbox made ahead of time, and wait for the ended ones."""
         with self._lock:
             if self._next is not None:
                 self._next.join()
@@ -351,3 +408,4 @@ class SandboxFactory:
             sandbox, self._ready = self._ready, None
         if sandbox is not None:
             sandbox.destroy()
+        self.wait_retired()
