@@ -219,10 +219,8 @@ def _cache_put(wheel: Path, cache: Path) -> Path:
     digest = sha256_file(wheel)
     target = cache / digest / wheel.name
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{wheel.name}.tmp")
-        tmp.write_bytes(wheel.read_bytes())
-        os.replace(tmp, target)
+        # A temporary file of its own: another process may be caching the same wheel now.
+        write_atomic(target, wheel.read_bytes())
     return target
 
 
