@@ -125,14 +125,7 @@ def of_records(att_dir: Path, suffix: str) -> list[Attestation]:
             if name == "checks":
                 continue
             raise ConfigError(f"{what} is missing", hint="write the records (a release signs them) before pushing")
-        data = path.read_bytes()
-        if suffix == signing.BUNDLE_SUFFIX:
-            bundle = data
-            parse(bundle, what=what)
-        else:
-            bundle = key_bundle(data, what=what)
-        envelope = envelope_of(bundle)
-        out.append(Attestation(name, predicate_type(envelope, what=what), bundle, envelope))
+        out.append(of_signed(name, path.read_bytes(), suffix, what=what))
     return out
 
 
@@ -142,8 +135,8 @@ def annotations(predicate: str) -> dict[str, str]:
 
 
 def of_signed(name: str, data: bytes, suffix: str, *, what: str) -> Attestation:
-    """The bundle of one signed statement that is not among the records (the release's own
-    verification summary): a DSSE envelope (`suffix` .dsse.json) or a sigstore bundle."""
+    """The bundle of one signed statement (a record, or the release's own verification
+    summary): a DSSE envelope (`suffix` .dsse.json) or a sigstore bundle."""
     if suffix == signing.BUNDLE_SUFFIX:
         bundle = data
         parse(bundle, what=what)
