@@ -76,6 +76,15 @@ def _status(pid: int) -> dict[str, list[str]]:
     return fields
 
 
+SIGKILL_BIT = 1 << (9 - 1)
+
+
+def _killed(fields: dict[str, list[str]]) -> bool:
+    """Whether a process has SIGKILL pending (killed, not yet gone: reset retires the last
+    episode's sandbox so, and the kernel tears it down a moment later)."""
+    return any(int(fields[key][0], 16) & SIGKILL_BIT for key in ("SigPnd", "ShdPnd"))
+
+
 def host_pid_alive(pid: int) -> bool:
     """Whether the host has a live (non-zombie) process ``pid``."""
     try:
@@ -127,8 +136,9 @@ class LiveServer:
     def episode_init(self) -> int | None:
         """The host PID of the current episode's PID 1 (env/server/nsinit.py), if any.
 
-        The server holds two sandboxes: the current episode's and the next one, made
-        after it (env/server/sandbox.py); the current one is the older."""
+        The server holds two live sandboxes: the current episode's and the next one, made
+        after it (env/server/sandbox.py); the current one is the older. Ended ones, killed
+        and being reaped, are not counted."""
         found = self.sandbox_inits()
         return found[0] if found else None
 
@@ -147,6 +157,8 @@ class LiveServer:
                     continue
                 if os.readlink(f"/proc/{fields['PPid'][0]}/ns/pid") != server_ns:
                     continue
+                if _killed(fields):
+                    continue  # an ended episode's, being reaped in the background
                 started = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[19])
             except (OSError, KeyError, IndexError):
                 continue
