@@ -1,9 +1,9 @@
 """Run a host-mode environment server contained, so tests never change the host.
 
-The server resets by killing every UID-2000 process it sees, deleting UID-2000 files
-in every world-writable directory, removing UID-2000 IPC objects and rebuilding
-/workspace; at start it may add the sandbox user to /etc/passwd. Run on the host
-directly, that would hit other people's processes and files. `contained_argv` wraps
+The server gives each episode namespaces of its own (env/server/sandbox.py), which
+touch nothing of the host; but at start it may add the sandbox user to /etc/passwd and
+make /workspace, and its sandbox UID 2000 may be a host user's. Run on the host
+directly, that would change the host. `contained_argv` wraps
 a command so it runs as PID 1 of new PID, mount and IPC namespaces (in a user namespace
 whose UID/GID 2000 is a host ID of its own: tests/userns_exec.py), pivoted into an
 overlay of the host's root whose writes go to a private tmpfs: the server sees only

@@ -269,10 +269,9 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
 
     def _end_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None and self._sandboxes is not None:
+        if sandbox is not None:
+            assert self._sandboxes is not None  # only a reset through them makes a sandbox
             self._sandboxes.retire(sandbox)
-        elif sandbox is not None:
-            sandbox.destroy()
 
     def get_metadata(self) -> EnvironmentMetadata:
         """Name and description served at /metadata."""

@@ -1,7 +1,12 @@
 """PID 1 of one episode's namespaces: it prepares them, starts the agent's commands, reaps.
 
-The server starts ``python -I -S nsinit.py FD NAMESPACES`` (env/server/sandbox.py). It
-speaks to the server over one SOCK_SEQPACKET socket (number FD), one JSON object per packet:
+The server starts ``python -I -S nsinit.py FD`` once (env/server/sandbox.py): a zygote,
+which forks one process per sandbox on request, so that a sandbox costs a fork rather
+than an interpreter's start. Server and zygote speak over a SOCK_SEQPACKET socket (number
+FD), one JSON object per packet: ``{"op": "spawn", "namespaces": "user,pid,..."}`` with
+the new sandbox's own socket attached; the zygote forks, answers ``{"pid": N}`` with a
+pidfd of the fork attached, and reaps it when it ends. It exits when the server closes
+the socket. The fork speaks to the server over the attached socket:
 
 1. it unshares the namespaces (``user,pid,net,mount,ipc``) and says ``{"ready": true}``;
    the server, which alone may, writes the new user namespace's ID maps (root and the
@@ -279,12 +284,72 @@ def _reap(ctl: socket.socket, leaders: set[int]) -> None:
             _send(ctl, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def main(argv: list[str]) -> int:
-    ctl = socket.socket(fileno=int(argv[1]))
-    flags = sum(NAMESPACE_FLAGS[name] for name in argv[2].split(","))
+def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 512):
+                return
+        except BlockingIOError:
+            return
+
+
+def zygote(ctl: socket.socket) -> int:
+    """Fork a sandbox's first process per spawn request, and reap them, until the server goes."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        ready, _, _ = select.select([ctl, wake_r], [], [])
+        if wake_r in ready:
+            _drain(wake_r)
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if ctl not in ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(ctl, PACKET, 1)
+        if not data:
+            return 0
+        try:
+            request = json.loads(data)
+            if request.get("op") != "spawn" or len(fds) != 1:
+                raise ValueError(f"expected a spawn request with one socket, got {request!r} with {len(fds)}")
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    ctl.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    code = sandbox(socket.socket(fileno=fds[0]), request["namespaces"])
+                except BaseException as exc:
+                    print(f"arena sandbox: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                finally:
+                    os._exit(code)
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
+            finally:
+                os.close(pidfd)
+        except Exception as exc:
+            _send(ctl, {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def sandbox(ctl: socket.socket, namespaces: str) -> int:
+    """One sandbox's first process: unshare, then fork its PID 1 and wait for it."""
+    flags = sum(NAMESPACE_FLAGS[name] for name in namespaces.split(","))
     if _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
-        _send(ctl, {"error": f"unshare({argv[2]}): {os.strerror(err)}"})
+        _send(ctl, {"error": f"unshare({namespaces}): {os.strerror(err)}"})
         return 1
     _send(ctl, {"ready": True})
     data = ctl.recv(PACKET)
@@ -310,4 +375,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(zygote(socket.socket(fileno=int(sys.argv[1]))))

@@ -17,8 +17,9 @@ its reset:
   whatever the namespace), and PID 1 joins a new session keyring;
 - System V IPC and POSIX message queues: the IPC namespace (and a new mqueue mount).
 
-The next episode's sandbox is made ahead of time (`SandboxFactory`), so a reset only
-kills the old one, writes the case's files and takes the new one.
+The next episode's sandbox is made ahead of time (`SandboxFactory`), forked by a zygote
+(`Zygote`: nsinit.py started once), so a reset only kills the old one, writes the case's
+files and takes the new one.
 """
 
 from __future__ import annotations
@@ -141,25 +142,56 @@ class Command:
             self.returncode = int(message["code"])
 
 
-@dataclass
-class Sandbox:
-    """One episode's namespaces, held by their PID 1 (nsinit.py)."""
+class Zygote:
+    """nsinit.py started once: it forks each sandbox's first process, so a sandbox costs a
+    fork (about a millisecond) rather than an interpreter's start (tens of milliseconds).
 
-    spec: SandboxSpec
-    process: subprocess.Popen
-    control: socket.socket
-    init_pid: int | None = None
-    pidfd: int | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    It holds nothing of any episode: it forks before the namespaces are made, and its
+    forks close its socket first. It ends when the server closes that socket."""
 
-    @classmethod
-    def start(cls, spec: SandboxSpec) -> Sandbox:
-        """Start the namespaces' PID 1; `open` finishes the setup."""
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+
+    def spawn(self, sandbox_end: socket.socket, namespaces: tuple[str, ...]) -> tuple[int, int]:
+        """Fork a sandbox's first process holding ``sandbox_end``: (its PID, a pidfd of it).
+        A zygote that has died (the OOM killer, say) is started again, once."""
+        request = json.dumps({"op": "spawn", "namespaces": ",".join(namespaces)}).encode()
+        with self._lock:
+            try:
+                return self._ask(request, sandbox_end)
+            except OSError as exc:
+                self._stop()
+                try:
+                    return self._ask(request, sandbox_end)
+                except OSError as again:
+                    self._stop()
+                    raise SandboxError(f"{NSINIT} (the zygote) failed twice ({exc}; then {again}): is "
+                                       "the server out of processes or memory?") from again
+
+    def _ask(self, request: bytes, sandbox_end: socket.socket) -> tuple[int, int]:
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+        assert self._control is not None
+        socket.send_fds(self._control, [request], [sandbox_end.fileno()])
+        self._control.settimeout(HANDSHAKE_S)
+        data, fds, _, _ = socket.recv_fds(self._control, PACKET, 1)
+        if not data:
+            raise ConnectionResetError("the zygote exited")
+        reply = json.loads(data)
+        if "pid" in reply and len(fds) == 1:
+            return int(reply["pid"]), fds[0]
+        for fd in fds:
+            os.close(fd)
+        raise SandboxError(f"{NSINIT} could not fork a sandbox: {reply.get('error', reply)}")
+
+    def _start(self) -> None:
+        self._stop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(NSINIT), str(theirs.fileno()), ",".join(spec.namespaces)],
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(NSINIT), str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env={}, cwd="/",
             )
         except OSError as exc:
@@ -167,7 +199,51 @@ class Sandbox:
             raise SandboxError(f"could not start {NSINIT}: {exc}") from exc
         finally:
             theirs.close()
-        return cls(spec=spec, process=process, control=ours)
+        self._control = ours
+
+    def _stop(self) -> None:
+        if self._control is not None:
+            self._control.close()  # the zygote reads the end and exits
+            self._control = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=TEARDOWN_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+    def close(self) -> None:
+        """End the zygote (the sandboxes it forked live on until they are ended)."""
+        with self._lock:
+            self._stop()
+
+
+@dataclass
+class Sandbox:
+    """One episode's namespaces, held by their PID 1 (nsinit.py)."""
+
+    spec: SandboxSpec
+    first_pid: int  # the process that made the namespaces; it ends after their PID 1
+    first_pidfd: int
+    control: socket.socket
+    init_pid: int | None = None
+    pidfd: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, spec: SandboxSpec, zygote: Zygote) -> Sandbox:
+        """Start the namespaces' first process; `open` finishes the setup."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            first_pid, first_pidfd = zygote.spawn(theirs, spec.namespaces)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return cls(spec=spec, first_pid=first_pid, first_pidfd=first_pidfd, control=ours)
 
     def open(self) -> None:
         """Map the IDs, have PID 1 mount the sandbox's filesystems; SandboxError if it cannot."""
@@ -180,7 +256,7 @@ class Sandbox:
                 "profile that allows unshare)")
         if "user" in self.spec.namespaces:
             for name, first in (("uid_map", self.spec.uid), ("gid_map", self.spec.gid)):
-                Path(f"/proc/{self.process.pid}/{name}").write_text(f"0 0 1\n{first} {first} 1\n")
+                Path(f"/proc/{self.first_pid}/{name}").write_text(f"0 0 1\n{first} {first} 1\n")
         self.send(self.spec.setup())
         self.control.settimeout(HANDSHAKE_S)
         try:
@@ -253,10 +329,11 @@ class Sandbox:
     def alive(self) -> bool:
         """Whether PID 1 still runs: its pidfd turns readable the moment it exits (nsinit's
         first process exits only after that, so its exit alone would be seen late)."""
-        if self.pidfd is None or self.process.poll() is not None:
+        if self.pidfd is None or self.first_pidfd < 0:
             return False
         poller = select.poll()
         poller.register(self.pidfd, select.POLLIN)
+        poller.register(self.first_pidfd, select.POLLIN)
         return not poller.poll(0)
 
     def destroy(self) -> None:
@@ -277,20 +354,38 @@ class Sandbox:
                 pass
             os.close(self.pidfd)
             self.pidfd = None
-        else:
-            self.process.kill()  # PID 1, if there is one yet, dies with it (PR_SET_PDEATHSIG)
+        else:  # PID 1, if there is one yet, dies with the first process (PR_SET_PDEATHSIG)
+            try:
+                signal.pidfd_send_signal(self.first_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.control.close()
 
     def reap(self) -> None:
         """Wait until every process of the killed sandbox is gone (SandboxError after TEARDOWN_S)."""
-        try:
-            # nsinit's first process returns once PID 1 has exited, which it does only after
-            # the kernel has killed and reaped every other process of its PID namespace.
-            self.process.wait(timeout=TEARDOWN_S)
-        except subprocess.TimeoutExpired as exc:
-            self.process.kill()
+        if self.first_pidfd < 0:
+            return  # reaped already
+        # nsinit's first process returns once PID 1 has exited, which it does only after
+        # the kernel has killed and reaped every other process of its PID namespace; its
+        # pidfd turns readable then (the zygote reaps it).
+        poller = select.poll()
+        poller.register(self.first_pidfd, select.POLLIN)
+        gone = poller.poll(TEARDOWN_S * 1000)
+        if not gone:
+            try:
+                signal.pidfd_send_signal(self.first_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            try:  # ours to reap only if its zygote died and it came to the server (PID 1)
+                os.waitid(os.P_PIDFD, self.first_pidfd, os.WEXITED | os.WNOHANG)
+            except ChildProcessError:
+                pass  # the zygote's child: the zygote reaps it
+        os.close(self.first_pidfd)
+        self.first_pidfd = -1
+        if not gone:
             raise SandboxError(f"the last episode's processes were not gone {TEARDOWN_S:g} s after "
-                               "they were killed") from exc
+                               "they were killed")
 
 
 def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:
@@ -313,6 +408,7 @@ class SandboxFactory:
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
+        self._zygote = Zygote()
         self._lock = threading.Lock()
         self._next: threading.Thread | None = None
         self._ready: Sandbox | None = None
@@ -350,7 +446,7 @@ class SandboxFactory:
 
     def _prepare(self) -> None:
         try:
-            sandbox = Sandbox.start(self.spec)
+            sandbox = Sandbox.start(self.spec, self._zygote)
             try:
                 sandbox.open()
             except BaseException:
@@ -409,3 +505,4 @@ class SandboxFactory:
         if sandbox is not None:
             sandbox.destroy()
         self.wait_retired()
+        self._zygote.close()

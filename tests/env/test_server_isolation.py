@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -205,3 +206,32 @@ def test_a_next_sandbox_killed_while_it_waits_is_replaced_at_reset(server):
         obs = env.reset(task_id=CASE)
         assert obs.observation["task_id"] == CASE
         assert run(env, "echo works")["output"] == "works\n"
+
+
+def _zygote(server) -> int | None:
+    """The host PID of the server's zygote (env/server/nsinit.py run once, a child of the server)."""
+    server_pid = server.contained.init_pid()
+    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    for child in children:
+        try:
+            if b"nsinit.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def test_a_killed_zygote_is_started_again_and_episodes_go_on(server):
+    # The zygote forks every sandbox; killed (the OOM killer, say), the next sandbox is made
+    # by a new one, and the episode already running is not touched.
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        zygote = _zygote(server)
+        assert zygote is not None, "the server forks sandboxes from one zygote"
+        os.kill(zygote, signal.SIGKILL)
+        assert run(env, "echo current")["output"] == "current\n"
+        for _ in range(3):
+            env.reset(task_id=CASE)
+            assert run(env, "echo works")["output"] == "works\n"
+        replaced = _zygote(server)
+        assert replaced not in (None, zygote)
