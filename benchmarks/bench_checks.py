@@ -83,7 +83,7 @@ def bench_image(image: str, parallels: list[int]) -> None:
         containers = [runtime.start(image, port=cfg.port) for _ in range(n)]
         start_s = time.monotonic() - started
         try:
-            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True)
+            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True, cases=cfg.curriculum.cases)
         finally:
             for c in containers:
                 runtime.remove(c)
@@ -103,7 +103,7 @@ def bench_shards(image: str, counts: list[int]) -> None:
     def one(shard: Shard) -> SuiteResult:
         container = runtime.start(image, port=cfg.port)
         try:
-            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard)
+            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard, cases=cfg.curriculum.cases)
         finally:
             runtime.remove(container)
 
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run the suite as N shards at once (repeatable)")
     args = p.parse_args(argv)
     if args.url:
-        result = run_suite([Target(url=u) for u in args.url], image=args.url[0], quiet=True)
+        result = run_suite([Target(url=u) for u in args.url], image=args.url[0], quiet=True,
+                           cases=config.load().curriculum.cases)
         _report(f"{len(args.url)} server(s)", result, {})
         return 0
     image = args.image or _image_from_build()
