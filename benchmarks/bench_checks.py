@@ -83,7 +83,8 @@ def bench_image(image: str, parallels: list[int]) -> None:
         containers = [runtime.start(image, port=cfg.port) for _ in range(n)]
         start_s = time.monotonic() - started
         try:
-            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True, cases=cfg.curriculum.cases)
+            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True,
+                               cases=cfg.curriculum.cases)
         finally:
             for c in containers:
                 runtime.remove(c)
@@ -103,7 +104,8 @@ def bench_shards(image: str, counts: list[int]) -> None:
     def one(shard: Shard) -> SuiteResult:
         container = runtime.start(image, port=cfg.port)
         try:
-            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard, cases=cfg.curriculum.cases)
+            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard,
+                             cases=cfg.curriculum.cases)
         finally:
             runtime.remove(container)
 
