@@ -88,3 +88,30 @@ def endpoint(server_name: str):
         return Response(status_code=202) if reply is None else reply
 
     return mcp
+
+
+# openenv-core's http_server imports this module of its own for the MCP tools of an
+# MCPEnvironment; that import pulls in fastmcp and mcp, about a second of CPU at every
+# server start. ShellEnvironment is no MCPEnvironment and this server offers no tools, so
+# the module's code never runs here.
+OPENENV_MCP_MODULE = "openenv.core.env_server.mcp_environment"
+
+
+def _no_server_tools(server: Any) -> dict:
+    raise RuntimeError("this server offers no MCP tools (env/server/mcp.py)")
+
+
+def skip_openenv_mcp_tools() -> None:
+    """Stand in for openenv-core's MCP environment module before openenv is imported, in
+    the server process only: `get_server_tools` refuses, `MCPEnvironment` is None (what
+    openenv-core itself sets when fastmcp is absent). A process that imported the real
+    module already keeps it."""
+    import sys
+    import types
+
+    if OPENENV_MCP_MODULE in sys.modules:
+        return
+    stand_in = types.ModuleType(OPENENV_MCP_MODULE, "openenv-core's MCP tools: not offered by this server")
+    stand_in.get_server_tools = _no_server_tools  # type: ignore[attr-defined]
+    stand_in.MCPEnvironment = None  # type: ignore[attr-defined]
+    sys.modules[OPENENV_MCP_MODULE] = stand_in

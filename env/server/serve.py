@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     args = parser.parse_args(argv)
+    from env.server.mcp import skip_openenv_mcp_tools
+
+    skip_openenv_mcp_tools()  # before uvicorn imports the app, and openenv with it
     run(host=args.host, port=args.port)
     return 0
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 import websockets.exceptions
@@ -152,3 +156,28 @@ def test_second_concurrent_session_gets_capacity_error(server):
         assert first.step({"operation": "shell", "command": "echo first"}).observation["output"] == "first\n"
     with server.session() as third:
         assert third.reset().observation["task_id"] == CASE_IDS[0]
+
+
+SERVER_IMPORTS = """
+import sys
+from env.server.mcp import skip_openenv_mcp_tools
+skip_openenv_mcp_tools()
+import env.server.app
+from openenv.core.env_server import MCPEnvironment
+from openenv.core.env_server.mcp_environment import get_server_tools
+try:
+    get_server_tools(object())
+except RuntimeError as exc:
+    refused = str(exc)
+print(sorted(m for m in ("fastmcp", "mcp") if m in sys.modules), MCPEnvironment, refused)
+"""
+
+
+def test_the_server_process_does_not_import_openenv_mcp_tools():
+    # `python -m env.server.serve` stands in for openenv-core's MCP environment module: its
+    # fastmcp and mcp imports were most of the server's start (about a second of CPU).
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", SERVER_IMPORTS], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(repo)}, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[] None this server offers no MCP tools (env/server/mcp.py)", out.stdout
