@@ -85,6 +85,21 @@ def _killed(fields: dict[str, list[str]]) -> bool:
     return any(int(fields[key][0], 16) & SIGKILL_BIT for key in ("SigPnd", "ShdPnd"))
 
 
+# A reset kills the last episode's PID 1 and answers; the kernel kills the namespace's
+# other processes as that PID 1 exits, a moment later (env/server/sandbox.py).
+TEARDOWN_S = 10.0
+
+
+def alive_after_teardown(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still alive once a killed sandbox has had TEARDOWN_S to go."""
+    deadline = time.monotonic() + TEARDOWN_S
+    while True:
+        alive = [pid for pid in pids if host_pid_alive(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
+
+
 def host_pid_alive(pid: int) -> bool:
     """Whether the host has a live (non-zombie) process ``pid``."""
     try:

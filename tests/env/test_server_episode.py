@@ -9,7 +9,7 @@ import os
 import pytest
 
 from env.catalog import CASE_IDS
-from tests.env.conftest import host_pid_alive
+from tests.env.conftest import alive_after_teardown
 
 pytestmark = pytest.mark.root
 
@@ -80,7 +80,7 @@ def test_reset_kills_a_background_process(server):
         pids = server.episode_pids()
         assert len(pids) == 1
         env.reset(task_id=CASE)
-        assert not host_pid_alive(pids[0])
+        assert alive_after_teardown(pids) == []
 
 
 def test_correct_answer_scores_one_and_finish_ends_the_episode(server, oracle_json):

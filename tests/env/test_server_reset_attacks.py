@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
 
 from env.catalog import CASE_IDS
-from tests.env.conftest import host_pid_alive, require_root, start_server
+from tests.env.conftest import TEARDOWN_S, alive_after_teardown, require_root, start_server
 
 pytestmark = pytest.mark.root
 
@@ -66,6 +67,9 @@ def assert_clean(server, env) -> None:
         left = [n for n in os.listdir(server.path(directory))
                 if _owner(server.path(directory) / n) == sandbox]
         assert left == [], f"{directory}: {left}"
+    deadline = time.monotonic() + TEARDOWN_S  # the last episode's namespace goes a moment after reset
+    while sandbox_processes(server) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert sandbox_processes(server) == []
     out = run(env, "echo alive; ipcs -q -m -s | grep -c '^0x' ; ls -A /dev/mqueue | wc -l")
     assert out["output"].split() == ["alive", "0", "0"], out["output"]
@@ -241,7 +245,7 @@ def test_reset_kills_setsid_and_double_forked_processes(attacked):
         pids = attacked.episode_pids()
         assert len(pids) == 2
         env.reset(task_id=CASE)
-        assert not any(host_pid_alive(p) for p in pids)
+        assert alive_after_teardown(pids) == []
         assert_clean(attacked, env)
 
 
