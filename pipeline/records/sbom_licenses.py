@@ -148,14 +148,22 @@ class Reviewed:
     note: str = ""
 
 
+@cache
+def _spdx_licensing():  # a license_expression.Licensing
+    # Built from license-expression's licence index: about 50 ms each time, so once.
+    from license_expression import get_spdx_licensing
+
+    return get_spdx_licensing()
+
+
 def expression_problem(expression: object) -> str | None:
     """What license-expression finds wrong with an SPDX expression: None when it parses and
     names only SPDX licences and exceptions, or `LicenseRef-` references."""
-    from license_expression import ExpressionError, get_spdx_licensing
+    from license_expression import ExpressionError
 
     if not isinstance(expression, str) or not expression.strip():
         return f"expression {expression!r} is empty"
-    licensing = get_spdx_licensing()
+    licensing = _spdx_licensing()
     try:
         parsed = licensing.parse(expression, strict=True)
     except ExpressionError as exc:
