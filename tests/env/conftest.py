@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,14 +90,20 @@ def _killed(fields: dict[str, list[str]]) -> bool:
 TEARDOWN_S = 10.0
 
 
-def alive_after_teardown(pids: list[int]) -> list[int]:
-    """Those of ``pids`` still alive once a killed sandbox has had TEARDOWN_S to go."""
+def after_teardown(probe: Callable[[], list]) -> list:
+    """What ``probe`` finds once it finds nothing, or once a killed sandbox has had
+    TEARDOWN_S to go."""
     deadline = time.monotonic() + TEARDOWN_S
     while True:
-        alive = [pid for pid in pids if host_pid_alive(pid)]
-        if not alive or time.monotonic() > deadline:
-            return alive
+        found = probe()
+        if not found or time.monotonic() > deadline:
+            return found
         time.sleep(0.01)
+
+
+def alive_after_teardown(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still alive once a killed sandbox has had TEARDOWN_S to go."""
+    return after_teardown(lambda: [pid for pid in pids if host_pid_alive(pid)])
 
 
 def host_pid_alive(pid: int) -> bool:

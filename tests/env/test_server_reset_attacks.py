@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
 
 from env.catalog import CASE_IDS
-from tests.env.conftest import TEARDOWN_S, alive_after_teardown, require_root, start_server
+from tests.env.conftest import after_teardown, alive_after_teardown, require_root, start_server
 
 pytestmark = pytest.mark.root
 
@@ -67,10 +66,8 @@ def assert_clean(server, env) -> None:
         left = [n for n in os.listdir(server.path(directory))
                 if _owner(server.path(directory) / n) == sandbox]
         assert left == [], f"{directory}: {left}"
-    deadline = time.monotonic() + TEARDOWN_S  # the last episode's namespace goes a moment after reset
-    while sandbox_processes(server) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sandbox_processes(server) == []
+    # The last episode's namespace goes a moment after the reset answers.
+    assert after_teardown(lambda: sandbox_processes(server)) == []
     out = run(env, "echo alive; ipcs -q -m -s | grep -c '^0x' ; ls -A /dev/mqueue | wc -l")
     assert out["output"].split() == ["alive", "0", "0"], out["output"]
 
