@@ -233,12 +233,7 @@ def serve(ctl: socket.socket, setup: dict) -> None:
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
         if wake_r in ready:
-            while True:
-                try:
-                    if not os.read(wake_r, 512):
-                        break
-                except BlockingIOError:
-                    break
+            _drain(wake_r)
         _reap(ctl, leaders)
         if ctl not in ready:
             continue
@@ -302,13 +297,7 @@ def zygote(ctl: socket.socket) -> int:
         ready, _, _ = select.select([ctl, wake_r], [], [])
         if wake_r in ready:
             _drain(wake_r)
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        _reap(ctl, set())  # no command leaders here: every child is reaped, nothing is said
         if ctl not in ready:
             continue
         data, fds, _, _ = socket.recv_fds(ctl, PACKET, 1)
