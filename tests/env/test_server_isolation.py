@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import time
@@ -22,7 +23,7 @@ import websockets.sync.client
 
 from env.catalog import CASE_IDS
 from pipeline.checks.isolation_checks import HOPPER_SCRIPT
-from tests.env.conftest import pids_in
+from tests.env.conftest import TEARDOWN_S, pids_in
 
 pytestmark = pytest.mark.root
 
@@ -202,7 +203,14 @@ def test_a_next_sandbox_killed_while_it_waits_is_replaced_at_reset(server):
                 break
             time.sleep(0.05)
         assert spare is not None, "the server keeps a next sandbox ready"
-        os.kill(spare, signal.SIGKILL)
+        pidfd = os.pidfd_open(spare)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            # Dead before the reset, as the server sees it (its pidfd readable): a kill that
+            # lands while the reset takes the sandbox is a death during the episode instead.
+            assert select.select([pidfd], [], [], TEARDOWN_S)[0], "the killed sandbox exited"
+        finally:
+            os.close(pidfd)
         obs = env.reset(task_id=CASE)
         assert obs.observation["task_id"] == CASE
         assert run(env, "echo works")["output"] == "works\n"
