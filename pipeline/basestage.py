@@ -70,6 +70,14 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
                   rootfs_cache=rootfs_cache, use_cache=use_cache)
     result = push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+    if current and result.manifest_digest == record.digest:
+        # Rebuilt to the pinned digest (a new machine, a cleared cache): the same bytes, so
+        # the committed lock stays as it is, whichever mirror served the .debs this time;
+        # rewriting it would leave the checkout dirty and the release would refuse it.
+        if record.name != name:
+            record = replace(record, name=name)
+            write_record(record, record_path)
+        return record, "rebuilt to the pinned digest"
     record = BaseRecord(
         name=name, digest=result.manifest_digest, media_type=built.media_type,
         config_digest=built.config_digest, layers=built.layers,

@@ -1,7 +1,8 @@
 """Fixtures and helpers for the runtime lock and the base image (tests/base, tests/runtime).
 
 `base_image` builds the local base once (the mmdebstrap rootfs is cached in
-`.release/base/rootfs` across runs, the layout in `.release/test-base`), pushes it to
+`.release/base/rootfs` across runs, the layout in `.release/test-base`; with nothing
+cached it starts from the committed locks/base.json, as a release on a new machine does), pushes it to
 the session's real local registry and yields its BaseRecord. The build holds a file
 lock: the first xdist worker builds, the others wait and then only push the cached
 layout to their own registry. `lock_venv` is a fresh
@@ -29,6 +30,9 @@ from ..shared import locked, once, shared_result
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"
 PYTHON311 = Path("/usr/bin/python3.11")
+# The lock as `base_image` left it when it started from the committed locks/base.json (no
+# earlier run's base cached): what a release on a new machine would leave in the checkout.
+REBUILT_LOCK = "rebuilt-from-committed-lock.json"
 
 
 def wheel_dir(tmp: Path) -> Path:
@@ -83,6 +87,7 @@ def registry_client(state) -> RegistryClient:
 def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
     record_path = tmp_path_factory.mktemp("base-record") / "base.json"
     cached = TEST_STATE / "base.json"
+    rebuilt_lock = TEST_STATE / REBUILT_LOCK
     with locked(TEST_STATE), locked(lock.WHEEL_CACHE):
         if cached.exists():
             record_path.write_bytes(cached.read_bytes())
@@ -90,6 +95,11 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
                 base.load_record(record_path)
             except base.ConfigError:
                 record_path.unlink()  # written by an older format: rebuilt below
+        from_committed = not record_path.exists()
+        if from_committed:
+            # As a release on a new machine starts: the committed lock, nothing built.
+            record_path.write_bytes(base.BASE_LOCK.read_bytes())
+        rebuilt_lock.unlink(missing_ok=True)
         # The rootfs in the run's temporary directory (a tmpfs in the tests session), not the
         # checkout's cache: the layout above is what later runs reuse, and dpkg's fsyncs and
         # file churn made mmdebstrap several times slower on CI's ext4 while every test that
@@ -98,4 +108,6 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
             record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
                                          state_dir=TEST_STATE, rootfs_cache=Path(rootfs))
         cached.write_bytes(record_path.read_bytes())
+        if from_committed:
+            rebuilt_lock.write_bytes(record_path.read_bytes())
     return record

@@ -17,7 +17,7 @@ from pipeline.registry import local as localregistry
 from pipeline.verify.runtime import ContainerRuntime
 
 from ..reproduce.reprotestfixtures import base_reprotest, build_world, built_indexes  # noqa: F401
-from .basefixtures import TEST_STATE, registry_client
+from .basefixtures import REBUILT_LOCK, TEST_STATE, registry_client
 
 # `slow` where the base image is needed (tests/conftest.py marks those).
 pytestmark = [pytest.mark.root, pytest.mark.container]
@@ -55,6 +55,18 @@ def test_two_builds_give_identical_layers(base_reprotest, base_image):
         [manifest] = index["manifests"]
         assert manifest["digest"] == base_image.digest, build
     assert base.load_record().digest == base_image.digest
+
+
+def test_a_rebuild_on_a_new_machine_leaves_the_committed_lock_as_it_is(base_image):
+    """A release on a new machine rebuilds the base from the committed lock (nothing cached).
+    The pinned digest must come out and leave locks/base.json as committed, byte for byte:
+    a rewritten lock (another mirror, a field the build fills in) made the checkout dirty,
+    and the release refused to sign its records."""
+    rebuilt = TEST_STATE / REBUILT_LOCK
+    if not rebuilt.exists():
+        pytest.skip("an earlier run's base was cached: nothing was rebuilt from the committed lock")
+    assert base.load_record(rebuilt).digest == base_image.digest == base.load_record().digest
+    assert rebuilt.read_bytes() == base.BASE_LOCK.read_bytes()
 
 
 def test_record_pins_the_pushed_image(base_image, local_registry):
