@@ -12,6 +12,7 @@ venv of Debian's python3.11 with exactly locks/runtime.txt installed by pip with
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,9 @@ from ..shared import locked, once, shared_result
 HERE = Path(__file__).resolve().parent
 TEST_STATE = REPO_ROOT / ".release" / "test-base"
 PYTHON311 = Path("/usr/bin/python3.11")
-# The lock as `base_image` left it when it started from the committed locks/base.json (no
-# earlier run's base cached): what a release on a new machine would leave in the checkout.
+# When `base_image` started from the committed locks/base.json (no earlier run's base
+# cached): that lock's text and the lock as the build left it, what a release on a new
+# machine would leave in the checkout.
 REBUILT_LOCK = "rebuilt-from-committed-lock.json"
 
 
@@ -95,11 +97,10 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
                 base.load_record(record_path)
             except base.ConfigError:
                 record_path.unlink()  # written by an older format: rebuilt below
-        from_committed = not record_path.exists()
-        if from_committed:
+        committed = base.BASE_LOCK.read_text() if not record_path.exists() else None
+        if committed is not None:
             # As a release on a new machine starts: the committed lock, nothing built.
-            record_path.write_bytes(base.BASE_LOCK.read_bytes())
-        rebuilt_lock.unlink(missing_ok=True)
+            record_path.write_text(committed)
         # The rootfs in the run's temporary directory (a tmpfs in the tests session), not the
         # checkout's cache: the layout above is what later runs reuse, and dpkg's fsyncs and
         # file churn made mmdebstrap several times slower on CI's ext4 while every test that
@@ -108,6 +109,6 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
             record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
                                          state_dir=TEST_STATE, rootfs_cache=Path(rootfs))
         cached.write_bytes(record_path.read_bytes())
-        if from_committed:
-            rebuilt_lock.write_bytes(record_path.read_bytes())
+        if committed is not None:
+            rebuilt_lock.write_text(json.dumps({"committed": committed, "after": record_path.read_text()}))
     return record
