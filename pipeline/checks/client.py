@@ -34,7 +34,15 @@ def _client_class() -> type:
     """GenericEnvClient that keeps the error code of an error reply. Made on first use:
     importing openenv.core imports its whole server side (fastmcp, mcp: two seconds of
     CPU), which the commands that import the checks without talking to a server (setup,
-    submission, preflight) would otherwise pay in every process."""
+    submission, preflight) would otherwise pay in every process.
+
+    Most of that import is openenv-core's MCP environment module, which only a server
+    offering MCP tools uses. The checks host no environment at all, so the server's
+    stand-in for that module (env/server/mcp.py) serves here too: a process that checks
+    a server no longer loads fastmcp and mcp."""
+    from env.server.mcp import skip_openenv_mcp_tools
+
+    skip_openenv_mcp_tools()
     from openenv.core.generic_client import GenericEnvClient
 
     class _Client(GenericEnvClient):

@@ -63,17 +63,22 @@ def _descendants(host_root: str) -> list[int]:
     found = re.fullmatch(r"/proc/(\d+)/root/?", host_root)
     if found is None:
         return []
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                parent = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(name))
+    # Each thread's `children` file lists the processes it forked: only the server's own
+    # tree is read, not the stat file of every process on the host (the cached-terminal
+    # check asks ten times a case, while a test run may hold hundreds of processes).
     pending, seen = [int(found.group(1))], []
     while pending:
-        for child in children.get(pending.pop(), []):
-            seen.append(child)
-            pending.append(child)
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # ended meanwhile
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, kids):
+                seen.append(child)
+                pending.append(child)
     return seen
