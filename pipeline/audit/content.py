@@ -387,13 +387,26 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
                           "`nox -s reproduce` first")
         return
 
+    app_dir = s.cfg.app_dir
+    rel_app, coverage_paths = app_dir.strip("/"), sbom_checks.coverage_paths(app_dir)
+    read: dict[Path, tuple[sbom_mod.ImageRef, sbom_mod.FileView]] = {}
+
+    def layers(layout: Path) -> tuple[sbom_mod.ImageRef, sbom_mod.FileView]:
+        # Read (decompressed and parsed) once for both rows; each narrows the files to
+        # the ones it reads, as its own reading would have kept them.
+        if layout not in read:
+            image = sbom_mod.open_image_by_digest(layout, s.image.digest)
+            read[layout] = image, sbom_mod.read_view(
+                image, app_dir, keep=lambda path: sbom_mod.wanted(path, rel_app) or coverage_paths(path))
+        return read[layout]
+
     def covered(layout: Path) -> None:
-        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
-        sbom_checks.check_coverage(doc, image, s.cfg.app_dir)
+        image, files = layers(layout)
+        sbom_checks.check_coverage(doc, image, app_dir, read=files)
 
     def regenerate(layout: Path) -> None:
-        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
-        view = sbom_mod.read_view(image, s.cfg.app_dir)
+        image, files = layers(layout)
+        view = files.only(lambda path: sbom_mod.wanted(path, rel_app))
         lock = s.root / s.prov.wheel_lock.path
         # The licences a person read from free-form files: the audited checkout's own table.
         table = s.root / "pipeline" / "records" / sbom_licenses.REVIEWED.name

@@ -21,7 +21,7 @@ from __future__ import annotations
 import email.parser
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pipeline.errors import VerificationError
 from pipeline.formats import deb822_paragraphs, dpkg_installed
@@ -121,7 +121,8 @@ def check_licences(doc: dict) -> None:
 # ------------------------------------------------------------------ coverage
 
 
-def _keeps(app_dir: str):
+def coverage_paths(app_dir: str) -> Callable[[str], bool]:
+    """The image paths the coverage check reads (relative, no leading slash)."""
     app = app_dir.strip("/") + "/"
 
     def keep(path: str) -> bool:
@@ -175,10 +176,13 @@ def _names(items: set[tuple[str, str, str]]) -> str:
     return text + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
 
 
-def check_coverage(doc: dict, image: sbom_mod.ImageRef, app_dir: str) -> None:
+def check_coverage(doc: dict, image: sbom_mod.ImageRef, app_dir: str,
+                   read: sbom_mod.FileView | None = None) -> None:
     """Raise unless the SBOM has a component for everything installed in the image, and
-    none for anything the image does not hold."""
-    view = sbom_mod.read_view(image, app_dir, keep=_keeps(app_dir))
+    none for anything the image does not hold. `read`: the image's files already read
+    with a keep that holds `coverage_paths` (else the layers are read here)."""
+    keep = coverage_paths(app_dir)
+    view = read.only(keep) if read is not None else sbom_mod.read_view(image, app_dir, keep=keep)
     want, have = installed(view, app_dir), listed(doc)
     missing, extra = want - have, {x for x in have - want if x[0] in ("deb", "pypi", "file")}
     if missing:
