@@ -183,6 +183,15 @@ class Moved:
 
 
 @dataclass(frozen=True)
+class FileChange:
+    """A file at the same path with other content: its sha256 in each release."""
+
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
 class LayerChange:
     """A layer whose digest, or whose files, differ: paths added, removed and changed (content)."""
 
@@ -191,7 +200,7 @@ class LayerChange:
     new: str | None
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
-    changed: tuple[str, ...] = ()
+    changed: tuple[FileChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,7 +329,7 @@ def _layers(old: Release, new: Release) -> list[LayerChange]:
         change = LayerChange(
             name, digest_a.get(name), digest_b.get(name),
             added=tuple(sorted(set(b) - set(a))), removed=tuple(sorted(set(a) - set(b))),
-            changed=tuple(sorted(p for p in set(a) & set(b) if a[p] != b[p])))
+            changed=tuple(FileChange(p, a[p], b[p]) for p in sorted(set(a) & set(b)) if a[p] != b[p]))
         if change.old != change.new or change.added or change.removed or change.changed:
             out.append(change)
     return out
@@ -430,6 +439,11 @@ def diff(old: Release, new: Release) -> ReleaseDiff:
 # ------------------------------------------------------------------ the table
 
 
+def _sha256(hexdigest: str) -> str:
+    """A file's content in a table row: the start of its sha256 (the JSON has all of it)."""
+    return f"sha256:{hexdigest[:12]}"
+
+
 def _show(value: Value, *, figure: bool = False) -> str:
     if value is None:
         return "-"
@@ -455,7 +469,7 @@ def rows(d: ReleaseDiff) -> list[tuple[str, str, str, str]]:
             out.append(("layer", layer.name, _show(layer.old), _show(layer.new)))
         out += [("file", f"{layer.name}: {p}", "-", "added") for p in layer.added]
         out += [("file", f"{layer.name}: {p}", "removed", "-") for p in layer.removed]
-        out += [("file", f"{layer.name}: {p}", "changed", "changed") for p in layer.changed]
+        out += [("file", f"{layer.name}: {c.path}", _sha256(c.old), _sha256(c.new)) for c in layer.changed]
     for section, pkgs in (("package", d.packages), ("toolchain", d.distributions)):
         out += [(section, p.key, "-", p.version) for p in pkgs.added]
         out += [(section, p.key, p.version, "-") for p in pkgs.removed]
