@@ -54,6 +54,7 @@ from pathlib import Path
 
 import pytest
 
+from env.server.mcp import skip_openenv_mcp_tools
 from pipeline.registry import local as localregistry
 
 from . import containers, forked_server, scheduling
@@ -62,6 +63,11 @@ from .hub_standin import HubStandin
 from .shared import per_test_slot, run_root
 
 serve_the_declared_curriculum()
+# Before any test module imports openenv-core: the servers a worker runs in-process
+# stand in for its MCP environment module as the image's server does (env/server/serve.py),
+# and the checks' client does the same (pipeline/checks/client.py); loading the real one
+# (fastmcp, mcp) cost every worker over a second of CPU.
+skip_openenv_mcp_tools()
 
 
 @pytest.fixture(scope="session")
