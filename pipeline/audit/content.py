@@ -4,6 +4,7 @@ registry's referrers: pipeline.audit.registry)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from dataclasses import asdict
@@ -389,16 +390,16 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
 
     app_dir = s.cfg.app_dir
     rel_app, coverage_paths = app_dir.strip("/"), sbom_checks.coverage_paths(app_dir)
-    read: dict[Path, tuple[sbom_mod.ImageRef, sbom_mod.FileView]] = {}
 
+    def sbom_paths(path: str) -> bool:
+        return sbom_mod.wanted(path, rel_app)
+
+    @functools.cache
     def layers(layout: Path) -> tuple[sbom_mod.ImageRef, sbom_mod.FileView]:
         # Read (decompressed and parsed) once for both rows; each narrows the files to
         # the ones it reads, as its own reading would have kept them.
-        if layout not in read:
-            image = sbom_mod.open_image_by_digest(layout, s.image.digest)
-            read[layout] = image, sbom_mod.read_view(
-                image, app_dir, keep=lambda path: sbom_mod.wanted(path, rel_app) or coverage_paths(path))
-        return read[layout]
+        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
+        return image, sbom_mod.read_view(image, app_dir, keep=lambda path: sbom_paths(path) or coverage_paths(path))
 
     def covered(layout: Path) -> None:
         image, files = layers(layout)
@@ -406,7 +407,7 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
 
     def regenerate(layout: Path) -> None:
         image, files = layers(layout)
-        view = files.only(lambda path: sbom_mod.wanted(path, rel_app))
+        view = files.only(sbom_paths)
         lock = s.root / s.prov.wheel_lock.path
         # The licences a person read from free-form files: the audited checkout's own table.
         table = s.root / "pipeline" / "records" / sbom_licenses.REVIEWED.name
