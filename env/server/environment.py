@@ -19,8 +19,8 @@ from types import ModuleType
 from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
-from pydantic import Field
 from openenv.core.env_server.types import EnvironmentMetadata, State
+from pydantic import Field
 
 from env.catalog import CASE_IDS, make_case, parse_case_id
 from env.server.answer import ANSWER_NAME, MAX_ANSWER_BYTES, read_answer

@@ -477,13 +477,18 @@ class SandboxFactory:
         if spec.lock_scratch:
             from env.server import unprivileged
 
-            self.lockdown = unprivileged.lock_scratch(tuple(path for path, *_ in spec.scratch), spec.workspace)
-        if spec.kill_by_uid:
+            self.lockdown = unprivileged.lock_scratch(
+                (*(path for path, *_ in spec.scratch), *unprivileged.ALSO_LOCKED), spec.workspace)
+        if not spec.namespaces:
             from env.server.unprivileged import EpisodeFiles
 
             self._files = EpisodeFiles(spec.workspace, spec.uid, spec.gid)
         self._zygote = Zygote()
         self._lock = threading.Lock()
+        # Without namespaces: the episode handed out and not yet ended, and the lock that
+        # makes ending it and handing out the next one a single step.
+        self._swap = threading.Lock()
+        self._current: Sandbox | None = None
         self._next: threading.Thread | None = None
         self._ready: Sandbox | None = None
         self._failure: BaseException | None = None
@@ -496,11 +501,10 @@ class SandboxFactory:
 
         Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
         and gone before this returns, and its directories are renamed away."""
-        sandbox.kill()
-        if self.spec.kill_by_uid:
-            self._zygote.kill_uid(self.spec.uid)
-        if self._files is not None:
-            self._files.retire()
+        with self._swap:
+            sandbox.kill()
+            if self._current is sandbox:
+                self._end_current()
         with self._lock:
             self._retiring = [t for t in self._retiring if t.is_alive()]
             oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
@@ -574,13 +578,30 @@ class SandboxFactory:
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
         self.prepare()
-        if self._files is not None:
-            try:
-                self._files.fresh()
-            except BaseException:
-                self.retire(sandbox)
-                raise
+        if not self.spec.namespaces:
+            with self._swap:
+                # One episode at a time shares the UID and the workspace: one whose session
+                # has not ended it yet (its close may come after the next reset) ends now.
+                if self._current is not None:
+                    self._current.kill()
+                    self._end_current()
+                try:
+                    if self._files is not None:
+                        self._files.fresh()
+                except BaseException:
+                    sandbox.kill()
+                    raise
+                self._current = sandbox
         return sandbox
+
+    def _end_current(self) -> None:
+        """Without namespaces: kill the current episode's processes by UID (gone when this
+        returns) and rename its directories away. Called with `_swap` held."""
+        self._current = None
+        if self.spec.kill_by_uid:
+            self._zygote.kill_uid(self.spec.uid)
+        if self._files is not None:
+            self._files.retire()
 
     def check(self) -> None:
         """Make one sandbox and end it: SandboxError (NamespacesRefused) if this server's

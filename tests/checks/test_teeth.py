@@ -58,6 +58,14 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     ("no-connection-guard", {"image/connection-flood"}),
     ("fragile-messages", {"image/malformed-input"}),
     ("escaped-packets", {"image/malformed-input"}),
+    # The unprivileged mode: whole, it passes every isolation check; without one defence,
+    # that defence's check fails.
+    ("unprivileged", set()),
+    ("unprivileged-sockets-allowed", {"image/isolation-network"}),
+    ("unprivileged-no-kill-by-uid", {"image/isolation-hopper"}),
+    ("unprivileged-scratch-shared", {"image/isolation-leftovers", "image/isolation-scratch",
+                                     "image/isolation-hopper"}),
+    ("unprivileged-ipc-allowed", {"image/isolation-leftovers"}),
 ])
 def test_a_server_without_an_isolation_defence_fails_its_check(broken_server, fault, must_fail, monkeypatch):
     """Each defence of an episode against a hostile agent (docs/isolation.md), removed alone:
