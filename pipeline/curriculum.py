@@ -97,25 +97,26 @@ class Curriculum:
 def _refuse(key: str, value: object, valid: list[str], why: str, close_to: str | None = None) -> ConfigError:
     close = difflib.get_close_matches(close_to, valid, n=1, cutoff=0.6) if close_to else []
     hint = (f"did you mean {close[0]!r}? " if close else "") + why
-    return ConfigError(f"release.toml: curriculum.{key} holds {value!r}, which no task module serves",
+    return ConfigError(f"curriculum.{key} holds {value!r}, which no task module serves",
                        expected="one of " + ", ".join(valid), actual=value, hint=hint)
 
 
 def _repeated(key: str, values: list[Any]) -> None:
     seen = [v for i, v in enumerate(values) if v in values[:i]]
     if seen:
-        raise ConfigError(f"release.toml: curriculum.{key} repeats {seen[0]!r}, which would repeat its cases",
+        raise ConfigError(f"curriculum.{key} repeats {seen[0]!r}, which would repeat its cases",
                           expected=f"each {_ONE[key]} once", actual=values,
                           hint="a case (family, difficulty, seed) is served and listed once; remove the repeat")
 
 
 def parse(table: dict[str, Any]) -> Curriculum:
-    """`[curriculum]`, its types already checked by the schema; ConfigError listing what is
-    valid for an unknown family, an unsupported difficulty, a negative seed, an unknown block
-    order or a repeated case."""
+    """`[curriculum]`, its types already checked by the model (pipeline.config); ConfigError
+    listing what is valid for an unknown family, an unsupported difficulty, a negative seed,
+    an unknown block order or a repeated case. Its message names the key, not the file: the
+    model's loader puts the file it read in front."""
     for key in ("families", "difficulties", "seeds"):
         if not table[key]:
-            raise ConfigError(f"release.toml: curriculum.{key} is empty", expected=f"at least one {_ONE[key]}",
+            raise ConfigError(f"curriculum.{key} is empty", expected=f"at least one {_ONE[key]}",
                               actual=table[key], hint="a curriculum needs a family, a difficulty and a seed")
     for family in table["families"]:
         if family not in TASK_FAMILIES:
@@ -128,12 +129,12 @@ def parse(table: dict[str, Any]) -> Curriculum:
                           f"{LIMITED_BY}, which refuses any difficulty but 1, 2 and 3")
     for seed in table["seeds"]:
         if seed < 0:
-            raise ConfigError(f"release.toml: curriculum.seeds holds {seed}, a negative seed",
+            raise ConfigError(f"curriculum.seeds holds {seed}, a negative seed",
                               expected="integers >= 0", actual=seed,
                               hint="a case ID names its seed as `-s<digits>`; choose a non-negative seed")
     order = table["blocks"]
     if order not in BLOCK_ORDERS:
-        raise ConfigError(f"release.toml: curriculum.blocks is {order!r}, which names no block order",
+        raise ConfigError(f"curriculum.blocks is {order!r}, which names no block order",
                           expected="one of " + ", ".join(repr(o) for o in BLOCK_ORDERS), actual=order,
                           hint='"difficulty-seed": one block per (difficulty, seed) pair, one case per family')
     for key in ("families", "difficulties", "seeds"):

@@ -137,7 +137,7 @@ def checks(args: argparse.Namespace) -> int:
         args.parser.error("the following arguments are required: --url")
     cfg = config_mod.load(args.config)
     if args.app_dir:
-        cfg = replace(cfg, app_dir=args.app_dir)
+        cfg = cfg.with_app_dir(args.app_dir)
     env = {run.TASKS_FILE_VARIABLE: args.tasks_file} if args.tasks_file else {}
     targets = [replace(run.target_for(cfg, url, env), server_pid=args.server_pid) for url in args.url]
     return run.finish(run_suite(targets, cases=cfg.curriculum.cases, image=args.image or args.url[0],

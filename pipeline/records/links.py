@@ -37,12 +37,11 @@ from securesystemslib.signer import KEY_FOR_TYPE_AND_SCHEME, SigstoreKey
 
 from pipeline._io import is_tree_path, sha256_file
 from pipeline.config import ReleaseConfig
-from pipeline.errors import ConfigError, VerificationError
+from pipeline.errors import VerificationError
 from pipeline.formats import parse_utc_time, utc_time
 
 LAYOUT_FILE = "layout.json"
 LINKS_DIR = "links"
-DEFAULT_VALID_DAYS = 365
 # A keyless release names its sigstore identity as the layout's functionary; securesystemslib
 # loads such keys only once they are registered (its documented opt-in for SigstoreKey).
 KEY_FOR_TYPE_AND_SCHEME.setdefault((SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME), SigstoreKey)
@@ -93,11 +92,9 @@ def steps(suffix: str) -> tuple[StepSpec, ...]:
 
 
 def valid_days(cfg: ReleaseConfig) -> int:
-    """`[intoto] layout_valid_days` of release.toml (how long a new layout is valid)."""
-    value = (cfg.raw.get("intoto") or {}).get("layout_valid_days", DEFAULT_VALID_DAYS)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError("[intoto] layout_valid_days must be a positive number of days", actual=value)
-    return value
+    """`[intoto] layout_valid_days` of release.toml (how long a new layout is valid; its rule and
+    default are the model's, checked when the file is loaded)."""
+    return cfg.intoto.layout_valid_days
 
 
 def link_name(step: str, keyid: str) -> str:

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from securesystemslib.signer import SSlibKey
 
-from pipeline import configschema
-from pipeline.config import REPO_ROOT, ReleaseConfig
+from pipeline.config import REPO_ROOT, ReleaseConfig, TrustFile, TrustPins, load_trust
 from pipeline.errors import ConfigError, VerificationError
 from pipeline.records import signing
 
@@ -71,33 +69,22 @@ class TrustRoot:
         return f"{'; '.join(parts) or 'nothing pinned'} [{self.source}]"
 
 
-def load(path: Path) -> dict:
-    """The tables of a trust file (trust.toml); ConfigError when it is missing, not TOML, or
-    not what its schema (pipeline.configschema.TRUST) allows."""
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path} not found: it pins who may sign a release",
-                          hint="restore trust.toml (`python -m pipeline key` prints the pin line)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    configschema.check(raw, configschema.TRUST, path)
-    return raw
+def load(path: Path) -> TrustFile:
+    """A trust file (trust.toml), validated whole by its model (pipeline.config.TrustFile);
+    ConfigError when it is missing, not TOML, or breaks a rule (a misspelt key in any table)."""
+    return load_trust(path)
+
+
+def root(pinned: TrustPins, source: str) -> TrustRoot:
+    """The trust root of one validated `[trust.<profile>]` table."""
+    return TrustRoot(source=source, keyids=pinned.keyids, identity=pinned.identity, issuer=pinned.issuer)
 
 
 def pins(cfg: ReleaseConfig, profile: str) -> TrustRoot:
-    """The trust root trust.toml (beside `cfg`'s release.toml) pins for `profile` (`[trust.<profile>]`)."""
+    """The trust root trust.toml (beside `cfg`'s release.toml) pins for `profile` (`[trust.<profile>]`);
+    the whole file is validated, every profile's table included."""
     path = cfg.trust_path
-    table = load(path).get("trust", {}).get(profile, {})
-    where = f"[trust.{profile}] of {path.name}"
-    keyids = table.get("keyids", [])
-    if not all(re.fullmatch(r"[0-9a-f]{64}", k) for k in keyids):
-        raise ConfigError(f"{where}: keyids must be a list of 64-hex key ids", actual=keyids)
-    identity, issuer = table.get("identity"), table.get("issuer")
-    if (identity is None) != (issuer is None):
-        raise ConfigError(f"{where}: identity and issuer go together", actual=f"identity={identity!r}, "
-                                                                              f"issuer={issuer!r}")
-    return TrustRoot(source=where, keyids=tuple(keyids), identity=identity, issuer=issuer)
+    return root(load(path).pins(profile), f"[trust.{profile}] of {path.name}")
 
 
 def own_public_key() -> Path:
