@@ -7,6 +7,9 @@ and a non-zero exit code.
 
 from __future__ import annotations
 
+# "Not given", apart from a value that is None (an expected file that is absent, say).
+_UNSET: object = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
+
 
 class ReleaseError(Exception):
     """Base of every error the pipeline raises on purpose."""
@@ -17,20 +20,26 @@ class ReleaseError(Exception):
         self,
         what: str,
         *,
-        expected: object | None = None,
-        actual: object | None = None,
+        expected: object = _UNSET,
+        actual: object = _UNSET,
         hint: str | None = None,
     ) -> None:
         self.what = what
-        self.expected = expected
-        self.actual = actual
+        self.has_expected = expected is not _UNSET
+        self.has_actual = actual is not _UNSET
+        self.expected = expected if self.has_expected else None
+        self.actual = actual if self.has_actual else None
         self.hint = hint
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
+        """`what; expected E, got A; hint`: the expected part only when one was given, so a
+        value that is simply wrong reads `what; got A; hint` (never "expected None")."""
         parts = [self.what]
-        if self.expected is not None or self.actual is not None:
+        if self.has_expected:
             parts.append(f"expected {self.expected}, got {self.actual}")
+        elif self.has_actual:
+            parts.append(f"got {self.actual}")
         if self.hint:
             parts.append(self.hint)
         return "; ".join(parts)
