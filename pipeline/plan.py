@@ -99,7 +99,9 @@ class ReleasePlan:
     external: ExternalPolicy
     dataset: HubTarget  # the dataset the request names, and whether this profile publishes it
     request: RequestIdentity  # the request's submission_id and dataset
-    # Where the trust pins are found (trust.toml beside its release.toml), by `trust()`.
+    # trust.toml's [trust.<profile>] (beside its release.toml), validated with the whole file by
+    # `resolve`; None when the command trusts no key (reproduce).
+    pins: _config.TrustPins | None
     config: _config.ReleaseConfig = field(repr=False, compare=False)
 
     def signer(self, *, key_path: Path | None = None) -> signing.KeySigner | signing.SigstoreSigner:
@@ -109,14 +111,13 @@ class ReleasePlan:
         return signing.signer_for(self.signing, key_path=key_path)
 
     def trust(self) -> trust.TrustRoot:
-        """trust.toml's pins for this profile (nothing pinned when the table is malformed:
-        the audit says why)."""
+        """trust.toml's pins for this profile, as `resolve` validated them."""
         from pipeline.records import trust
 
-        try:
-            return trust.pins(self.config, self.profile)
-        except ConfigError:
-            return trust.TrustRoot(source=f"[trust.{self.profile}] of {self.config.trust_path.name}")
+        pins = self.pins
+        if pins is None:
+            pins = _config.load_trust(self.config.trust_path).pins(self.profile)
+        return trust.root(pins, f"[trust.{self.profile}] of {self.config.trust_path.name}")
 
     def task_file(self, vendor_dir: Path) -> VendoredTaskFile | None:
         """The served task module, verified in `vendor_dir` (no network)."""
@@ -135,14 +136,21 @@ class ReleasePlan:
         return trust.unpinned_identity_warning(self.trust(), signer.policy())
 
 
-def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None) -> ReleasePlan:
+def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None,
+            trust: bool = True) -> ReleasePlan:
     """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
-    overrides the profile's signing method."""
+    overrides the profile's signing method. With `trust` (all but reproduce, which trusts no
+    key), trust.toml beside release.toml is validated whole here, before any stage runs: a
+    malformed table stops the command at once, naming the file and the key, instead of
+    reading as "nothing pinned"."""
     profile = cfg.profile(name)
     kind = signing_kind or profile.signing
     if kind not in ("key", "sigstore"):
-        raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind)
-    table = (cfg.raw.get("profiles") or {}).get(profile.name, {})
+        raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind,
+                          hint="pass --signing key or --signing sigstore")
+    pins = _config.load_trust(cfg.trust_path).pins(profile.name) if trust else None
+    # The profile's table as the file wrote it (no defaults filled in): the SLSA externalParameters.
+    table = profile.model_dump(by_alias=True, exclude_unset=True)
     return ReleasePlan(
         profile=profile.name,
         parameters=MappingProxyType(dict(sorted(table.items()))),
@@ -156,6 +164,7 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
         dataset=HubTarget.of(profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset,
                              profile=profile.name),
         request=RequestIdentity(submission_id=profile.submission_id, dataset=profile.dataset),
+        pins=pins,
         config=cfg,
     )
 

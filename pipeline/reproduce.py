@@ -325,7 +325,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
         tmp = Path(tmp)
         with worktree(repo, commit, tmp) as checkout:
             cfg = _config.load(checkout / "release.toml")
-            rp = plan.resolve(cfg, prov.profile)
+            rp = plan.resolve(cfg, prov.profile, trust=False)  # trusts no key
             inputs = image_inputs.image_inputs(checkout, prov.profile)
             if prov.image_inputs is not None and prov.image_inputs.commit != inputs.commit:
                 raise VerificationError(
