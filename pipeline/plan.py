@@ -139,10 +139,11 @@ class ReleasePlan:
 def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None,
             trust: bool = True) -> ReleasePlan:
     """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
-    overrides the profile's signing method. With `trust` (all but reproduce, which trusts no
-    key), trust.toml beside release.toml is validated whole here, before any stage runs: a
-    malformed table stops the command at once, naming the file and the key, instead of
-    reading as "nothing pinned"."""
+    overrides the profile's signing method. With `trust` (every command that signs or checks
+    signers: release, attest, key, audit), trust.toml beside release.toml is validated whole
+    here, before any stage runs: a missing file or a malformed table stops the command at once,
+    naming the file and the key, instead of reading as "nothing pinned". The commands that sign
+    nothing (vendor, build, sbom, verify, reproduce) pass trust=False."""
     profile = cfg.profile(name)
     kind = signing_kind or profile.signing
     if kind not in ("key", "sigstore"):

@@ -90,7 +90,8 @@ def test_an_unsupported_difficulty_is_refused_saying_where_the_limit_comes_from(
 ])
 def test_a_repeated_case_is_refused(tmp_path, key, values, repeated):
     err = refused(tmp_path, table(**{key: values}))
-    assert err.what.startswith(f"{tmp_path / 'release.toml'}: curriculum.{key} repeats {repeated}, which would repeat its cases")
+    assert err.what.startswith(f"{tmp_path / 'release.toml'}: curriculum.{key} repeats {repeated}, "
+                               "which would repeat its cases")
     assert err.actual == list(values)
 
 
@@ -107,8 +108,8 @@ def test_other_bad_values_are_refused(tmp_path, text, says):
 def test_an_after_block_past_the_last_block_is_refused(tmp_path):
     # 2 blocks: the second external task (after block 3) follows none.
     err = refused(tmp_path, table(seeds=(101,)))
-    assert err.what.startswith(f"{tmp_path / 'release.toml'}: external.tasks[1].after_block (format-code-task-001926) names no "
-                               "block of the curriculum, which has 2")
+    assert err.what.startswith(f"{tmp_path / 'release.toml'}: external.tasks[1].after_block "
+                               "(format-code-task-001926) names no block of the curriculum, which has 2")
     assert err.expected == "a block from 1 to 2" and err.actual == 3
     assert config.load(with_curriculum(tmp_path, table(seeds=(101, 202)))).curriculum.blocks()[3]
 

@@ -66,7 +66,7 @@ def vendor_arguments(p: argparse.ArgumentParser) -> None:
 def vendor(args: argparse.Namespace) -> int:
     """Vendor the profile's sources and external task records."""
     cfg = config_mod.load(args.config)
-    rp = plan.resolve(cfg, args.profile)
+    rp = plan.resolve(cfg, args.profile, trust=False)  # signs nothing
     files = vendor_mod.vendor(rp.sources, args.out, mirror=args.mirror, cache_root=args.cache)
     if not files:
         say(f"profile {rp.profile} vendors no sources")

@@ -13,7 +13,7 @@ import pytest
 from pipeline.checks._record import Recorder
 from pipeline.checks.client import Session
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
-from pipeline.config import Budgets
+from pipeline.config import load
 from pipeline.verify.limits import GIB, ContainerLimits
 from tests.curriculum import all_cases
 
@@ -28,7 +28,8 @@ CASE = all_cases()[0]
 
 
 def test_budgets_become_run_arguments():
-    budgets = Budgets(split="train", values={"memory_gib": 16, "cpu_floor_vcpus": 2, "workspace_gib": 10})
+    budgets = load().budgets["procedural"].model_copy(
+        update={"memory_gib": 16, "cpu_floor_vcpus": 2, "workspace_gib": 10})
     limits = ContainerLimits.from_budgets(budgets)
     args = limits.run_args()
     assert args[:8] == ["--memory", str(16 * GIB), "--memory-swap", str(16 * GIB), "--pids-limit", "1024",

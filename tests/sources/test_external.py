@@ -7,7 +7,6 @@ against a loopback stand-in of both (tests/sources/rows_standin.py, `..._standin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -43,10 +42,10 @@ def _cfg(url: str = "http://127.0.0.1:9", pins: dict[str, str] | None = None,
          rows: dict[str, int] | None = None):
     """release.toml with the stand-in's URLs and the given pins (none: unpinned)."""
     cfg = config.load()
-    tasks = tuple(dataclasses.replace(t, record_sha256=(pins or {}).get(t.task_id, ""),
-                                      row=(rows or ROWS)[t.task_id]) for t in cfg.external.tasks)
-    ext = dataclasses.replace(cfg.external, hub_url=url, rows_url=url, tasks=tasks)
-    return dataclasses.replace(cfg, external=ext)
+    tasks = tuple(t.model_copy(update={"record_sha256": (pins or {}).get(t.task_id, ""),
+                                       "row": (rows or ROWS)[t.task_id]}) for t in cfg.external.tasks)
+    ext = cfg.external.model_copy(update={"hub_url": url, "rows_url": url, "tasks": tasks})
+    return cfg.model_copy(update={"external": ext})
 
 
 def _policy(cfg, profile: str):

@@ -39,8 +39,8 @@ def _records(upstream, tmp_path):
     # Hugging Face replaced by a closed loopback port: the records are "not fetched".
     cfg = config.load()
     closed = "http://127.0.0.1:9"
-    cfg = dataclasses.replace(cfg, external=dataclasses.replace(cfg.external, hub_url=closed,
-                                                                rows_url=closed))
+    cfg = cfg.model_copy(update={"external": cfg.external.model_copy(update={"hub_url": closed,
+                                                                             "rows_url": closed})})
     vendored = (sources.vendor_source(upstream.source(upstream.file_url), tmp_path / "vendor",
                                       cache_root=tmp_path / "cache"),)
     ext = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")

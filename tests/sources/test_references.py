@@ -4,8 +4,6 @@ internet), handed to the repair checks with their source name, path and bytes.""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from pipeline import config, plan
@@ -39,10 +37,10 @@ def _cfg(revision: str):
     for s in cfg.sources:
         if s.name.startswith("mimo-reference-"):
             data = SCRIPTS["format-code-task-" + s.name.rsplit("-", 1)[1]]
-            s = dataclasses.replace(s, revision=revision, sha256=sha256_bytes(data), size=len(data),
-                                    license_sha256=sha256_bytes(NOTICE))
+            s = s.model_copy(update=dict(revision=revision, sha256=sha256_bytes(data), size=len(data),
+                                         license_sha256=sha256_bytes(NOTICE)))
         sources.append(s)
-    return dataclasses.replace(cfg, sources=tuple(sources))
+    return cfg.model_copy(update={"sources": tuple(sources)})
 
 
 def test_release_toml_pins_the_seed_reference_scripts():
