@@ -34,6 +34,10 @@ def audit_arguments(p: argparse.ArgumentParser) -> None:
 
 def audit(args: argparse.Namespace) -> int:
     auditor = trust.from_auditor(key_file=args.key, identity=args.identity, issuer=args.issuer)
+    if auditor is None:
+        # The trust root is trust.toml's: validated whole before any check, so a malformed table
+        # (a misspelt key in any profile's) stops the audit at once, naming the file and the key.
+        trust.load(Path(args.records) / config_mod.TRUST_FILE)
     rows = audit_mod.audit(args.records, trust_root=auditor, registry=args.registry,
                            skip=frozenset(args.skip))
     image = audit_mod.image_ref(args.records)
