@@ -11,9 +11,13 @@ import os
 import nox
 
 nox.needs_version = ">=2024.3.2"
-# uv makes a session's virtualenv in seconds where venv + pip take a minute of CPU (the
-# README installs it beside nox); without uv, nox falls back to venv.
-nox.options.default_venv_backend = "uv|venv"
+# uv makes every session's virtualenv and installs the locks (the README installs it beside
+# nox). Without it nothing is made: a venv-made virtualenv failed late (setuptools is not in
+# uv.lock) and, reused, kept failing after uv was installed. Each session stops at once, in
+# `_install`, saying what to install.
+UV_MISSING = ("uv is not installed; install it beside nox (`python3 -m pip install uv==0.13.9`, "
+              "README, Set-up), then run nox again")
+nox.options.default_venv_backend = "uv" if nox.virtualenv.HAS_UV else "none"
 # uv checks TLS against this machine's trust store, as pip does (a proxy's CA may be there).
 os.environ.setdefault("UV_NATIVE_TLS", "1")
 nox.options.sessions = ["tests"]
@@ -23,7 +27,9 @@ PYTHON = "3.11"
 RUNTIME_LOCK = "locks/runtime.txt"
 # CPython 3.12, the arena base's interpreter: this machine kind ships one under pyenv
 # (its `python3.12` shim is not on the default version list, so nox cannot find it).
-PYTHON312 = os.environ.get("RELEASE_PYTHON312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
+# RELEASE_PYTHON312_HOME names another build (tests/e2e/pyromat_standin.py copies the same one).
+PYTHON312_HOME = os.environ.get("RELEASE_PYTHON312_HOME", "/root/.pyenv/versions/3.12.1")
+PYTHON312 = os.environ.get("RELEASE_PYTHON312", os.path.join(PYTHON312_HOME, "bin", "python3.12"))
 RUNTIME_LOCK_CP312 = "locks/runtime-cp312.txt"
 
 
@@ -39,6 +45,8 @@ def _install(session: nox.Session, *groups: str, bytecode: bool = False) -> None
 
     `--no-deps`: each export is its group's whole closure already, and the runtime lock is
     openenv-core without the UI/LLM libraries its metadata asks for."""
+    if not nox.virtualenv.HAS_UV:
+        session.error(UV_MISSING)
     env = {"UV_COMPILE_BYTECODE": "1"} if bytecode else {}
     # The runtime first and on its own: installed together, uv would take the exports' other
     # wheels of the same versions as allowed too, and pick another build than the image's.
@@ -190,6 +198,9 @@ def env312(session: nox.Session) -> None:
     """The environment's tests on CPython 3.12 (the arena base's interpreter) with exactly
     locks/runtime-cp312.txt: the derived arena image runs its server there. The host-mode
     test is left out: it drives the pipeline (`python -m pipeline serve`), not the env."""
+    if not os.path.isfile(PYTHON312):
+        session.skip(f"no CPython 3.12 at {PYTHON312}: set RELEASE_PYTHON312_HOME to a CPython 3.12 build "
+                     "(README, Set-up)")
     venv = os.path.join(".nox", "env312")
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):

@@ -16,9 +16,9 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
     image/oci/                         OCI formats: digests, layers, config/manifest, layouts
-    config, configschema, curriculum,  shared by every floor (configschema: the one schema of
-    errors, formats, progress, _io,    release.toml and trust.toml, and its page; curriculum:
-    _proc                              [curriculum] and its cases in request order)
+    config, configschema, curriculum,  shared by every floor (config: the one typed model of
+    errors, formats, progress, _io,    release.toml and trust.toml; configschema: its page;
+    _proc                              curriculum: [curriculum] and its cases in request order)
 """
 
 __version__ = "0.1.0"

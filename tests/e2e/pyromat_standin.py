@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from pipeline.image.base import BaseRecord
 from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.image import DOCKER, ConfigChanges, NewLayer, derive
@@ -53,7 +55,10 @@ from pipeline.sources import lock
 from ..checks.repair_standin import layer_file
 from ..shared import once, shared_result
 
+# A CPython 3.12 build with its shared library (pyenv's, by default), which the stand-in copies;
+# the README's set-up names the variable.
 PYTHON312_HOME = Path(os.environ.get("RELEASE_PYTHON312_HOME", "/root/.pyenv/versions/3.12.1"))
+PYTHON312_NEEDS = ("bin/python3.12", "lib/libpython3.12.so.1.0", "lib/python3.12/os.py")
 PREFIX = "opt/arena-python"
 PYTHON = "/opt/arena-python/bin/python3"
 CMD = (PYTHON, "-m", "uvicorn", "server:app", "--host", "0.0.0.0", "--port", "8000")
@@ -143,9 +148,19 @@ def _file(path: str, data: bytes, mode: int = 0o644) -> oci_layer.FileEntry:
     return oci_layer.FileEntry(path, "file", mode, source=data)
 
 
+def require_python312() -> None:
+    """Skip, saying why, on a machine without the CPython 3.12 build the stand-in copies."""
+    missing = [n for n in PYTHON312_NEEDS if not (PYTHON312_HOME / n).is_file()]
+    if missing:
+        pytest.skip(f"needs a CPython 3.12 build with its shared library at {PYTHON312_HOME} (no "
+                    f"{', '.join(missing)}): set RELEASE_PYTHON312_HOME to one (README, Set-up)")
+
+
 @shared_result
 def pyromat_runtime(tmp_path_factory) -> oci_layer.Layer:
-    """The stand-in's runtime layer, made once per run for every test that builds a stand-in."""
+    """The stand-in's runtime layer, made once per run for every test that builds a stand-in
+    (each of them skips when this machine has no CPython 3.12 to copy)."""
+    require_python312()
     return shared_runtime_layer(once(tmp_path_factory, "pyromat-runtime", shared_runtime_layer))
 
 
