@@ -64,7 +64,8 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 class Invalid(ValueError):
     """A value rule refused a value; the loader turns it into a ConfigError naming the file and
     where the value is (`key`: below the table the rule belongs to; `whole`: `what` already
-    names the key from the top of the file)."""
+    names the key from the top of the file; a `what` starting with ":" is about the whole
+    table the rule belongs to)."""
 
     def __init__(self, what: str, *, key: str | None = None, expected: object | None = None,
                  actual: object | None = None, hint: str | None = None, form: str = "value",
@@ -438,7 +439,7 @@ class Source(Table):
     @model_validator(mode="after")
     def _paths(self) -> Source:
         if Path(self.path).name == Path(self.license_file).name:
-            raise Invalid("the file and its licence would land on the same vendor path",
+            raise Invalid(": the file and its licence would land on the same vendor path",
                           expected="different file names", actual=self.path,
                           hint="vendor the licence from a file of another name")
         return self
@@ -774,7 +775,7 @@ class TrustPins(Table):
     @model_validator(mode="after")
     def _together(self) -> TrustPins:
         if (self.identity is None) != (self.issuer is None):
-            raise Invalid("identity and issuer go together", actual=f"identity={self.identity!r}, "
+            raise Invalid(": identity and issuer go together", actual=f"identity={self.identity!r}, "
                                                                     f"issuer={self.issuer!r}",
                           hint="pin both, or neither")
         return self
@@ -852,6 +853,7 @@ def _config_error(path: Path, exc: ValidationError) -> ConfigError:
     rule = _RULES.get(err["type"])
     if rule is not None:
         bound = next(iter((err.get("ctx") or {}).values()))
+        bound = f"{bound:g}" if isinstance(bound, float) else bound
         return _error(f"{path}: {where} is out of range", expected=f"{rule} {bound}", actual=err["input"],
                            hint=f"set {where} to a value {rule} {bound} ({DOC_PAGE})")
     return _error(f"{path}: {where} is invalid: {err['msg']}", actual=_shown(err.get("input")),

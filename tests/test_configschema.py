@@ -1,7 +1,7 @@
-"""release.toml and trust.toml are checked against one schema (pipeline.configschema): an
-unknown key, a value of the wrong type or a missing required key is refused with the file,
-the table, the key and the nearest valid key; the committed files load; docs/release-toml.md
-is the page the schema generates.
+"""release.toml and trust.toml are one typed model (pipeline.config): an unknown key, a value
+of the wrong type, a missing required key or a value that breaks its rule is refused with the
+file, the table, the key and the nearest valid key; the committed files load; docs/release-toml.md
+is the page generated from the model (pipeline.configschema).
 
 The cases are made from the committed files (every table and key in them), not from the
 schema, so a table or key the schema forgets or gets wrong fails here.
@@ -240,3 +240,67 @@ def test_the_committed_page_is_the_generated_one():
     # Every table and key of the committed files is on it.
     for name, where, key in CASES:
         assert f"| `{key}` |" in page.read_text(), f"{name}: {where}.{key} is not documented"
+
+
+# ------------------------------------------------------------------ value rules, in the model
+
+
+@pytest.mark.parametrize("name, where, key, value, says, expected", [
+    ("release.toml", "intoto", "layout_valid_days", 0, "intoto.layout_valid_days is out of range", "> 0"),
+    ("release.toml", "runtime", "health_timeout_s", 0, "runtime.health_timeout_s is out of range", "> 0"),
+    ("release.toml", "release", "port", 0, "release.port is out of range", "> 0"),
+    ("release.toml", "admission", "sandbox_disk_gib", 0, "admission.sandbox_disk_gib is out of range", "> 0"),
+    ("release.toml", "admission", "headroom_gib", 60, "admission.headroom_gib leaves no room in the sandbox disk",
+     "less than sandbox_disk_gib (50)"),
+    ("release.toml", "external.tasks[0]", "row", -1, "external.tasks[0].row is out of range", ">= 0"),
+    ("release.toml", "budgets.external", "memory_gib", 0, "budgets.external.memory_gib is out of range", "> 0"),
+    ("release.toml", "sources[1]", "sha256", "abc", "sources[1].sha256 is not a sha256", "64 lowercase hex digits"),
+    ("release.toml", "sources[0]", "revision", "main",
+     "sources[0].revision is a moving ref (branch or tag name), not a full commit id", "40 lowercase hex digits"),
+    ("release.toml", "external.tasks[1]", "image", "ghcr.io/x:latest", "external.tasks[1].image must be pinned by "
+     "digest", "name@sha256:<64 hex>"),
+    ("release.toml", "runtime", "engine", "lxc", "runtime.engine is not a container engine",
+     "auto or podman or docker"),
+    ("release.toml", "profiles.arena", "signing", "gpg", "profiles.arena.signing is not a signing method",
+     "key or sigstore"),
+    ("release.toml", "dataset", "tags", [], "dataset.tags must not be empty", "a non-empty list of non-empty strings"),
+    ("trust.toml", "trust.local", "keyids", ["dd46"], "trust.local.keyids[0] holds a value that is not a keyid",
+     "64 lowercase hex digits"),
+])
+def test_a_value_out_of_its_rule_is_refused_naming_file_and_key(checkout, name, where, key, value, says, expected):
+    err = refused(checkout, name, edited(FILES[name], where, lambda t: t.__setitem__(key, value)))
+    assert err.what == f"{checkout / name}: {says}"
+    assert err.expected == expected and err.hint
+    assert "expected None" not in str(err)
+
+
+def test_identity_without_issuer_is_refused(checkout):
+    err = refused(checkout, "trust.toml", edited(TRUST, "trust.arena", lambda t: t.pop("issuer")))
+    assert err.what == f"{checkout / 'trust.toml'}: trust.arena: identity and issuer go together"
+    assert str(err).count("expected") == 0 and "got identity=" in str(err)
+
+
+def test_the_model_is_frozen_and_has_no_raw_escape():
+    cfg = config.load()
+    assert not hasattr(cfg, "raw")
+    with pytest.raises(Exception, match="frozen"):
+        cfg.runtime.health_timeout_s = 1  # type: ignore[misc]
+    # The defaults of absent keys come from the model: one place each.
+    assert config.External.model_fields["hub_url"].default == config.DatasetConfig.model_fields["hub_url"].default
+
+
+def test_every_key_of_the_model_is_documented():
+    """Adding a key is adding a field; the page needs its description."""
+    undocumented = [f"{model.__name__}.{key}" for model in _tables(config.ReleaseConfig) | _tables(config.TrustFile)
+                    for key, (_, field) in model.keys().items() if not field.description]
+    assert undocumented == []
+    assert all(model.__doc__ for model in _tables(config.ReleaseConfig) | _tables(config.TrustFile))
+
+
+def _tables(model) -> set:
+    found = {model}
+    for _, field in model.keys().values():
+        table = config.kind_of(field).table
+        if table is not None:
+            found |= _tables(table)
+    return found
