@@ -145,6 +145,54 @@ def unprivileged(spec: SandboxSpec) -> SandboxSpec:
                    deny_mqueue=True, kill_by_uid=True, lock_scratch=True)
 
 
+# Of the container's memory limit, the most the episode's tmpfs filesystems may hold
+# together: the rest is for the agent's processes and the server, so no file can make the
+# OOM killer reach past the agent's commands.
+TMPFS_SHARE = 0.75
+MIN_TMPFS = 1 * MIB
+MEMORY_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_limit() -> int:
+    """The container's memory limit in bytes (its cgroup's, v2 or v1), or the machine's
+    memory where the cgroup sets none."""
+    with open("/proc/meminfo") as meminfo:
+        total = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:"))
+    for name in MEMORY_LIMIT_FILES:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return min(int(text), total)
+    return total
+
+
+def fit_to_memory(spec: SandboxSpec, limit: int) -> SandboxSpec:
+    """``spec`` with its tmpfs sizes cut until together they hold at most TMPFS_SHARE of
+    ``limit``: the scratch mounts first, in proportion (the workspace's size is the
+    platform's budget, which the check suite holds it to), then the workspace too. A
+    workspace larger than the memory limit is a disk's (a runtime that gave /workspace no
+    size of its own): it gets what the scratch mounts leave."""
+    budget = int(limit * TMPFS_SHARE)
+    scratch_total = sum(size for _, size, _, _ in spec.scratch)
+    if spec.workspace_bytes > limit:  # a disk's size, not a budget: the workspace takes what is left
+        spec = replace(spec, workspace_bytes=max(budget - scratch_total, budget // 2))
+    if spec.workspace_bytes + scratch_total <= budget:
+        return spec
+    if spec.workspace_bytes <= budget // 2:
+        keep, room, total = 1.0, budget - spec.workspace_bytes, scratch_total
+    else:  # everything in proportion
+        keep = budget / (spec.workspace_bytes + scratch_total)
+        room, total = int(scratch_total * keep), scratch_total
+
+    def scaled(size: int) -> int:
+        return max(MIN_TMPFS, min(size, size * room // max(total, 1)) // 4096 * 4096)
+
+    scratch = tuple((path, scaled(size), inodes, mode) for path, size, inodes, mode in spec.scratch)
+    return replace(spec, workspace_bytes=int(spec.workspace_bytes * keep) // 4096 * 4096, scratch=scratch)
+
+
 def workspace_size(path: Path) -> int:
     """The size of the filesystem holding ``path`` (what the runtime gives the workspace)."""
     info = os.statvfs(path)
