@@ -181,6 +181,9 @@ SPECS = {
     "keyrings-allowed": lambda spec: dataclasses.replace(
         spec, deny_keyrings=False, namespaces=tuple(n for n in spec.namespaces if n != "user")),
     "scratch-on-disk": lambda spec: dataclasses.replace(spec, scratch=(), read_only=False),
+    # As before issue 47: the agent may make namespaces of its own and keeps a full bounding set.
+    "nested-namespaces-allowed": lambda spec: dataclasses.replace(
+        spec, deny_namespaces=False, drop_bounding_set=False),
     # The unprivileged mode (no namespaces of the episode's own), each defence removed alone.
     "unprivileged": sandbox_mod.unprivileged,
     "unprivileged-sockets-allowed": lambda spec: dataclasses.replace(
