@@ -205,7 +205,7 @@ def _root_commands(spec):
     """Commands run as the server's root, on a writable root filesystem, in no user
     namespace of their own: no UID drop, as before sandboxes."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return _RootSpec(**{**fields, "read_only": False,
+    return _RootSpec(**{**fields, "read_only": False, "drop_bounding_set": False,
                         "namespaces": tuple(n for n in spec.namespaces if n != "user")})
 
 
