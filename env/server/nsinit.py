@@ -401,6 +401,9 @@ def kill_uid(uid: int, deadline_s: float) -> bool:
     cannot be outrun: the kernel signals under the lock a fork needs to add its child, and
     refuses to complete a fork whose parent has a fatal signal pending. The dying processes'
     orphans come here (a child subreaper) and are reaped here until /proc lists none."""
+    _reap_all()
+    if not _processes_of(uid):
+        return True  # the usual end of an episode: its commands have all exited
     killer = os.fork()
     if killer == 0:
         try:

@@ -24,6 +24,7 @@ files and takes the new one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -143,6 +144,71 @@ def unprivileged(spec: SandboxSpec) -> SandboxSpec:
     """``spec`` without namespaces: the container's, every unprivileged defence on."""
     return replace(spec, namespaces=(), read_only=False, session_keyring=False, deny_sockets=True,
                    deny_mqueue=True, kill_by_uid=True, lock_scratch=True)
+
+
+# Of the container's memory limit, the most the episode's tmpfs filesystems may hold
+# together: the rest is for the agent's processes and the server, so no file can make the
+# OOM killer reach past the agent's commands.
+TMPFS_SHARE = 0.75
+MIN_TMPFS = 1 * MIB
+MEMORY_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+@functools.cache
+def memory_limit() -> int:
+    """The container's memory limit in bytes (its cgroup's, v2 or v1), or the machine's
+    memory where the cgroup sets none (read once)."""
+    with open("/proc/meminfo") as meminfo:
+        total = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:"))
+    for name in MEMORY_LIMIT_FILES:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return min(int(text), total)
+    return total
+
+
+# Past this share of the limit in use at a reset, the reset waits for the ended episodes'
+# teardown to give their memory back.
+MEMORY_WAIT_SHARE = 0.5
+MEMORY_USAGE_FILES = ("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+
+
+def memory_in_use() -> int:
+    """Bytes the container's cgroup holds now (0 where it cannot be read)."""
+    for name in MEMORY_USAGE_FILES:
+        try:
+            return int(Path(name).read_text())
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def fit_to_memory(spec: SandboxSpec, limit: int) -> SandboxSpec:
+    """``spec`` with its tmpfs sizes cut until together they hold at most TMPFS_SHARE of
+    ``limit``: the scratch mounts first, in proportion (the workspace's size is the
+    platform's budget, which the check suite holds it to), then the workspace too. A
+    workspace larger than the memory limit is a disk's (a runtime that gave /workspace no
+    size of its own): it gets what the scratch mounts leave."""
+    budget = int(limit * TMPFS_SHARE)
+    scratch_total = sum(size for _, size, _, _ in spec.scratch)
+    if spec.workspace_bytes > limit:  # a disk's size, not a budget: the workspace takes what is left
+        spec = replace(spec, workspace_bytes=max(budget - scratch_total, budget // 2))
+    if spec.workspace_bytes + scratch_total <= budget:
+        return spec
+    if spec.workspace_bytes <= budget // 2:
+        keep, room, total = 1.0, budget - spec.workspace_bytes, scratch_total
+    else:  # everything in proportion
+        keep = budget / (spec.workspace_bytes + scratch_total)
+        room, total = int(scratch_total * keep), scratch_total
+
+    def scaled(size: int) -> int:
+        return max(MIN_TMPFS, min(size, size * room // max(total, 1)) // 4096 * 4096)
+
+    scratch = tuple((path, scaled(size), inodes, mode) for path, size, inodes, mode in spec.scratch)
+    return replace(spec, workspace_bytes=int(spec.workspace_bytes * keep) // 4096 * 4096, scratch=scratch)
 
 
 def workspace_size(path: Path) -> int:
@@ -468,7 +534,8 @@ MAX_RETIRING = 2
 
 class SandboxFactory:
     """Makes the sandboxes of one server, the next one always ready ahead of time, and
-    reaps the ended ones in the background."""
+    reaps the ended ones in the background: two threads of its own, started once (a
+    thread started per reset costs more than the rest of the reset on a busy machine)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -484,20 +551,29 @@ class SandboxFactory:
 
             self._files = EpisodeFiles(spec.workspace, spec.uid, spec.gid)
         self._zygote = Zygote()
-        self._lock = threading.Lock()
         # Without namespaces: the episode handed out and not yet ended, and the lock that
         # makes ending it and handing out the next one a single step.
         self._swap = threading.Lock()
         self._current: Sandbox | None = None
-        self._next: threading.Thread | None = None
+        # What the two threads share, under one condition.
+        self._state = threading.Condition()
+        self._closed = False
+        self._preparing = False  # the preparer is asked for, or making, the next sandbox
         self._ready: Sandbox | None = None
         self._failure: BaseException | None = None
-        self._retiring: list[threading.Thread] = []
+        self._dying: list[Sandbox] = []  # killed, waiting for the reaper
+        self._unreaped = 0  # killed and not yet reaped (queued or being reaped)
         self._teardown_failure: SandboxError | None = None
+        self._threads = [threading.Thread(target=loop, name=name, daemon=True)
+                         for loop, name in ((self._prepare_loop, "arena-next-sandbox"),
+                                            (self._reap_loop, "arena-reaper"))]
+        for thread in self._threads:
+            thread.start()
 
     def retire(self, sandbox: Sandbox) -> None:
         """End an episode's sandbox: kill it now (every process of the episode with it), and
         reap it in the background. A teardown that failed is raised by the next `take`.
+        Past MAX_RETIRING sandboxes not yet reaped, it waits for the oldest.
 
         Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
         and gone before this returns, and its directories are renamed away."""
@@ -505,31 +581,34 @@ class SandboxFactory:
             sandbox.kill()
             if self._current is sandbox:
                 self._end_current()
-        with self._lock:
-            self._retiring = [t for t in self._retiring if t.is_alive()]
-            oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
-        if oldest is not None:
-            oldest.join()
-        reaper = threading.Thread(target=self._reap, args=(sandbox,), name="arena-reaper", daemon=True)
-        with self._lock:
-            self._retiring.append(reaper)
-        reaper.start()
+        with self._state:
+            self._dying.append(sandbox)
+            self._unreaped += 1
+            self._state.notify_all()
+            self._state.wait_for(lambda: self._unreaped <= MAX_RETIRING)
 
-    def _reap(self, sandbox: Sandbox) -> None:
-        try:
-            sandbox.reap()
-        except SandboxError as exc:
-            print(f"arena: {exc}", file=sys.stderr, flush=True)
-            self._teardown_failure = exc
+    def _reap_loop(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._dying or self._closed)
+                if not self._dying:
+                    return
+                sandbox = self._dying.pop(0)
+            try:
+                sandbox.reap()
+            except SandboxError as exc:
+                print(f"arena: {exc}", file=sys.stderr, flush=True)
+                self._teardown_failure = exc
+            with self._state:
+                self._unreaped -= 1
+                self._state.notify_all()
 
     def wait_retired(self) -> None:
         """Wait until every ended sandbox is reaped."""
-        with self._lock:
-            retiring, self._retiring = self._retiring, []
-        for reaper in retiring:
-            reaper.join()
+        with self._state:
+            self._state.wait_for(lambda: self._unreaped == 0)
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> tuple[Sandbox | None, BaseException | None]:
         try:
             sandbox = Sandbox.start(self.spec, self._zygote)
             try:
@@ -537,28 +616,45 @@ class SandboxFactory:
             except BaseException:
                 sandbox.destroy()
                 raise
-            self._ready = sandbox
+            return sandbox, None
         except BaseException as exc:  # reported by the `take` that needed it
-            self._failure = exc
+            return None, exc
+
+    def _prepare_loop(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._preparing or self._closed)
+                if self._closed:
+                    self._preparing = False
+                    self._state.notify_all()
+                    return
+            made, failure = self._prepare()
+            with self._state:
+                self._ready, self._failure, self._preparing = made, failure, False
+                self._state.notify_all()
 
     def prepare(self) -> None:
-        """Start making the next sandbox in the background."""
-        with self._lock:
-            if self._next is None and self._ready is None:
+        """Have the next sandbox made in the background (unless it is, or is being, made)."""
+        with self._state:
+            if not self._preparing and self._ready is None and not self._closed:
                 self._failure = None
-                self._next = threading.Thread(target=self._prepare, name="arena-next-sandbox", daemon=True)
-                self._next.start()
+                self._preparing = True
+                self._state.notify_all()
 
     def take(self) -> Sandbox:
-        """The sandbox made ahead of time (made now if there is none); then start the next."""
+        """The sandbox made ahead of time (made now if there is none); then start the next.
+
+        Where the ended episodes still hold much of the container's memory (their teardown
+        frees it in the background), it waits for that first, so that the new episode can
+        use its whole budget at once."""
+        if memory_in_use() > memory_limit() * MEMORY_WAIT_SHARE:
+            self.wait_retired()
         failed, self._teardown_failure = self._teardown_failure, None
         if failed is not None:
             raise failed
         self.prepare()
-        with self._lock:
-            if self._next is not None:
-                self._next.join()
-                self._next = None
+        with self._state:
+            self._state.wait_for(lambda: not self._preparing)
             sandbox, self._ready = self._ready, None
             failure, self._failure = self._failure, None
         if sandbox is not None and not sandbox.alive():
@@ -570,10 +666,9 @@ class SandboxFactory:
         if sandbox is None:
             # Made ahead of time, it may have failed for a passing reason (the server out
             # of descriptors under a connection flood, say): one more try, now.
-            self._prepare()
-            sandbox, self._ready = self._ready, None
+            sandbox, again = self._prepare()
             if sandbox is None:
-                failure, self._failure = self._failure or failure, None
+                failure = again or failure
                 if isinstance(failure, SandboxError):
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
@@ -611,14 +706,15 @@ class SandboxFactory:
 
     def close(self) -> None:
         """End the sandbox made ahead of time, and wait for the ended ones."""
-        with self._lock:
-            if self._next is not None:
-                self._next.join()
-                self._next = None
+        with self._state:
+            self._state.wait_for(lambda: not self._preparing)
+            self._closed = True
+            self._state.notify_all()
             sandbox, self._ready = self._ready, None
         if sandbox is not None:
             sandbox.destroy()
-        self.wait_retired()
+        for thread in self._threads:
+            thread.join()
         self._zygote.close()
         if self._files is not None:
             self._files.close()

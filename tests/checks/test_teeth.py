@@ -53,11 +53,16 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     ("no-pid-namespace", {"image/isolation-hopper"}),
     ("no-network-namespace", {"image/isolation-network"}),
     ("keyrings-allowed", {"image/isolation-keyring"}),
-    # The hopper's marker files stay in the shared /tmp too.
-    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper"}),
-    ("no-connection-guard", {"image/connection-flood"}),
+    # The hopper's marker files, and the planted ones, stay in the shared /tmp too.
+    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers"}),
+    # Plain uvicorn keeps every trickling connection too.
+    ("no-connection-guard", {"image/connection-flood", "image/slow-headers"}),
+    ("slow-clients-unguarded", {"image/slow-headers"}),
+    ("no-header-deadline", {"image/slow-headers"}),
+    ("no-peer-limit", {"image/slow-headers"}),
     ("fragile-messages", {"image/malformed-input"}),
     ("escaped-packets", {"image/malformed-input"}),
+    ("nested-namespaces-allowed", {"image/isolation-nested"}),
     # The unprivileged mode: whole, it passes every isolation check; without one defence,
     # that defence's check fails.
     ("unprivileged", set()),
