@@ -39,14 +39,19 @@ def _group_lock(group: str) -> str:
     return f"locks/{group}.txt"
 
 
+def _require_uv(session: nox.Session) -> None:
+    """Stop the session at once, in one line, when there is no uv (nothing was made)."""
+    if not nox.virtualenv.HAS_UV:
+        session.error(UV_MISSING)
+
+
 def _install(session: nox.Session, *groups: str, bytecode: bool = False) -> None:
     """The slim OpenEnv runtime and the named groups, each exactly as its hash-pinned lock says;
     with `bytecode`, compiled at install (uv does not by default, pip does).
 
     `--no-deps`: each export is its group's whole closure already, and the runtime lock is
     openenv-core without the UI/LLM libraries its metadata asks for."""
-    if not nox.virtualenv.HAS_UV:
-        session.error(UV_MISSING)
+    _require_uv(session)
     env = {"UV_COMPILE_BYTECODE": "1"} if bytecode else {}
     # The runtime first and on its own: installed together, uv would take the exports' other
     # wheels of the same versions as allowed too, and pick another build than the image's.
@@ -189,6 +194,7 @@ for _name, _host_tools, _tags, _doc in (
 def lint(session: nox.Session) -> None:
     """ruff, as pyproject.toml configures it (the tests session runs it first too);
     `nox -s lint -- --fix` applies the fixes ruff can make."""
+    _require_uv(session)
     session.install("--no-deps", "--require-hashes", "-r", _group_lock("lint"))
     session.run("ruff", "check", ".", *session.posargs)
 
