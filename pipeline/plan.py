@@ -139,11 +139,12 @@ class ReleasePlan:
 def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None,
             trust: bool = True) -> ReleasePlan:
     """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
-    overrides the profile's signing method. With `trust` (every command that signs or checks
-    signers: release, attest, key, audit), trust.toml beside release.toml is validated whole
-    here, before any stage runs: a missing file or a malformed table stops the command at once,
-    naming the file and the key, instead of reading as "nothing pinned". The commands that sign
-    nothing (vendor, build, sbom, verify, reproduce) pass trust=False."""
+    overrides the profile's signing method. With `trust` (the commands that check a signer
+    against the pins: release, attest, the audit), trust.toml beside release.toml is validated
+    whole here, before any stage runs: a missing file or a malformed table stops the command at
+    once, naming the file and the key, instead of reading as "nothing pinned". The commands
+    that read no pin (vendor, build, sbom, verify, checks, submission, reproduce) pass
+    trust=False."""
     profile = cfg.profile(name)
     kind = signing_kind or profile.signing
     if kind not in ("key", "sigstore"):
