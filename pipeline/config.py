@@ -268,7 +268,8 @@ class Table(BaseModel):
                     hint = f"add {key} = <{kind.name}>: {f.description}"
                 raise Invalid("", key=key, form="missing", hint=hint)
         for key, value in data.items():
-            if key in keys:
+            # None is never read from a file (TOML has none): an optional key given as absent.
+            if key in keys and not (value is None and keys[key][1].default is None):
                 _check_type(key, value, kind_of(keys[key][1]))
         return data
 
