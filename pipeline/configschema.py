@@ -42,6 +42,8 @@ def _default(value: Any) -> str | None:
         return None
     if value == ():
         return "none"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(_default(v)) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
