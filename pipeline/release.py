@@ -14,27 +14,26 @@ release statement that binds every other one (pipeline.records.statement). A rel
 key that trust.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
-exit. The records and the dataset folder are staged under `.release/staging/` and moved
-into place (the folder to dist/dataset/) only after every check passed, everything is
-signed and, for a profile that publishes the dataset, the Hub served back every byte of
-it, so a failed release leaves the previous records untouched. Whatever the release
-started (the local registry, containers) is stopped on the way out, Ctrl-C included.
+exit. The records and the dataset folder are staged under `.release/staging/` as the
+checkout lays them out, attached and self-audited there, and switched into place in one
+journaled step (pipeline.records.install) only after every stage passed, the self-audit
+included, so a failed or killed release leaves the previous records whole; the next release
+completes an install a kill interrupted, and removes what dead runs staged. Whatever the
+release started (the local registry, containers) is stopped on the way out, Ctrl-C included.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline import basestage, plan
+from pipeline import basestage, plan, runs
 from pipeline import config as _config
 from pipeline import diff as release_diff
 from pipeline import inputs as image_inputs
@@ -60,6 +59,7 @@ from pipeline.records import (
     submission,
     verification,
 )
+from pipeline.records import install as records_install
 from pipeline.records import links as intoto_links
 from pipeline.records import sizes as image_sizes
 from pipeline.records import statement as release_statement
@@ -81,6 +81,7 @@ class Timings:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        runs.pause_at(name.split()[0])
         say(f"==> {name}")
         started = time.monotonic()
         try:
@@ -101,33 +102,6 @@ class Outcome:
     report: Path
     timings: tuple[tuple[str, float], ...]
     dataset: Path
-
-
-def _swap_dir(new: Path, target: Path, old: Path) -> None:
-    """Put the directory `new` at `target` with one rename (the previous one removed after)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(new, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _install_records(staging: Path, root: Path) -> list[Path]:
-    """Move the staged records into the checkout, each with one rename, and the staged dataset
-    folder to dist/dataset/.
-
-    attestations/ and the folder are swapped as directories (old copy removed after the new
-    one is in place); the two JSON records are renamed over the old ones.
-    """
-    placed = []
-    _swap_dir(staging / "dataset", root / dataset.FOLDER, staging.parent / f"{staging.name}.old-dataset")
-    target = root / "attestations"
-    _swap_dir(staging / "attestations", target, staging.parent / f"{staging.name}.old-attestations")
-    placed.append(target)
-    for name in ("provenance.json", "submission.json"):
-        os.replace(staging / name, root / name)
-        placed.append(root / name)
-    return placed
 
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
@@ -285,7 +259,7 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
     the records copied into the dataset folder, and last the release statement that binds them all;
     then the folder's records published (when the profile publishes)."""
     att_dir = staging / "attestations"
-    folder = staging / "dataset"
+    folder = staging / dataset.FOLDER
     image_name = rp.target.image_name
     subject = attest.Subject(image_name, record.manifest_digest)
     image_rec = provenance.Image(
@@ -339,20 +313,22 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     """
     repo = Path(repo).resolve()
     dist, vendor_dir = repo / "dist", repo / "vendor"
-    staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
+    # Before anything else: complete an install a kill interrupted; clear dead runs' staging.
+    records_install.recover(repo)
     timings = Timings()
     started_at = datetime.now(UTC)
     started_registry = installed = False
     target = rp.target
     signer = rp.signer()
     image_name = target.image_name
-    att_dir = staging / "attestations"
-    links = intoto_links.StageRecorder(
-        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
     # Before any work: who signs, and whether the audit will trust them (sigstore: the token is needed now).
     unpinned = rp.unpinned_warning(signer)
     if unpinned:
         say(unpinned)
+    staging = records_install.new_staging(repo)
+    att_dir = staging / "attestations"
+    links = intoto_links.StageRecorder(
+        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
     try:
         att_dir.mkdir(parents=True)
         with timings.stage("checkout"):
@@ -431,17 +407,20 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, inputs=inputs,
                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
                 hf_token=hf_token, admitted=admitted)
-            placed = _install_records(staging, repo)
-            installed = True
         with timings.stage("attach"):
-            attached = bundles.attach(client, target.repository, record.manifest_digest, repo / "attestations",
+            attached = bundles.attach(client, target.repository, record.manifest_digest, att_dir,
                                       suffix=signer.suffix)
         with timings.stage("self-audit (verification summary)"):
-            checked = selfcheck.run(repo, signer=signer, pinned=unpinned is None, profile=rp.profile,
+            # The staged set, beside the checkout's other files: nothing is in place yet.
+            view = records_install.audit_view(repo, staging)
+            checked = selfcheck.run(view, signer=signer, pinned=unpinned is None, profile=rp.profile,
                                     image=image, out_dir=dist)
             say(f"    audit of the records PASSED against {checked.trust_root}; summary {checked.path} "
                 "(the releaser's self-check)")
             attached.append(selfcheck.attach(client, target.repository, record.manifest_digest, checked))
+        with timings.stage("install (the records, in one journaled step)"):
+            placed = records_install.commit(repo, staging)
+            installed = True
         report = dist / "report.md"
         changed, changes = release_diff.against_committed(repo)
         say(f"    changes since the committed records: {changed}")
@@ -458,7 +437,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         exc.records_installed = installed
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not records_install.journaled(repo, staging):
+            shutil.rmtree(staging, ignore_errors=True)
         if started_registry:
             localregistry.stop()
             say("    stopped the local registry this release started")
