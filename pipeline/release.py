@@ -69,6 +69,7 @@ from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources import vendor as sources
 from pipeline.sources.references import reference_scripts
+from pipeline.verify.runtime import ContainerRuntime
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
@@ -176,6 +177,24 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
     write_atomic(path, "\n".join(lines).encode())
+
+
+def _clear_leftovers(repo: Path) -> None:
+    """What releases that are gone left behind: their check containers and PID-named
+    temporary files, one line each (their staging directories and an interrupted install:
+    records_install.recover; their local registry: the registry stage)."""
+    state = repo / ".release"
+    line = runs.remove_dead_temp_files(
+        [state, repo / "dist"], skip=[state / "base" / "rootfs", state / "registry", state / "staging"])
+    if line:
+        say(line)
+    try:
+        gone = ContainerRuntime().remove_orphans()
+    except ReleaseError:
+        return  # no container runtime: the verify stage says so
+    if gone:
+        say(f"removed {len(gone)} check container(s) of releases that are gone: "
+            f"{', '.join(c[:12] for c in gone)}")
 
 
 def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
@@ -315,6 +334,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     dist, vendor_dir = repo / "dist", repo / "vendor"
     # Before anything else: complete an install a kill interrupted; clear dead runs' staging.
     records_install.recover(repo)
+    _clear_leftovers(repo)
     timings = Timings()
     started_at = datetime.now(UTC)
     started_registry = installed = False
@@ -343,8 +363,11 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             hf_token = rp.dataset.token() if rp.dataset.publish else None
         if target.local:
             with timings.stage("registry"):
+                orphan = localregistry.stop_orphaned()
+                if orphan:
+                    say(f"    {orphan}")
                 started_registry = localregistry.status() is None
-                state = localregistry.start()
+                state = localregistry.start(owner=runs.current())
                 say(f"    local registry at {state.address}")
         client = target.client()
         with timings.stage("base"):

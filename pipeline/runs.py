@@ -14,8 +14,11 @@ release at each stage boundary and inside the install of its records.
 from __future__ import annotations
 
 import os
+import re
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.progress import say
 
@@ -77,3 +80,42 @@ def pause_at(point: str) -> None:
     say(f"paused at {point} ({PAUSE_ENV}): waiting for SIGKILL")
     while True:
         signal.pause()
+
+
+# What a process names by its PID while it writes, and removes when it is done: a layer
+# being compressed (`.layer-<pid>.tmp`), a layout's file (`.<name>.<pid>.tmp`), a download
+# (`.<name>.<pid>-<thread>.part`).
+_PID_TEMP = re.compile(r"^\.(?:layer-(\d+)\.tmp|.+\.(\d+)\.tmp|.+\.(\d+)-\d+\.part)$")
+
+
+def pid_alive(pid: int) -> bool:
+    return _start_time(pid) is not None
+
+
+def dead_temp_files(roots: Iterable[Path], *, skip: Iterable[Path] = ()) -> list[Path]:
+    """The PID-named temporary files under `roots` whose process is gone (links and the
+    `skip` trees not followed)."""
+    skipped = {Path(p) for p in skip}
+    found = []
+    for root in roots:
+        if not Path(root).is_dir() or Path(root).is_symlink():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in skipped
+                           and not Path(dirpath, d).is_symlink()]
+            for name in filenames:
+                m = _PID_TEMP.match(name)
+                if m and not pid_alive(int(next(g for g in m.groups() if g))):
+                    found.append(Path(dirpath, name))
+    return sorted(found)
+
+
+def remove_dead_temp_files(roots: Iterable[Path], *, skip: Iterable[Path] = ()) -> str | None:
+    """Remove `dead_temp_files`; the line that says so, or None."""
+    found = dead_temp_files(roots, skip=skip)
+    for path in found:
+        path.unlink(missing_ok=True)
+    if not found:
+        return None
+    return (f"removed {len(found)} temporary file(s) of processes that are gone: "
+            f"{', '.join(str(p) for p in found[:3])}{' ...' if len(found) > 3 else ''}")
