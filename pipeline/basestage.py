@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config import load
-from pipeline.errors import ReleaseError
+from pipeline.errors import DigestMismatch, ReleaseError
 from pipeline.image.base import (
     BASE_LOCK,
     REPOSITORY,
@@ -22,6 +22,7 @@ from pipeline.image.base import (
     BaseSpec,
     build,
     builder_sha256,
+    changed_debs,
     load_record,
     mmdebstrap_version,
     snapshot_url,
@@ -78,6 +79,19 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
             record = replace(record, name=name)
             write_record(record, record_path)
         return record, "rebuilt to the pinned digest"
+    if current:
+        # The lock describes these inputs, yet the bytes differ: never re-pinned silently
+        # (the release would then refuse the checkout it dirtied itself).
+        debs = changed_debs(record.debs, built.debs)
+        cause = (f"the mirror {spec.mirror} served other .debs ({len(debs)}: {', '.join(debs[:3])})" if debs
+                 else "the same .debs gave other bytes: a corrupt rootfs cache (.release/base/rootfs) or a "
+                      "changed build")
+        raise DigestMismatch(
+            f"the base rebuilt from {record_path} is not the base it pins ({cause})",
+            expected=record.digest, actual=result.manifest_digest,
+            hint="use a mirror that serves the pinned .debs (RELEASE_DEBIAN_MIRROR), or remove the rootfs "
+                 "cache and run again; to pin the new base on purpose: `nox -s base -- --force`, then "
+                 "commit locks/base.json")
     record = BaseRecord(
         name=name, digest=result.manifest_digest, media_type=built.media_type,
         config_digest=built.config_digest, layers=built.layers,

@@ -1,6 +1,8 @@
 """The rootfs cache is shared by every build on the machine that names it (a release, the
 base tests, a README walk's clones): one holds a tree at a time, and a build that finds
-another one's tree in the making waits for it instead of removing it.
+another one's tree in the making waits for it instead of removing it. A tree is reused only
+when its content digest is the one its build recorded (a flipped byte is caught, the tree
+discarded and rebuilt).
 
 No mmdebstrap runs here: the test plays the other build by holding the tree's lock."""
 
@@ -52,7 +54,7 @@ def test_a_build_waits_for_the_tree_another_holds_and_then_reuses_it(tmp_path):
                 "the waiting build touched the tree another build holds"
             # The other build finishes as rootfs() does: the tree in place, then its marker.
             os.replace(partial, target)
-            target.with_name(target.name + ".complete").touch()
+            target.with_name(target.name + ".complete").write_text(base.tree_digest(target))
         except BaseException:
             proc.kill()
             raise
@@ -62,3 +64,47 @@ def test_a_build_waits_for_the_tree_another_holds_and_then_reuses_it(tmp_path):
     assert proc.returncode == 0, err[-3000:]
     assert f"rootfs: reusing {target}" in err and f"got {target}" in out
     assert (target / "usr" / "being-written").exists()
+
+
+def _tree(root):
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "python3").write_bytes(b"\x7fELF" + bytes(range(256)) * 64)
+    (root / "etc").mkdir()
+    (root / "etc" / "os-release").write_text("ID=debian\n")
+    (root / "bin").symlink_to("usr/bin")
+    os.mkfifo(root / "etc" / "initctl")
+    return root
+
+
+def test_a_cached_tree_is_reused_only_with_the_content_digest_its_build_recorded(tmp_path, capsys):
+    target = _tree(tmp_path / "key")
+    marker = tmp_path / "key.complete"
+    marker.write_text(base.tree_digest(target) + "\n")
+    assert base.cached_tree_ok(target, marker)
+    assert f"rootfs: reusing {target} (content digest checked" in capsys.readouterr().err
+
+    # One flipped byte in one file: another digest, so the tree is not reused.
+    data = bytearray((target / "usr" / "bin" / "python3").read_bytes())
+    data[1000] ^= 0x01
+    (target / "usr" / "bin" / "python3").write_bytes(bytes(data))
+    assert not base.cached_tree_ok(target, marker)
+    err = capsys.readouterr().err
+    assert f"rootfs: the cached tree {target} fails its check (content digest sha256:" in err
+    assert err.strip().endswith("discarded and rebuilt") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change", ["mode", "link", "added", "marker-only"])
+def test_what_the_content_digest_covers(tmp_path, change):
+    target = _tree(tmp_path / "key")
+    marker = tmp_path / "key.complete"
+    marker.write_text(base.tree_digest(target))
+    if change == "mode":
+        os.chmod(target / "etc" / "os-release", 0o600)
+    elif change == "link":
+        (target / "bin").unlink()
+        (target / "bin").symlink_to("/usr/bin")
+    elif change == "added":
+        (target / "etc" / "extra").write_text("")
+    else:
+        marker.write_text("")  # the marker of a build from before digests were recorded
+    assert not base.cached_tree_ok(target, marker)
