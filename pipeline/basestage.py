@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipeline.config import load
 from pipeline.errors import DigestMismatch, ReleaseError
+from pipeline.image import rootfscache
 from pipeline.image.base import (
     BASE_LOCK,
     REPOSITORY,
@@ -68,9 +69,24 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         record = replace(record, name=name)
         write_record(record, record_path)
         return record, "re-pushed"
-    built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
-                  rootfs_cache=rootfs_cache, use_cache=use_cache)
-    result = push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+    # The cached rootfs is checked against its recorded content digest before it is reused.
+    tree_dir = Path(rootfs_cache or Path(state_dir) / "rootfs")
+    key = spec.cache_key(mmdebstrap_version())
+    tree = rootfscache.check(tree_dir, key) if use_cache else rootfscache.ABSENT
+
+    def build_and_push():
+        built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
+                      rootfs_cache=rootfs_cache, use_cache=use_cache)
+        return built, push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+
+    built, result = build_and_push()
+    if current and result.manifest_digest != record.digest and tree == rootfscache.UNVERIFIED:
+        # A tree cached before digests were recorded, which gave another base: made again.
+        rootfscache.discard(tree_dir, key, f"gave the base {result.manifest_digest}, not the pinned "
+                                           f"{record.digest}, and has no recorded content digest")
+        built, result = build_and_push()
+    if use_cache and (not current or result.manifest_digest == record.digest):
+        rootfscache.record(tree_dir, key)
     if current and result.manifest_digest == record.digest:
         # Rebuilt to the pinned digest (a new machine, a cleared cache): the same bytes, so
         # the committed lock stays as it is, whichever mirror served the .debs this time;

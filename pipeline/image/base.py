@@ -18,12 +18,10 @@ human tag, and pinned in `locks/base.json`; later stages use only that digest.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import shlex
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline import _proc
-from pipeline._io import canonical_json, read_json, sha256_bytes, write_atomic, write_json_atomic
+from pipeline._io import canonical_json, read_json, sha256_bytes, write_json_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError
 from pipeline.formats import deb822_paragraphs, dpkg_installed
@@ -330,55 +328,10 @@ def rootfs(spec: BaseSpec, cache_dir: Path, *, use_cache: bool = True) -> Iterat
         yield _rootfs(spec, target, version, use_cache=use_cache)
 
 
-def tree_digest(root: Path) -> str:
-    """sha256 over a sorted walk of the tree (links not followed): each entry's path, mode,
-    owner and size, a regular file's bytes, a link's target, a device's number. Less than a
-    second, warm, for the ~90 MB rootfs; it is what `<key>.complete` records."""
-    h = hashlib.sha256()
-    buf = bytearray(1 << 20)
-
-    def walk(directory: str, rel: bytes) -> None:
-        with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for e in entries:
-            st = e.stat(follow_symlinks=False)
-            path = rel + os.fsencode(e.name)
-            h.update(b"%s\0%o %d %d %d\0" % (path, st.st_mode, st.st_uid, st.st_gid, st.st_size))
-            if stat.S_ISREG(st.st_mode):
-                with open(e.path, "rb", buffering=0) as f:
-                    while n := f.readinto(buf):
-                        h.update(memoryview(buf)[:n])
-            elif stat.S_ISLNK(st.st_mode):
-                h.update(os.fsencode(os.readlink(e.path)) + b"\0")
-            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                h.update(b"%d\0" % st.st_rdev)
-            elif stat.S_ISDIR(st.st_mode):
-                walk(e.path, path + b"/")
-
-    walk(str(root), b"")
-    return "sha256:" + h.hexdigest()
-
-
-def cached_tree_ok(target: Path, marker: Path) -> bool:
-    """Whether the cached tree `target` is what its build left (`marker` records its
-    tree_digest); when it is not, says so in one line (the caller discards and rebuilds it)."""
-    if not (marker.exists() and target.is_dir()):
-        return False
-    recorded = marker.read_text().strip()
-    started = time.monotonic()
-    found = tree_digest(target)
-    if recorded == found:
-        say(f"rootfs: reusing {target} (content digest checked in {time.monotonic() - started:.1f} s)")
-        return True
-    why = (f"content digest {found}, recorded {recorded}" if recorded.startswith("sha256:")
-           else "no content digest recorded (built before they were)")
-    say(f"rootfs: the cached tree {target} fails its check ({why}): discarded and rebuilt")
-    return False
-
-
 def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> Path:
     marker = target.with_name(target.name + ".complete")
-    if use_cache and cached_tree_ok(target, marker):
+    if use_cache and marker.exists() and target.is_dir():
+        say(f"rootfs: reusing {target}")
         return target
     marker.unlink(missing_ok=True)
     if target.exists():
@@ -399,9 +352,8 @@ def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> P
     os.replace(partial.with_name(partial.name + _INDEX_SUFFIX),
                target.with_name(target.name + _INDEX_SUFFIX))
     os.replace(partial, target)
-    # The marker lives beside the tree, so it never ends up in the layer; it records the
-    # tree's digest, checked whenever the tree is reused.
-    write_atomic(marker, (tree_digest(target) + "\n").encode())
+    # The marker lives beside the tree, so it never ends up in the layer.
+    marker.touch()
     say(f"rootfs: done in {time.monotonic() - started:.0f} s")
     return target
 

@@ -1,8 +1,8 @@
 """The rootfs cache is shared by every build on the machine that names it (a release, the
 base tests, a README walk's clones): one holds a tree at a time, and a build that finds
-another one's tree in the making waits for it instead of removing it. A tree is reused only
-when its content digest is the one its build recorded (a flipped byte is caught, the tree
-discarded and rebuilt).
+another one's tree in the making waits for it instead of removing it. A cached tree is
+reused only with the content digest recorded for it (pipeline.image.rootfscache): a flipped
+byte is caught and the tree made again.
 
 No mmdebstrap runs here: the test plays the other build by holding the tree's lock."""
 
@@ -18,7 +18,7 @@ import time
 import pytest
 
 from pipeline.config import REPO_ROOT
-from pipeline.image import base
+from pipeline.image import base, rootfscache
 
 _HOLDER = ("import sys; from pathlib import Path; from pipeline.image import base\n"
            "with base.rootfs(base.BaseSpec(), Path(sys.argv[1])) as tree:\n"
@@ -54,7 +54,7 @@ def test_a_build_waits_for_the_tree_another_holds_and_then_reuses_it(tmp_path):
                 "the waiting build touched the tree another build holds"
             # The other build finishes as rootfs() does: the tree in place, then its marker.
             os.replace(partial, target)
-            target.with_name(target.name + ".complete").write_text(base.tree_digest(target))
+            target.with_name(target.name + ".complete").touch()
         except BaseException:
             proc.kill()
             raise
@@ -76,28 +76,33 @@ def _tree(root):
     return root
 
 
-def test_a_cached_tree_is_reused_only_with_the_content_digest_its_build_recorded(tmp_path, capsys):
-    target = _tree(tmp_path / "key")
-    marker = tmp_path / "key.complete"
-    marker.write_text(base.tree_digest(target) + "\n")
-    assert base.cached_tree_ok(target, marker)
-    assert f"rootfs: reusing {target} (content digest checked" in capsys.readouterr().err
+def test_a_cached_tree_is_reused_only_with_the_content_digest_recorded_for_it(tmp_path, capsys):
+    target, marker, _ = rootfscache.paths(tmp_path, "key")
+    _tree(target)
+    marker.touch()  # as base.rootfs leaves it: no digest yet
+    assert rootfscache.check(tmp_path, "key") == rootfscache.UNVERIFIED
+    rootfscache.record(tmp_path, "key")  # the tree gave the pinned base
+    assert marker.read_text().strip() == rootfscache.tree_digest(target)
+    assert rootfscache.check(tmp_path, "key") == rootfscache.VERIFIED
+    assert f"rootfs: cached tree {target} checked (content digest" in capsys.readouterr().err
 
-    # One flipped byte in one file: another digest, so the tree is not reused.
+    # One flipped byte in one file: the marker goes, so base.rootfs makes the tree again.
     data = bytearray((target / "usr" / "bin" / "python3").read_bytes())
     data[1000] ^= 0x01
     (target / "usr" / "bin" / "python3").write_bytes(bytes(data))
-    assert not base.cached_tree_ok(target, marker)
-    err = capsys.readouterr().err
-    assert f"rootfs: the cached tree {target} fails its check (content digest sha256:" in err
-    assert err.strip().endswith("discarded and rebuilt") and len(err.strip().splitlines()) == 1
+    assert rootfscache.check(tmp_path, "key") == rootfscache.DISCARDED
+    assert not marker.exists()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rootfs: the cached tree {target} fails its check (content digest sha256:")
+    assert err.endswith("discarded and rebuilt") and len(err.splitlines()) == 1
+    assert rootfscache.check(tmp_path, "key") == rootfscache.ABSENT
 
 
-@pytest.mark.parametrize("change", ["mode", "link", "added", "marker-only"])
+@pytest.mark.parametrize("change", ["mode", "link", "added", "owner"])
 def test_what_the_content_digest_covers(tmp_path, change):
-    target = _tree(tmp_path / "key")
-    marker = tmp_path / "key.complete"
-    marker.write_text(base.tree_digest(target))
+    target, marker, _ = rootfscache.paths(tmp_path, "key")
+    _tree(target)
+    marker.write_text(rootfscache.tree_digest(target))
     if change == "mode":
         os.chmod(target / "etc" / "os-release", 0o600)
     elif change == "link":
@@ -106,5 +111,12 @@ def test_what_the_content_digest_covers(tmp_path, change):
     elif change == "added":
         (target / "etc" / "extra").write_text("")
     else:
-        marker.write_text("")  # the marker of a build from before digests were recorded
-    assert not base.cached_tree_ok(target, marker)
+        os.chown(target / "etc" / "os-release", 1, 1)
+    assert rootfscache.check(tmp_path, "key") == rootfscache.DISCARDED
+
+
+def test_the_base_builder_code_is_unchanged_by_the_cache_check():
+    """The check lives outside base.BUILDER_MODULES: adding it moved no builder hash, so the
+    committed locks/base.json stays current."""
+    assert "image/rootfscache.py" not in base.BUILDER_MODULES
+    assert base.load_record().builder_sha256 == base.builder_sha256()
