@@ -8,11 +8,12 @@ inputs changed).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config import load
-from pipeline.errors import DigestMismatch, ReleaseError
+from pipeline.errors import DigestMismatch, NoSpace, ReleaseError, ToolError
 from pipeline.image import rootfscache
 from pipeline.image.base import (
     BASE_LOCK,
@@ -34,6 +35,25 @@ from pipeline.image.oci.layout import Layout, LayoutError
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_layout
 from pipeline.sources import lock as runtime_lock
+
+# What mmdebstrap's rootfs takes where it is cached: the .debs it fetches, the unpacked
+# tree (~90 MB), apt's lists, and the base layout's layers beside it, with room to spare.
+ROOTFS_NEED = 600_000_000
+
+
+def _free(path: Path) -> int:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_rootfs_space(tree_dir: Path, need: int = ROOTFS_NEED) -> None:
+    """NoSpace before mmdebstrap starts when the cache's file system has less than `need` free."""
+    if _free(tree_dir) < need:
+        raise NoSpace.at(tree_dir, need=need, what="mmdebstrap's rootfs of the base",
+                         fix="free space there, or point the cache elsewhere (a symlink for .release/base/rootfs), "
+                             "then run again")
 
 
 def _layout_has(layout_dir: Path, digest: str) -> bool:
@@ -75,8 +95,17 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     tree = rootfscache.check(tree_dir, key) if use_cache else rootfscache.ABSENT
 
     def build_and_push():
-        built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
-                      rootfs_cache=rootfs_cache, use_cache=use_cache)
+        if tree != rootfscache.VERIFIED:  # mmdebstrap runs
+            check_rootfs_space(tree_dir)
+        try:
+            built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
+                          rootfs_cache=rootfs_cache, use_cache=use_cache)
+        except ToolError as exc:
+            # mmdebstrap's own words rarely say it: "mmdebstrap failed to run".
+            text = f"{exc.one_line()} {exc.hint or ''}"
+            if "No space left" in text or _free(tree_dir) < ROOTFS_NEED // 10:
+                raise NoSpace.at(tree_dir, need=ROOTFS_NEED, what=f"building the base ({exc.what})") from None
+            raise
         return built, push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
 
     built, result = build_and_push()

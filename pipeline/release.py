@@ -43,7 +43,7 @@ from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
 from pipeline.checks.run import references_of, verify_image
-from pipeline.errors import CheckFailure, ReleaseError, SourceError
+from pipeline.errors import CheckFailure, NoSpace, ReleaseError, SourceError, is_no_space
 from pipeline.image import base, build
 from pipeline.progress import say
 from pipeline.records import (
@@ -74,11 +74,25 @@ from pipeline.verify.runtime import ContainerRuntime
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
 
+# About what each stage writes, for the one line a full disk gives (ENOSPC): the base
+# (its layout, and mmdebstrap's rootfs when it is built: basestage says so itself), the
+# derived image's layout in dist/, the image in the registry's storage, the pulled image in
+# the container engine's storage, the records.
+STAGE_NEEDS = {"base": 200_000_000, "vendor": 10_000_000, "build": 150_000_000, "sbom": 10_000_000,
+               "push": 100_000_000, "verify": 400_000_000, "records": 20_000_000, "install": 20_000_000}
+# Where each stage writes, when the error names no file (relative to the checkout).
+STAGE_WRITES = {"base": ".release/base", "vendor": "vendor", "build": "dist/oci", "sbom": ".release/staging",
+                "push": ".release/registry/storage", "verify": "/var/lib/containers",
+                "records": ".release/staging", "install": ".release/staging"}
+
+
 @dataclass
 class Timings:
-    """Wall time of each stage, for progress lines and the report."""
+    """Wall time of each stage, for progress lines and the report; a full disk in a stage
+    becomes one NoSpace line (the path, about what the stage needs, the fix)."""
 
     stages: list[tuple[str, float]] = field(default_factory=list)
+    root: Path | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -87,6 +101,15 @@ class Timings:
         started = time.monotonic()
         try:
             yield
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            short = name.split()[0]
+            # shutil's copies name the source first and the file they were writing second.
+            written = getattr(exc, "filename2", None) or exc.filename
+            where = (Path(written).parent if written
+                     else (self.root or Path.cwd()) / STAGE_WRITES.get(short, "."))
+            raise NoSpace.at(where, need=STAGE_NEEDS.get(short), what=f"the {short} stage: {exc.strerror}") from None
         finally:
             took = time.monotonic() - started
             self.stages.append((name, took))
@@ -335,7 +358,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     # Before anything else: complete an install a kill interrupted; clear dead runs' staging.
     records_install.recover(repo)
     _clear_leftovers(repo)
-    timings = Timings()
+    timings = Timings(root=repo)
     started_at = datetime.now(UTC)
     started_registry = installed = False
     target = rp.target

@@ -120,3 +120,22 @@ def test_the_base_builder_code_is_unchanged_by_the_cache_check():
     committed locks/base.json stays current."""
     assert "image/rootfscache.py" not in base.BUILDER_MODULES
     assert base.load_record().builder_sha256 == base.builder_sha256()
+
+
+@pytest.mark.root
+def test_mmdebstrap_is_not_started_without_room_for_the_rootfs(tmp_path):
+    from pipeline import basestage
+    from pipeline.errors import NoSpace
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    try:
+        with pytest.raises(NoSpace) as err:
+            basestage.check_rootfs_space(small / "rootfs")
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    line = err.value.one_line()
+    assert line.startswith(f"no space left on the file system of {small / 'rootfs'} (mmdebstrap's rootfs")
+    assert f"expected about {basestage.ROOTFS_NEED / 1e6:,.0f} MB free, got 2 MB free" in line
+    assert "free space there" in line and "\n" not in line

@@ -201,3 +201,25 @@ def test_a_kill_inside_the_install_leaves_every_record_and_the_next_run_complete
         _nothing_left(clone, scope)
     finally:
         localregistry.stop(registry)
+
+
+def test_a_full_disk_in_a_stage_is_one_line_with_the_path_and_what_it_needs(base_image, tmp_path):
+    clone = _clone(tmp_path / "checkout")
+    scope = ContainerScope.new()
+    dist = clone / "dist"
+    dist.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(dist)], check=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "release"], cwd=clone, env=_env(clone, scope),
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        localregistry.stop(clone / ".release" / "registry")
+        subprocess.run(["umount", str(dist)], check=True)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: no space left on the file system of {dist / 'oci' / 'blobs' / 'sha256'} "
+                           "(the build stage: No space left on device); expected about 150 MB free, got "), last
+    assert "free space on that file system" in last
+    assert _tracked_as_committed(clone)
+    assert scope.containers() == []
