@@ -81,7 +81,8 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     record = load_record(record_path)
     current = record is not None and record.built_from(spec, lock.sha256, python) and not force
     if current and record.name == name and \
-            client.head_manifest(REPOSITORY, record.digest) == record.digest:
+            client.head_manifest(REPOSITORY, record.digest) == record.digest and \
+            all(client.has_blob(REPOSITORY, layer.digest) for layer in record.layers):
         return record, "up to date"
     layout_dir = Path(state_dir) / "oci"
     if current and _layout_has(layout_dir, record.digest):

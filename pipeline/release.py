@@ -392,6 +392,12 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 started_registry = localregistry.status() is None
                 state = localregistry.start(owner=runs.current())
                 say(f"    local registry at {state.address}")
+                # Its storage is ours: a blob that does not hash to its digest is removed (and
+                # pushed again below), not served to the base, the build and the check suite.
+                corrupt = localregistry.corrupt_blobs(state.root, storage=state.storage)
+                if corrupt:
+                    say(f"    removed {len(corrupt)} corrupt blob(s) from the local registry's storage "
+                        f"({', '.join(d[:19] for d in corrupt)}); pushed again from the layouts")
         client = target.client()
         with timings.stage("base"):
             if rp.base.local:

@@ -498,6 +498,26 @@ def stop_orphaned(root: Path | None = None) -> str | None:
             f"is gone (PID {state.owner.pid}) had started, under {root}")
 
 
+def corrupt_blobs(root: Path | None = None, *, storage: Path | None = None) -> list[str]:
+    """Check every blob docker-registry stores under `storage` (default `<root>/storage`)
+    against its digest; remove the corrupt ones (their data, so that a push uploads them
+    again: the registry keeps an existing blob's bytes when the same digest is pushed) and
+    return their digests. The registry holds each blob once, whichever repositories link it."""
+    storage = Path(storage or Path(root or default_root()) / "storage")
+    blobs = storage / "docker" / "registry" / "v2" / "blobs" / "sha256"
+    bad = []
+    for data in sorted(blobs.glob("*/*/data")) if blobs.is_dir() else []:
+        hexdigest = data.parent.name
+        h = hashlib.sha256()
+        with open(data, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != hexdigest:
+            shutil.rmtree(data.parent)
+            bad.append(f"sha256:{hexdigest}")
+    return bad
+
+
 def start(root: Path | None = None, *, storage: Path | None = None,
           token_auth: TokenAuth | None = None, owner: runs.Owner | None = None) -> RegistryState:
     """Start (or reuse) the registry under `root` and return its state.

@@ -1,10 +1,11 @@
 """The fault matrix of issue 49, with real releases in fresh clones: SIGKILL at each stage
 boundary (through RELEASE_TEST_PAUSE_AT, pipeline/runs.py), in the middle of the check
-suite and inside the install of the records; corrupt base blobs in the cache and in
-dist/oci; temporary files of dead processes. For each: the tracked records stay
+suite and inside the install of the records; corrupt base blobs in the cache, in dist/oci
+and in the local registry's storage; temporary files of dead processes; a full disk. For each: the tracked records stay
 byte-identical to the committed ones (or, once the install's journal is written, become a
 completed release's whole set), the next run says what it cleaned up and converges to the
-same image digest, and nothing is left running.
+same image digest, and nothing is left running. Also: a flipped byte in the local
+registry's storage, a full disk under a stage.
 
 The early kills cost seconds each (the base is seeded, nothing is built twice); each test
 makes one release whole at its end. The install's own kill points, every path of it, are
@@ -143,8 +144,17 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
             assert not any(t.exists() for t in temp)
             assert _built(clone) == image  # the SBOM stage read the repaired layers
 
-            # Killed mid-suite: its check containers stay behind, then the next run removes them.
-            _release(clone, scope, until="container(s) of")
+            # A flipped byte in the local registry's storage (the base's largest layer): the next
+            # run removes that blob and pushes it again before anything reads it.
+            stored = registry / "storage" / "docker" / "registry" / "v2" / "blobs" / "sha256"
+            data = max(stored.glob("*/*/data"), key=lambda p: p.stat().st_size)
+            _flip(data)
+            # Killed mid-suite (the image pulled back, every digest checked): its check
+            # containers stay behind, then the next run removes them.
+            err = _release(clone, scope, until="container(s) of")
+            assert f"removed 1 corrupt blob(s) from the local registry's storage (sha256:{data.parent.name[:12]})" \
+                in err
+            assert "base re-pushed" in err
             left = scope.containers()
             assert left, "the suite's containers should be running when it was killed"
             assert _tracked_as_committed(clone)
