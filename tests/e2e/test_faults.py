@@ -1,16 +1,16 @@
-"""The fault matrix of issue 49, with real releases in fresh clones: SIGKILL at each stage
-boundary (through RELEASE_TEST_PAUSE_AT, pipeline/runs.py), in the middle of the check
+"""The fault matrix of issue 49, with real releases in fresh clones: SIGKILL at stage
+boundaries (through RELEASE_TEST_PAUSE_AT, pipeline/runs.py), in the middle of the check
 suite and inside the install of the records; corrupt base blobs in the cache, in dist/oci
-and in the local registry's storage; temporary files of dead processes; a full disk. For each: the tracked records stay
-byte-identical to the committed ones (or, once the install's journal is written, become a
-completed release's whole set), the next run says what it cleaned up and converges to the
-same image digest, and nothing is left running. Also: a flipped byte in the local
-registry's storage, a full disk under a stage.
+and in the local registry's storage; temporary files of dead processes; a full disk. For
+each: the tracked records stay byte-identical to the committed ones (or, once the install's
+journal is written, become a completed release's whole set), the next run says what it
+cleaned up and converges to the same image digest, and nothing is left running.
 
 The early kills cost seconds each (the base is seeded, nothing is built twice); each test
 makes one release whole at its end. The install's own kill points, every path of it, are
 covered fast with real files in tests/attest/test_install.py, the rootfs cache's digest in
-tests/base/test_rootfs_cache.py."""
+tests/base/test_rootfs_cache.py, the registry client's stall, error page and full disk in
+tests/registry/test_faults.py."""
 
 from __future__ import annotations
 
