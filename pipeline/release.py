@@ -101,6 +101,13 @@ class Timings:
         started = time.monotonic()
         try:
             yield
+        except ReleaseError as exc:
+            # A tool's own words (podman pulling into its storage, docker-registry's 500).
+            if isinstance(exc, NoSpace) or "no space left on device" not in exc.one_line().lower():
+                raise
+            short = name.split()[0]
+            raise NoSpace.at((self.root or Path.cwd()) / STAGE_WRITES.get(short, "."),
+                             need=STAGE_NEEDS.get(short), what=f"the {short} stage: {exc.what}") from None
         except OSError as exc:
             if not is_no_space(exc):
                 raise
@@ -471,7 +478,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 "(the releaser's self-check)")
             attached.append(selfcheck.attach(client, target.repository, record.manifest_digest, checked))
         with timings.stage("install (the records, in one journaled step)"):
-            placed = records_install.commit(repo, staging)
+            placed = [p for p in records_install.commit(repo, staging) if p.name in RECORDS]
             installed = True
         report = dist / "report.md"
         changed, changes = release_diff.against_committed(repo)

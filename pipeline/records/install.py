@@ -29,11 +29,10 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
-from pipeline import runs
+from pipeline import _proc, runs
 from pipeline._io import write_atomic
 from pipeline.errors import ReleaseError
 from pipeline.progress import say
@@ -145,11 +144,14 @@ def audit_view(repo: Path, staging: Path) -> Path:
 
 
 def _link_copy(src: Path, dest: Path) -> None:
-    if src.is_symlink() or not src.is_dir():
-        if src.is_file() or src.is_symlink():
-            subprocess.run(["cp", "-al", "--no-dereference", str(src), str(dest)], check=True)
-        return
-    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+    """Hard links of `src` at `dest` (links kept as links); a copy where the file system
+    does not allow them (another mount)."""
+    if not (src.is_dir() or src.is_file() or src.is_symlink()):
+        return  # a socket or a pipe: nothing the audit reads
+    if _proc.run(["cp", "-a", "--link", str(src), str(dest)], check=False).returncode != 0:
+        shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() and not dest.is_symlink() else \
+            dest.unlink(missing_ok=True)
+        _proc.run(["cp", "-a", "--reflink=auto", str(src), str(dest)])
 
 
 def commit(repo: Path, staging: Path) -> list[Path]:
