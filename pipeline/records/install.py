@@ -165,7 +165,8 @@ def commit(repo: Path, staging: Path) -> list[Path]:
                                hint="a bug: the release staged an incomplete set; the records were not changed")
         entries.append({"path": rel, "sha256": new})
     journal = repo / JOURNAL
-    write_atomic(journal, json.dumps({"staging": str(staging), "entries": entries}, indent=2).encode())
+    write_atomic(journal, json.dumps({"staging": str(staging), "entries": entries,
+                                      "owner": runs.current().to_json()}, indent=2).encode())
     _sync_dir(journal.parent)
     runs.pause_at("install:journal")
     for e in entries:
@@ -209,6 +210,11 @@ def _roll_forward(repo: Path, journal: Path) -> str:
         raise InstallError(f"the install journal {journal} is unreadable", expected="the journal a release wrote",
                            actual=str(exc), hint="check the records with `nox -s audit`, then remove the journal "
                                                  "and release again") from None
+    owner = runs.Owner.from_json(raw.get("owner"))
+    if owner is not None and owner.alive and owner != runs.current():
+        raise InstallError(f"another release (PID {owner.pid}) is switching its records into this checkout",
+                           expected="one release at a time in a checkout", actual=f"{journal} is that release's",
+                           hint="wait for it to finish, then release again")
     moved = 0
     for rel, new in entries:
         target, staged = repo / rel, staging / rel

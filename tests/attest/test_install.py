@@ -158,3 +158,19 @@ def test_the_audit_view_holds_the_staged_set_and_hard_links_of_the_rest(checkout
         assert (view / rel).stat().st_ino == (checkout / rel).stat().st_ino, rel
     install.commit(checkout, staging)
     assert (checkout / "release.toml").read_text() == "x"
+
+
+def test_a_journal_of_a_release_still_running_is_left_to_it(checkout):
+    staging = _stage(checkout)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        owner = install.runs.Owner(sleeper.pid, install.runs._start_time(sleeper.pid))
+        (checkout / install.JOURNAL).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / install.JOURNAL).write_text(json.dumps(
+            {"staging": str(staging), "entries": [], "owner": owner.to_json()}))
+        with pytest.raises(install.InstallError, match=f"another release \\(PID {sleeper.pid}\\) is switching"):
+            install.recover(checkout)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert (checkout / install.JOURNAL).exists() and staging.exists()
