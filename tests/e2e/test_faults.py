@@ -118,12 +118,13 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
             # The registry runs, its release is gone: the next release stops it and says so.
             _release(clone, scope, pause="base")
             assert localregistry.status(registry) is not None
-            err = _release(clone, scope, pause="build")
+            err = _release(clone, scope, pause="vendor")
             assert "stopped the local registry (docker-registry" in err and "that a release which is gone" in err
             assert _tracked_as_committed(clone)
-            err = _release(clone, scope, pause="push")  # built: base blobs cached and in dist/oci
+            for point in ("build", "sbom", "push"):  # built: base blobs cached and in dist/oci
+                _release(clone, scope, pause=point)
+                assert _tracked_as_committed(clone), point
             image = _built(clone)
-            assert _tracked_as_committed(clone)
 
             # The layout's base blobs are copies, not links to the cache; corrupt both copies
             # of the largest one, and leave a dead process's temporary files beside them.
@@ -137,7 +138,7 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
             temp = [laid_out.with_name(f".layer-{dead}.tmp"), cache / f".{cached.name}.{dead}-1.part"]
             for t in temp:
                 t.write_bytes(b"half")
-            err = _release(clone, scope, pause="push")
+            err = _release(clone, scope, pause="verify")
             assert f"the layout's blob {laid_out} is corrupt" in err and "discarded and taken again" in err
             assert f"cached base blob {cached} is corrupt" in err and "discarded and fetched again" in err
             assert "removed 2 temporary file(s) of processes that are gone" in err
