@@ -9,7 +9,8 @@ basic auth with push credentials from the environment. Plain http only for loopb
 registries. 5xx answers and dropped connections are retried with exponential backoff
 a bounded number of times; an unreachable registry is one RegistryError line. A registry
 that does not answer is waited for at most `wait` seconds a request (default 120,
-`RELEASE_REGISTRY_WAIT_S`), with a progress line every 30 s; an error page (nginx's 502)
+`RELEASE_REGISTRY_WAIT_S`), with a progress line every 30 s (a quarter of a shorter wait);
+an error page (nginx's 502)
 is summarised by its title, never pasted. A full disk while a blob is written is one
 NoSpace line (the path, the blob's size, the fix).
 """
@@ -165,7 +166,7 @@ class RegistryClient:
     def __init__(self, registry: str, *, credentials: Credentials | None = None,
                  attempts: int = 5, backoff: float = 0.25, timeout: float = 60.0,
                  chunk_size: int = 64 << 20, wait: float | None = None,
-                 progress_s: float = PROGRESS_S) -> None:
+                 progress_s: float | None = None) -> None:
         self.registry = registry
         self.scheme = "http" if is_loopback(registry) else "https"
         self.base = f"{self.scheme}://{registry}"
@@ -173,7 +174,8 @@ class RegistryClient:
         self.attempts, self.backoff, self.timeout = max(1, attempts), backoff, timeout
         self.chunk_size = chunk_size
         self.wait = default_wait() if wait is None else wait
-        self.progress_s = progress_s
+        # A progress line every 30 s, more often when the whole wait is shorter than two minutes.
+        self.progress_s = progress_s if progress_s is not None else min(PROGRESS_S, self.wait / 4)
         self.session = requests.Session()
         # An anonymous client sends nothing the environment holds: requests would otherwise
         # add ~/.netrc credentials (and honour proxy and CA settings from the environment).

@@ -15,9 +15,11 @@ tests/registry/test_faults.py."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -234,3 +236,41 @@ def test_a_full_disk_in_a_stage_is_one_line_with_the_path_and_what_it_needs(base
     assert "free space on that file system" in last
     assert _tracked_as_committed(clone)
     assert scope.containers() == []
+
+
+def test_a_registry_that_stops_answering_mid_release_is_waited_for_with_progress_then_given_up(
+        base_image, tmp_path):
+    clone = _clone(tmp_path / "checkout")
+    scope = ContainerScope.new()
+    registry = clone / ".release" / "registry"
+    env = {**_env(clone, scope), "RELEASE_REGISTRY_WAIT_S": "8"}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release"], cwd=clone, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("==> push"):
+                # docker-registry stops (SIGSTOP): nginx still accepts, nobody answers.
+                state = json.loads((registry / "state.json").read_text())
+                os.kill(state["registry_pid"], signal.SIGSTOP)
+                started = time.monotonic()
+                break
+        else:
+            pytest.fail("the release ended before its push:\n" + "".join(seen[-30:]))
+        _, rest = proc.communicate(timeout=120)
+        gave_up = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+        localregistry.stop(registry)
+    assert proc.returncode != 0
+    assert "waiting for 127.0.0.1:" in rest and "giving up after 8 s" in rest, rest[-3000:]
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith("error: registry 127.0.0.1:") and "did not answer" in last and "within 8 s" in last
+    assert "RELEASE_REGISTRY_WAIT_S" in last and "Traceback" not in rest
+    # The wait, then stopping the registry it started (its stopped docker-registry is killed).
+    assert gave_up < 8 + 30, gave_up
+    assert _tracked_as_committed(clone)
+    assert localregistry.status(registry) is None
