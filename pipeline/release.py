@@ -43,7 +43,15 @@ from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
 from pipeline.checks.run import references_of, verify_image
-from pipeline.errors import CheckFailure, NoSpace, ReleaseError, SourceError, is_no_space
+from pipeline.errors import (
+    CheckFailure,
+    NoSpace,
+    RegistryError,
+    ReleaseError,
+    SourceError,
+    ToolError,
+    is_no_space,
+)
 from pipeline.image import base, build
 from pipeline.progress import say
 from pipeline.records import (
@@ -101,9 +109,10 @@ class Timings:
         started = time.monotonic()
         try:
             yield
-        except ReleaseError as exc:
-            # A tool's own words (podman pulling into its storage, docker-registry's 500).
-            if isinstance(exc, NoSpace) or "no space left on device" not in exc.one_line().lower():
+        except (ToolError, RegistryError) as exc:
+            # A tool's own words (podman pulling into its storage, docker-registry's 500); never
+            # a check's finding (the environment's own tmpfs limits say the same words).
+            if "no space left on device" not in exc.one_line().lower():
                 raise
             short = name.split()[0]
             raise NoSpace.at((self.root or Path.cwd()) / STAGE_WRITES.get(short, "."),
