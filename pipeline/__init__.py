@@ -17,8 +17,9 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     sources/                           git, vendored files, dataset records, wheel lock
     image/oci/                         OCI formats: digests, layers, config/manifest, layouts
     config, configschema, curriculum,  shared by every floor (config: the one typed model of
-    errors, formats, progress, _io,    release.toml and trust.toml; configschema: its page;
-    _proc                              curriculum: [curriculum] and its cases in request order)
+    errors, formats, progress, runs,   release.toml and trust.toml; configschema: its page;
+    _io, _proc                         curriculum: [curriculum] and its cases in request order;
+                                       runs: who owns what a run left, the test pause hook)
 """
 
 __version__ = "0.1.0"
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
-     "pipeline.formats", "pipeline.progress",
+     "pipeline.formats", "pipeline.progress", "pipeline.runs",
      "pipeline._io", "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),

@@ -8,11 +8,13 @@ inputs changed).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config import load
-from pipeline.errors import ReleaseError
+from pipeline.errors import DigestMismatch, NoSpace, ReleaseError, ToolError
+from pipeline.image import rootfscache
 from pipeline.image.base import (
     BASE_LOCK,
     REPOSITORY,
@@ -22,6 +24,7 @@ from pipeline.image.base import (
     BaseSpec,
     build,
     builder_sha256,
+    changed_debs,
     load_record,
     mmdebstrap_version,
     snapshot_url,
@@ -32,6 +35,25 @@ from pipeline.image.oci.layout import Layout, LayoutError
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_layout
 from pipeline.sources import lock as runtime_lock
+
+# What mmdebstrap's rootfs takes where it is cached: the .debs it fetches, the unpacked
+# tree (~90 MB), apt's lists, and the base layout's layers beside it, with room to spare.
+ROOTFS_NEED = 600_000_000
+
+
+def _free(path: Path) -> int:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_rootfs_space(tree_dir: Path, need: int = ROOTFS_NEED) -> None:
+    """NoSpace before mmdebstrap starts when the cache's file system has less than `need` free."""
+    if _free(tree_dir) < need:
+        raise NoSpace.at(tree_dir, need=need, what="mmdebstrap's rootfs of the base",
+                         fix="free space there, or point the cache elsewhere (a symlink for .release/base/rootfs), "
+                             "then run again")
 
 
 def _layout_has(layout_dir: Path, digest: str) -> bool:
@@ -59,7 +81,8 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
     record = load_record(record_path)
     current = record is not None and record.built_from(spec, lock.sha256, python) and not force
     if current and record.name == name and \
-            client.head_manifest(REPOSITORY, record.digest) == record.digest:
+            client.head_manifest(REPOSITORY, record.digest) == record.digest and \
+            all(client.has_blob(REPOSITORY, layer.digest) for layer in record.layers):
         return record, "up to date"
     layout_dir = Path(state_dir) / "oci"
     if current and _layout_has(layout_dir, record.digest):
@@ -67,9 +90,33 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         record = replace(record, name=name)
         write_record(record, record_path)
         return record, "re-pushed"
-    built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
-                  rootfs_cache=rootfs_cache, use_cache=use_cache)
-    result = push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+    # The cached rootfs is checked against its recorded content digest before it is reused.
+    tree_dir = Path(rootfs_cache or Path(state_dir) / "rootfs")
+    key = spec.cache_key(mmdebstrap_version())
+    tree = rootfscache.check(tree_dir, key) if use_cache else rootfscache.ABSENT
+
+    def build_and_push():
+        if tree != rootfscache.VERIFIED:  # mmdebstrap runs
+            check_rootfs_space(tree_dir)
+        try:
+            built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
+                          rootfs_cache=rootfs_cache, use_cache=use_cache)
+        except ToolError as exc:
+            # mmdebstrap's own words rarely say it: "mmdebstrap failed to run".
+            text = f"{exc.one_line()} {exc.hint or ''}"
+            if "No space left" in text or _free(tree_dir) < ROOTFS_NEED // 10:
+                raise NoSpace.at(tree_dir, need=ROOTFS_NEED, what=f"building the base ({exc.what})") from None
+            raise
+        return built, push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
+
+    built, result = build_and_push()
+    if current and result.manifest_digest != record.digest and tree == rootfscache.UNVERIFIED:
+        # A tree cached before digests were recorded, which gave another base: made again.
+        rootfscache.discard(tree_dir, key, f"gave the base {result.manifest_digest}, not the pinned "
+                                           f"{record.digest}, and has no recorded content digest")
+        built, result = build_and_push()
+    if use_cache and (not current or result.manifest_digest == record.digest):
+        rootfscache.record(tree_dir, key)
     if current and result.manifest_digest == record.digest:
         # Rebuilt to the pinned digest (a new machine, a cleared cache): the same bytes, so
         # the committed lock stays as it is, whichever mirror served the .debs this time;
@@ -78,6 +125,19 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
             record = replace(record, name=name)
             write_record(record, record_path)
         return record, "rebuilt to the pinned digest"
+    if current:
+        # The lock describes these inputs, yet the bytes differ: never re-pinned silently
+        # (the release would then refuse the checkout it dirtied itself).
+        debs = changed_debs(record.debs, built.debs)
+        cause = (f"the mirror {spec.mirror} served other .debs ({len(debs)}: {', '.join(debs[:3])})" if debs
+                 else "the same .debs gave other bytes: a corrupt rootfs cache (.release/base/rootfs) or a "
+                      "changed build")
+        raise DigestMismatch(
+            f"the base rebuilt from {record_path} is not the base it pins ({cause})",
+            expected=record.digest, actual=result.manifest_digest,
+            hint="use a mirror that serves the pinned .debs (RELEASE_DEBIAN_MIRROR), or remove the rootfs "
+                 "cache and run again; to pin the new base on purpose: `nox -s base -- --force`, then "
+                 "commit locks/base.json")
     record = BaseRecord(
         name=name, digest=result.manifest_digest, media_type=built.media_type,
         config_digest=built.config_digest, layers=built.layers,

@@ -7,6 +7,10 @@ and a non-zero exit code.
 
 from __future__ import annotations
 
+import errno
+import shutil
+from pathlib import Path
+
 # "Not given", apart from a value that is None (an expected file that is absent, say).
 _UNSET: object = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
 
@@ -81,3 +85,27 @@ class VerificationError(ReleaseError):
 
 class CheckFailure(ReleaseError):
     """The functional check suite found failing checks."""
+
+
+class NoSpace(ReleaseError):
+    """A file system ran out of space (ENOSPC), or has too little for what comes next."""
+
+    @classmethod
+    def at(cls, path: str | Path, *, need: int | None, what: str, fix: str | None = None) -> NoSpace:
+        """One line: the path, what needed the space and how much, what is free, the fix."""
+        path = Path(path)
+        probe = path
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            free = f"{shutil.disk_usage(probe).free / 1e6:,.0f} MB free"
+        except OSError:
+            free = "free space unknown"
+        return cls(f"no space left on the file system of {path} ({what})",
+                   expected=f"about {need / 1e6:,.0f} MB free" if need else "free space", actual=free,
+                   hint=fix or f"free space on that file system (or put {path} on another one), then run again")
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether `exc` is the kernel's ENOSPC (or EDQUOT: a quota, the same fix)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

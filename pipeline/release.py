@@ -14,27 +14,26 @@ release statement that binds every other one (pipeline.records.statement). A rel
 key that trust.toml does not pin is announced loudly, with the line that pins it.
 
 Fail closed: any stage that fails stops the release with one line and a non-zero
-exit. The records and the dataset folder are staged under `.release/staging/` and moved
-into place (the folder to dist/dataset/) only after every check passed, everything is
-signed and, for a profile that publishes the dataset, the Hub served back every byte of
-it, so a failed release leaves the previous records untouched. Whatever the release
-started (the local registry, containers) is stopped on the way out, Ctrl-C included.
+exit. The records and the dataset folder are staged under `.release/staging/` as the
+checkout lays them out, attached and self-audited there, and switched into place in one
+journaled step (pipeline.records.install) only after every stage passed, the self-audit
+included, so a failed or killed release leaves the previous records whole; the next release
+completes an install a kill interrupted, and removes what dead runs staged. Whatever the
+release started (the local registry, containers) is stopped on the way out, Ctrl-C included.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline import basestage, plan
+from pipeline import basestage, plan, runs
 from pipeline import config as _config
 from pipeline import diff as release_diff
 from pipeline import inputs as image_inputs
@@ -44,7 +43,15 @@ from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
 from pipeline.checks.run import references_of, verify_image
-from pipeline.errors import CheckFailure, ReleaseError, SourceError
+from pipeline.errors import (
+    CheckFailure,
+    NoSpace,
+    RegistryError,
+    ReleaseError,
+    SourceError,
+    ToolError,
+    is_no_space,
+)
 from pipeline.image import base, build
 from pipeline.progress import say
 from pipeline.records import (
@@ -60,6 +67,7 @@ from pipeline.records import (
     submission,
     verification,
 )
+from pipeline.records import install as records_install
 from pipeline.records import links as intoto_links
 from pipeline.records import sizes as image_sizes
 from pipeline.records import statement as release_statement
@@ -69,22 +77,55 @@ from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources import vendor as sources
 from pipeline.sources.references import reference_scripts
+from pipeline.verify.runtime import ContainerRuntime
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
 
+# About what each stage writes, for the one line a full disk gives (ENOSPC): the base
+# (its layout, and mmdebstrap's rootfs when it is built: basestage says so itself), the
+# derived image's layout in dist/, the image in the registry's storage, the pulled image in
+# the container engine's storage, the records.
+STAGE_NEEDS = {"base": 200_000_000, "vendor": 10_000_000, "build": 150_000_000, "sbom": 10_000_000,
+               "push": 100_000_000, "verify": 400_000_000, "records": 20_000_000, "install": 20_000_000}
+# Where each stage writes, when the error names no file (relative to the checkout).
+STAGE_WRITES = {"base": ".release/base", "vendor": "vendor", "build": "dist/oci", "sbom": ".release/staging",
+                "push": ".release/registry/storage", "verify": "/var/lib/containers",
+                "records": ".release/staging", "install": ".release/staging"}
+
+
 @dataclass
 class Timings:
-    """Wall time of each stage, for progress lines and the report."""
+    """Wall time of each stage, for progress lines and the report; a full disk in a stage
+    becomes one NoSpace line (the path, about what the stage needs, the fix)."""
 
     stages: list[tuple[str, float]] = field(default_factory=list)
+    root: Path | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        runs.pause_at(name.split()[0])
         say(f"==> {name}")
         started = time.monotonic()
         try:
             yield
+        except (ToolError, RegistryError) as exc:
+            # A tool's own words (podman pulling into its storage, docker-registry's 500); never
+            # a check's finding (the environment's own tmpfs limits say the same words).
+            if "no space left on device" not in exc.one_line().lower():
+                raise
+            short = name.split()[0]
+            raise NoSpace.at((self.root or Path.cwd()) / STAGE_WRITES.get(short, "."),
+                             need=STAGE_NEEDS.get(short), what=f"the {short} stage: {exc.what}") from None
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            short = name.split()[0]
+            # shutil's copies name the source first and the file they were writing second.
+            written = getattr(exc, "filename2", None) or exc.filename
+            where = (Path(written).parent if written
+                     else (self.root or Path.cwd()) / STAGE_WRITES.get(short, "."))
+            raise NoSpace.at(where, need=STAGE_NEEDS.get(short), what=f"the {short} stage: {exc.strerror}") from None
         finally:
             took = time.monotonic() - started
             self.stages.append((name, took))
@@ -101,33 +142,6 @@ class Outcome:
     report: Path
     timings: tuple[tuple[str, float], ...]
     dataset: Path
-
-
-def _swap_dir(new: Path, target: Path, old: Path) -> None:
-    """Put the directory `new` at `target` with one rename (the previous one removed after)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(new, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _install_records(staging: Path, root: Path) -> list[Path]:
-    """Move the staged records into the checkout, each with one rename, and the staged dataset
-    folder to dist/dataset/.
-
-    attestations/ and the folder are swapped as directories (old copy removed after the new
-    one is in place); the two JSON records are renamed over the old ones.
-    """
-    placed = []
-    _swap_dir(staging / "dataset", root / dataset.FOLDER, staging.parent / f"{staging.name}.old-dataset")
-    target = root / "attestations"
-    _swap_dir(staging / "attestations", target, staging.parent / f"{staging.name}.old-attestations")
-    placed.append(target)
-    for name in ("provenance.json", "submission.json"):
-        os.replace(staging / name, root / name)
-        placed.append(root / name)
-    return placed
 
 
 def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
@@ -202,6 +216,24 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
     write_atomic(path, "\n".join(lines).encode())
+
+
+def _clear_leftovers(repo: Path) -> None:
+    """What releases that are gone left behind: their check containers and PID-named
+    temporary files, one line each (their staging directories and an interrupted install:
+    records_install.recover; their local registry: the registry stage)."""
+    state = repo / ".release"
+    line = runs.remove_dead_temp_files(
+        [state, repo / "dist"], skip=[state / "base" / "rootfs", state / "registry", state / "staging"])
+    if line:
+        say(line)
+    try:
+        gone = ContainerRuntime().remove_orphans()
+    except ReleaseError:
+        return  # no container runtime: the verify stage says so
+    if gone:
+        say(f"removed {len(gone)} check container(s) of releases that are gone: "
+            f"{', '.join(c[:12] for c in gone)}")
 
 
 def _check_base_lock(cfg: _config.ReleaseConfig) -> None:
@@ -285,7 +317,7 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
     the records copied into the dataset folder, and last the release statement that binds them all;
     then the folder's records published (when the profile publishes)."""
     att_dir = staging / "attestations"
-    folder = staging / "dataset"
+    folder = staging / dataset.FOLDER
     image_name = rp.target.image_name
     subject = attest.Subject(image_name, record.manifest_digest)
     image_rec = provenance.Image(
@@ -339,20 +371,23 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     """
     repo = Path(repo).resolve()
     dist, vendor_dir = repo / "dist", repo / "vendor"
-    staging = repo / ".release" / "staging" / uuid.uuid4().hex[:12]
-    timings = Timings()
+    # Before anything else: complete an install a kill interrupted; clear dead runs' staging.
+    records_install.recover(repo)
+    _clear_leftovers(repo)
+    timings = Timings(root=repo)
     started_at = datetime.now(UTC)
     started_registry = installed = False
     target = rp.target
     signer = rp.signer()
     image_name = target.image_name
-    att_dir = staging / "attestations"
-    links = intoto_links.StageRecorder(
-        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
     # Before any work: who signs, and whether the audit will trust them (sigstore: the token is needed now).
     unpinned = rp.unpinned_warning(signer)
     if unpinned:
         say(unpinned)
+    staging = records_install.new_staging(repo)
+    att_dir = staging / "attestations"
+    links = intoto_links.StageRecorder(
+        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
     try:
         att_dir.mkdir(parents=True)
         with timings.stage("checkout"):
@@ -367,9 +402,18 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             hf_token = rp.dataset.token() if rp.dataset.publish else None
         if target.local:
             with timings.stage("registry"):
+                orphan = localregistry.stop_orphaned()
+                if orphan:
+                    say(f"    {orphan}")
                 started_registry = localregistry.status() is None
-                state = localregistry.start()
+                state = localregistry.start(owner=runs.current())
                 say(f"    local registry at {state.address}")
+                # Its storage is ours: a blob that does not hash to its digest is removed (and
+                # pushed again below), not served to the base, the build and the check suite.
+                corrupt = localregistry.corrupt_blobs(state.root, storage=state.storage)
+                if corrupt:
+                    say(f"    removed {len(corrupt)} corrupt blob(s) from the local registry's storage "
+                        f"({', '.join(d[:19] for d in corrupt)}); pushed again from the layouts")
         client = target.client()
         with timings.stage("base"):
             if rp.base.local:
@@ -431,17 +475,20 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                 vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, inputs=inputs,
                 allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
                 hf_token=hf_token, admitted=admitted)
-            placed = _install_records(staging, repo)
-            installed = True
         with timings.stage("attach"):
-            attached = bundles.attach(client, target.repository, record.manifest_digest, repo / "attestations",
+            attached = bundles.attach(client, target.repository, record.manifest_digest, att_dir,
                                       suffix=signer.suffix)
         with timings.stage("self-audit (verification summary)"):
-            checked = selfcheck.run(repo, signer=signer, pinned=unpinned is None, profile=rp.profile,
+            # The staged set, beside the checkout's other files: nothing is in place yet.
+            view = records_install.audit_view(repo, staging)
+            checked = selfcheck.run(view, signer=signer, pinned=unpinned is None, profile=rp.profile,
                                     image=image, out_dir=dist)
             say(f"    audit of the records PASSED against {checked.trust_root}; summary {checked.path} "
                 "(the releaser's self-check)")
             attached.append(selfcheck.attach(client, target.repository, record.manifest_digest, checked))
+        with timings.stage("install (the records, in one journaled step)"):
+            placed = [p for p in records_install.commit(repo, staging) if p.name in RECORDS]
+            installed = True
         report = dist / "report.md"
         changed, changes = release_diff.against_committed(repo)
         say(f"    changes since the committed records: {changed}")
@@ -458,7 +505,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         exc.records_installed = installed
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not records_install.journaled(repo, staging):
+            shutil.rmtree(staging, ignore_errors=True)
         if started_registry:
             localregistry.stop()
             say("    stopped the local registry this release started")

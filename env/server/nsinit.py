@@ -396,9 +396,9 @@ def kill_uid(uid: int) -> None:
     takes that UID: kill(-1) reaches exactly the processes it may signal, which are that
     UID's (it spares only itself and PID 1). One pass cannot be outrun: the kernel signals
     under the lock a fork needs to add its child, and refuses to complete a fork whose
-    parent has a fatal signal pending. The dying processes' orphans come here (a child
-    subreaper) and are reaped by the zygote's loop; the server waits until /proc lists
-    none (`processes_of`)."""
+    parent has a fatal signal pending. The dying processes' orphans come to the server
+    (PID 1 of the episode's sandbox, their subreaper, died first), which reaps them while
+    it waits until /proc lists none (`processes_of`)."""
     _reap_all()
     if not processes_of(uid):
         return  # the usual end of an episode: its commands have all exited
@@ -445,10 +445,7 @@ def _reap_all() -> None:
 
 def zygote(ctl: socket.socket) -> int:
     """Fork a sandbox's first process per spawn request, kill a UID's processes per killuid
-    request, and reap every child and orphan, until the server goes."""
-    # The orphans of every sandbox (their PID 1 killed, in the unprivileged mode) come here
-    # and are reaped, never left as zombies under the server.
-    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+    request, and reap its children, until the server goes."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)

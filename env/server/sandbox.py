@@ -254,10 +254,11 @@ class Command:
 
 
 def reap_strays(keep: set[int]) -> int:
-    """Reap every exited child of this process but ``keep``: orphans that came here when a
-    zygote, their subreaper, died (in a container the server may be PID 1, which every
-    orphan reaches). A zombie never reaped holds a PID for good, and one of the sandbox UID
-    would keep a kill by UID from ever finding none left. Returns how many it reaped."""
+    """Reap every exited child of this process but ``keep``: the orphans of an episode
+    killed without namespaces, which come here once its PID 1 (their subreaper) is gone (in
+    a container the server may be PID 1, which every orphan reaches). A zombie never reaped
+    holds a PID for good, and one of the sandbox UID would keep a kill by UID from ever
+    finding none left. Returns how many it reaped."""
     reaped = 0
     for task in os.scandir(f"/proc/{os.getpid()}/task"):
         try:
@@ -328,8 +329,8 @@ class Zygote:
                 self._stop()
                 raise SandboxError(f"{NSINIT} (the zygote) exited while it killed UID {uid}'s processes")
             zygote = self._process.pid
-        # Their orphans come to the zygote, which reaps them; those a dead zygote left to
-        # this process are reaped here.
+        # Their orphans come to this process (the sandbox's PID 1, their subreaper, was
+        # killed first) and are reaped here.
         give_up = time.monotonic() + TEARDOWN_S
         while nsinit.processes_of(uid):
             reap_strays({zygote})

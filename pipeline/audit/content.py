@@ -415,7 +415,7 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
                                  epoch=s.prov.source_date_epoch, sources=s.plan.sources,
                                  first_party_license=sbom_mod.project_license(s.root),
                                  lock_text=lock.read_text() if lock.is_file() else "",
-                                 reviewed=sbom_licenses.reviewed_table(table) if table.is_file() else None)
+                                 reviewed=sbom_licenses.reviewed_table(table, s.root) if table.is_file() else None)
         regenerated = json.loads(sbom_mod.render(bom))
         _component_difference(regenerated, doc)
 

@@ -15,6 +15,9 @@ and passes only if the next episode, or the server, shows nothing of it:
   episode finds none of it;
 - `isolation-leftovers`: files in /tmp, /var/tmp, /dev/shm and /run/lock, System V shared
   memory, a POSIX message queue and a `setsid nohup` daemon are not in the next episode;
+- `isolation-writable`: nothing but the episode's own places is writable by the agent:
+  with namespaces, its workspace and scratch tmpfs mounts; without, its workspace's
+  `repo`, `home` and `tmp` only;
 - `isolation-nested`: the agent can make no namespace of its own (`unshare`, `clone` with
   a CLONE_NEW* flag, `clone3`), whose teardown it could make outlast a reset, and holds no
   capability, not even in its bounding set;
@@ -53,7 +56,8 @@ from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "isolation-leftovers", "isolation-nested", "connection-flood", "malformed-input",
+                    "isolation-leftovers", "isolation-nested", "isolation-writable", "connection-flood",
+                    "malformed-input",
                     "slow-headers")
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
 # the episode's own, or the container's with the agent's system calls filtered.
@@ -383,6 +387,31 @@ def nested_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
         rec.error("isolation-nested", exc)
 
 
+# Where the agent may write: the episode's own places (docs/isolation.md).
+WRITABLE_WITH_NAMESPACES = ("/workspace/", "/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+WRITABLE_UNPRIVILEGED = ("/workspace/repo", "/workspace/home", "/workspace/tmp")
+WRITABLE_PROBE = ("find / \\( -path /proc -o -path /sys -o -path /dev/pts \\) -prune -o "
+                  "\\( -type d -o -type f \\) -writable -print 2>/dev/null "
+                  "| grep -v '^/dev/\\(null\\|zero\\|full\\|random\\|urandom\\|tty\\)$' | head -200; echo FOUND-END")
+
+
+def writable_check(session: Session, case: Case, seed: int, rec: Recorder, mode: str) -> None:
+    """Every directory and file the agent can write is one of the episode's own places."""
+    allowed = WRITABLE_UNPRIVILEGED if mode == UNPRIVILEGED_MODE else WRITABLE_WITH_NAMESPACES
+    try:
+        session.reset(case.id, seed=seed)
+        out = session.shell(WRITABLE_PROBE)
+        found = [line for line in out.output.splitlines() if line.startswith("/")]
+        outside = [path for path in found
+                   if not any(path == place or path.startswith(place.rstrip("/") + "/") or path == place.rstrip("/")
+                              for place in allowed)]
+        rec.add("isolation-writable", "FOUND-END" in out.output and not outside,
+                observed={"mode": mode, "writable_elsewhere": outside[:20]},
+                expected={"writable_elsewhere": [], "allowed": list(allowed)})
+    except ServerError as exc:
+        rec.error("isolation-writable", exc)
+
+
 def isolation_mode(target: Target) -> str:
     """The mode the server reports at /metadata (`isolation`), or what it said instead."""
     status, body = http_get(target.url, "/metadata")
@@ -605,6 +634,7 @@ def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, r
     scratch_check(session, case, next(seeds), rec, mode)
     leftovers_check(session, case, next(seeds), rec)
     nested_check(session, case, next(seeds), rec)
+    writable_check(session, case, next(seeds), rec, mode)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)
     slow_headers_check(session, target, case, next(seeds), rec)

@@ -255,14 +255,15 @@ class ReviewedTable:
 
 
 @cache
-def reviewed_table(path: Path = REVIEWED) -> ReviewedTable:
-    """The reviewed table at `path` (checked once per process)."""
+def reviewed_table(path: Path = REVIEWED, root: Path = REPO_ROOT) -> ReviewedTable:
+    """The reviewed table at `path` (checked once per process), named by its path in the
+    checkout `root` (the audited one: a staged copy of the checkout names it as the checkout does)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no reviewed licence table at {path}") from None
-    resolved = Path(path).resolve()
-    name = str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
+    resolved, root = Path(path).resolve(), Path(root).resolve()
+    name = str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
     return ReviewedTable.parse(text, name)
 
 

@@ -12,8 +12,9 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline._io import sha256_file
 from pipeline.config import REPO_ROOT
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.oci.image import (
     BaseImage,
     Index,
@@ -23,7 +24,7 @@ from pipeline.image.oci.image import (
     parse_manifest,
 )
 from pipeline.image.oci.layout import Layout
-from pipeline.progress import Progress
+from pipeline.progress import Progress, say
 from pipeline.registry.client import Reference, RegistryClient
 
 # Base layer blobs, content-addressed and shared by every build of this checkout.
@@ -105,8 +106,8 @@ def base_from_layout(src: Layout, digest: str, layout: Layout) -> BaseImage:
     config_bytes = src.read_blob(manifest.config.digest, size=manifest.config.size)
     layout.put_bytes(config_bytes)
     for layer in manifest.layers:
-        if not layout.has_blob(layer.digest):
-            layout.put_file(src.blob_path(layer.digest), layer.digest, link=True)
+        if not _intact(layout.blob_path(layer.digest), layer.digest, "the layout's"):
+            layout.put_file(src.blob_path(layer.digest), layer.digest)
     return BaseImage(manifest=manifest, config_bytes=config_bytes)
 
 
@@ -138,16 +139,43 @@ def fetch_base(client: RegistryClient, ref: Reference, layout: Layout) -> BaseIm
     if platform != "linux/amd64":
         raise UnsupportedPlatform(f"base {ref} is not a linux/amd64 image", expected="linux/amd64",
                                   actual=platform, hint="pin the amd64 image (or its index)")
-    missing = [l for l in manifest.layers if not layout.has_blob(l.digest)]
+    missing = [l for l in manifest.layers if not _intact(layout.blob_path(l.digest), l.digest, "the layout's")]
     fetch = [l for l in missing if not (BLOB_CACHE / l.digest[7:]).is_file()]
-    if fetch:
-        BLOB_CACHE.mkdir(parents=True, exist_ok=True)
-        progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in fetch), unit="B")
-        for layer in fetch:
-            client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:],
-                            size=layer.size, progress=progress)
-        progress.finish()
+    _fetch(client, ref, fetch)
     for layer in missing:
-        # Cached blobs were digest-checked when fetched; a layout gets a hard link (or copy).
-        layout.put_file(BLOB_CACHE / layer.digest[7:], layer.digest, link=True)
+        # A copy, not a hard link: a byte changed in one is then not in the other too. The
+        # cached blob is checked against its digest on the way (put_file); a corrupt one is
+        # discarded and fetched again.
+        cached = BLOB_CACHE / layer.digest[7:]
+        try:
+            layout.put_file(cached, layer.digest)
+        except DigestMismatch as exc:
+            say(f"    cached base blob {cached} is corrupt (it hashes to {exc.actual}): discarded and fetched again")
+            cached.unlink(missing_ok=True)
+            _fetch(client, ref, [layer])
+            layout.put_file(cached, layer.digest)
     return BaseImage(manifest=manifest, config_bytes=config_bytes)
+
+
+def _intact(path: Path, digest: str, whose: str) -> bool:
+    """Whether the blob at `path` is there and hashes to `digest`; a corrupt one is removed
+    with a line saying so (the caller takes it again)."""
+    if not path.is_file():
+        return False
+    actual = "sha256:" + sha256_file(path)
+    if actual == digest:
+        return True
+    say(f"    {whose} blob {path} is corrupt (it hashes to {actual}): discarded and taken again")
+    path.unlink()
+    return False
+
+
+def _fetch(client: RegistryClient, ref: Reference, layers: list) -> None:
+    if not layers:
+        return
+    BLOB_CACHE.mkdir(parents=True, exist_ok=True)
+    progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in layers), unit="B")
+    for layer in layers:
+        client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:],
+                        size=layer.size, progress=progress)
+    progress.finish()

@@ -7,7 +7,12 @@ the registry's challenge: the anonymous bearer-token flow (ghcr.io's: 401 +
 `WWW-Authenticate: Bearer realm=...,service=...,scope=...` -> token -> retry), or
 basic auth with push credentials from the environment. Plain http only for loopback
 registries. 5xx answers and dropped connections are retried with exponential backoff
-a bounded number of times; an unreachable registry is one RegistryError line.
+a bounded number of times; an unreachable registry is one RegistryError line. A registry
+that does not answer is waited for at most `wait` seconds a request (default 120,
+`RELEASE_REGISTRY_WAIT_S`), with a progress line every 30 s (a quarter of a shorter wait);
+an error page (nginx's 502)
+is summarised by its title, never pasted. A full disk while a blob is written is one
+NoSpace line (the path, the blob's size, the fix).
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 import requests
 
 from pipeline._io import CHUNK
-from pipeline.errors import ConfigError, DigestMismatch, RegistryError
+from pipeline.errors import ConfigError, DigestMismatch, NoSpace, RegistryError, is_no_space
 from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import INDEX_TYPES, MANIFEST_TYPES
-from pipeline.progress import Progress
+from pipeline.progress import Progress, say
 
 log = logging.getLogger("pipeline.registry.client")
 
@@ -38,6 +43,32 @@ MANIFEST_ACCEPT = ", ".join(MANIFEST_TYPES + INDEX_TYPES)
 MAX_MANIFEST_BYTES = 4 << 20
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 RETRY_STATUS = {500, 502, 503, 504}
+WAIT_ENV = "RELEASE_REGISTRY_WAIT_S"
+DEFAULT_WAIT_S = 120.0
+PROGRESS_S = 30.0
+
+
+def default_wait() -> float:
+    """How long one request waits for a registry that does not answer: RELEASE_REGISTRY_WAIT_S, else 120 s."""
+    raw = os.environ.get(WAIT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_WAIT_S
+    except ValueError:
+        raise ConfigError(f"{WAIT_ENV} is not a number of seconds", expected="e.g. 120", actual=raw) from None
+    if value <= 0:
+        raise ConfigError(f"{WAIT_ENV} must be positive", expected="> 0", actual=raw)
+    return value
+
+
+def summarise_body(text: str) -> str:
+    """An error body in a few words: an HTML page by its title (or first heading), never pasted."""
+    text = text.strip()
+    if text[:1] == "<" or "<html" in text[:200].lower():
+        m = (re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+             or re.search(r"<h1[^>]*>(.*?)</h1>", text, re.I | re.S))
+        title = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m.group(1))).strip() if m else ""
+        return f"an HTML page{': ' + title[:80] if title else ''}"
+    return re.sub(r"\s+", " ", text)[:120]
 _REF = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
@@ -134,13 +165,17 @@ class RegistryClient:
 
     def __init__(self, registry: str, *, credentials: Credentials | None = None,
                  attempts: int = 5, backoff: float = 0.25, timeout: float = 60.0,
-                 chunk_size: int = 64 << 20) -> None:
+                 chunk_size: int = 64 << 20, wait: float | None = None,
+                 progress_s: float | None = None) -> None:
         self.registry = registry
         self.scheme = "http" if is_loopback(registry) else "https"
         self.base = f"{self.scheme}://{registry}"
         self.credentials = credentials
         self.attempts, self.backoff, self.timeout = max(1, attempts), backoff, timeout
         self.chunk_size = chunk_size
+        self.wait = default_wait() if wait is None else wait
+        # A progress line every 30 s, more often when the whole wait is shorter than two minutes.
+        self.progress_s = progress_s if progress_s is not None else min(PROGRESS_S, self.wait / 4)
         self.session = requests.Session()
         # An anonymous client sends nothing the environment holds: requests would otherwise
         # add ~/.netrc credentials (and honour proxy and CA settings from the environment).
@@ -196,21 +231,37 @@ class RegistryClient:
         attempts = self.attempts if retry else 1
         auth_rounds = 0
         attempt = 0
+        started = said = time.monotonic()
         while True:
             attempt += 1
             hdrs = {**(headers or {}), **self._auth_headers(scope)}
             body = data() if data else None
+            # No answer: each attempt waits at most until the next progress line, and all of
+            # them together at most `wait` (a write may take the whole per-request timeout).
+            left = max(0.5, self.wait - (time.monotonic() - started))
+            read = min(self.timeout, left) if data else min(self.timeout, self.progress_s, left)
             try:
                 self.requests_sent += 1
                 resp = self.session.request(method, url, data=body, headers=hdrs, stream=stream,
-                                            timeout=self.timeout, allow_redirects=True)
+                                            timeout=(min(10.0, read), read), allow_redirects=True)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt >= attempts:
+                waited = time.monotonic() - started
+                path = urlsplit(url).path
+                if waited >= self.wait - 0.1 and isinstance(exc, requests.Timeout):
                     raise RegistryUnavailable(
-                        f"cannot reach registry {self.registry} ({method} {urlsplit(url).path}: "
+                        f"registry {self.registry} did not answer {method} {path} within {self.wait:.0f} s",
+                        hint=f"check that it runs (local: `python -m pipeline registry status`); a registry "
+                             f"that is only slow: set {WAIT_ENV} to wait longer") from None
+                if attempt >= attempts and not isinstance(exc, requests.Timeout) or waited >= self.wait:
+                    raise RegistryUnavailable(
+                        f"cannot reach registry {self.registry} ({method} {path}: "
                         f"{type(exc).__name__})",
                         hint="check that it is running and the address is right "
                              "(local: `python -m pipeline registry start`)") from None
+                if time.monotonic() - said >= self.progress_s - 0.1:
+                    said = time.monotonic()
+                    say(f"    waiting for {self.registry}, {waited:.0f} s... ({method} {path}: "
+                        f"{type(exc).__name__}; giving up after {self.wait:.0f} s)")
                 self._sleep(attempt, f"{type(exc).__name__}")
                 continue
             finally:
@@ -241,8 +292,8 @@ class RegistryClient:
         try:
             errors = resp.json().get("errors") or []
             detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:200]
-        except ValueError:
-            detail = resp.text[:120].strip()
+        except (ValueError, AttributeError):
+            detail = summarise_body(resp.text)
         hint = None
         if resp.status_code == 401:
             hint = ("set RELEASE_REGISTRY_USER/RELEASE_REGISTRY_PASSWORD to push"
@@ -389,6 +440,13 @@ class RegistryClient:
                     raise RegistryError(f"download of blob {digest} from {self.registry} kept failing "
                                         f"({type(exc).__name__})", hint="retry later") from None
                 self._sleep(attempt, type(exc).__name__)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                tmp.unlink(missing_ok=True)
+                raise NoSpace.at(dest.parent, need=size, what=f"writing blob {digest} from {self.registry}",
+                                 fix="free space there (old images: `podman image prune`; caches under "
+                                     ".release/cache), then run again") from None
         actual = "sha256:" + h.hexdigest()
         if (size is not None and count != size) or actual != digest:
             tmp.unlink(missing_ok=True)

@@ -10,6 +10,10 @@ nginx's workers run as an unprivileged user (`www-data`, else `nobody`). Everyth
 (0600), logs, the storage and `state.json`, which other processes (tests, nox
 sessions, the release) read to find the running instance.
 
+A registry a release starts records that release as its owner (PID and start time,
+pipeline.runs) in `state.json`: `stop_orphaned` stops one whose owner is gone (a killed
+release), which the next release does before it looks for a running registry.
+
 A restart reuses the previous ports, the upload secret and the credentials, so
 references and interrupted uploads stay valid across `stop`/`start`.
 
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import requests
 
+from pipeline import runs
 from pipeline._io import write_atomic, write_json_atomic
 from pipeline._proc import run, which
 from pipeline.config import REPO_ROOT
@@ -81,6 +86,7 @@ class RegistryState:
     user: str
     password_file: Path
     storage: Path
+    owner: runs.Owner | None = None  # the release that started it (None: started by hand, kept)
 
     @property
     def password(self) -> str:
@@ -116,12 +122,14 @@ def _load_state(root: Path) -> RegistryState | None:
         user=raw["user"],
         password_file=Path(raw["password_file"]),
         storage=Path(raw["storage"]),
+        owner=runs.Owner.from_json(raw.get("owner")),
     )
 
 
 def _write_state(state: RegistryState) -> None:
-    write_json_atomic(_state_path(state.root), {k: str(v) if isinstance(v, Path) else v
-                                                for k, v in asdict(state).items()})
+    raw = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()}
+    raw["owner"] = state.owner.to_json() if state.owner else None
+    write_json_atomic(_state_path(state.root), raw)
 
 
 @contextlib.contextmanager
@@ -474,12 +482,50 @@ def _stop_unlocked(root: Path) -> bool:
     return was_running
 
 
+def stop_orphaned(root: Path | None = None) -> str | None:
+    """Stop the registry under `root` when the release that started it is gone; the line
+    that says so, or None (nothing recorded, started by hand, or its owner still runs)."""
+    root = Path(root or default_root())
+    if not _state_path(root).exists():
+        return None
+    with _locked(root):
+        state = _load_state(root)
+        if state is None or state.owner is None or state.owner.alive:
+            return None
+        running = _stop_unlocked(root)
+    what = "stopped the local registry" if running else "cleared the state of the local registry"
+    return (f"{what} (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) that a release which "
+            f"is gone (PID {state.owner.pid}) had started, under {root}")
+
+
+def corrupt_blobs(root: Path | None = None, *, storage: Path | None = None) -> list[str]:
+    """Check every blob docker-registry stores under `storage` (default `<root>/storage`)
+    against its digest; remove the corrupt ones (their data, so that a push uploads them
+    again: the registry keeps an existing blob's bytes when the same digest is pushed) and
+    return their digests. The registry holds each blob once, whichever repositories link it."""
+    storage = Path(storage or Path(root or default_root()) / "storage")
+    blobs = storage / "docker" / "registry" / "v2" / "blobs" / "sha256"
+    bad = []
+    for data in sorted(blobs.glob("*/*/data")) if blobs.is_dir() else []:
+        hexdigest = data.parent.name
+        h = hashlib.sha256()
+        with open(data, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != hexdigest:
+            shutil.rmtree(data.parent)
+            bad.append(f"sha256:{hexdigest}")
+    return bad
+
+
 def start(root: Path | None = None, *, storage: Path | None = None,
-          token_auth: TokenAuth | None = None) -> RegistryState:
+          token_auth: TokenAuth | None = None, owner: runs.Owner | None = None) -> RegistryState:
     """Start (or reuse) the registry under `root` and return its state.
 
     `storage` defaults to `<root>/storage`. With `token_auth`, docker-registry itself
-    demands bearer tokens and no nginx is started (the ghcr.io-like variant).
+    demands bearer tokens and no nginx is started (the ghcr.io-like variant). `owner`: the
+    release starting it, recorded so that the next release stops it should this one die
+    (a registry already running keeps the owner it had).
     """
     root = Path(root or default_root()).resolve()
     with _locked(root):
@@ -487,10 +533,11 @@ def start(root: Path | None = None, *, storage: Path | None = None,
         if current is not None and _healthy(current):
             return current
         _stop_unlocked(root)
-        return _start_unlocked(root, Path(storage or root / "storage").resolve(), token_auth)
+        return _start_unlocked(root, Path(storage or root / "storage").resolve(), token_auth, owner)
 
 
-def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None) -> RegistryState:
+def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
+                    owner: runs.Owner | None = None) -> RegistryState:
     registry_bin = which("docker-registry", package="docker-registry")
     storage.mkdir(parents=True, exist_ok=True)
     user, password, pw_file = _credentials(root)
@@ -539,7 +586,7 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None) -> 
         raise
     state = RegistryState(root=root, address=address, backend_address=backend_address,
                           registry_pid=reg_pid, nginx_pid=nginx_pid, user=user,
-                          password_file=pw_file, storage=storage)
+                          password_file=pw_file, storage=storage, owner=owner)
     _write_state(state)
     return state
 

@@ -5,7 +5,9 @@ port published on loopback (a free port unless one is asked for), wait for `/hea
 read logs, stop and remove. Every container started here carries the label
 `LABEL=owner` (`ours()`: what any pipeline process started) and the label
 `SESSION_LABEL=<this adapter's id>`, so that `cleanup()` removes exactly the containers
-this adapter started: nothing of another process, nor of a concurrent release. This
+this adapter started: nothing of another process, nor of a concurrent release; and
+`RUN_LABEL=<pid>-<start time>` of the process that started it (pipeline.runs), so that
+`remove_orphans()` removes the containers of a run that is gone (a killed release). This
 machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
 release.toml.
 """
@@ -22,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import _proc
+from pipeline import _proc, runs
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
 from pipeline.progress import say
@@ -32,6 +34,7 @@ from pipeline.verify.limits import ContainerLimits, ExternalLimits
 LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"
 SESSION_LABEL = "org.openenv-arena.release.session"
+RUN_LABEL = "org.openenv-arena.release.run"
 # While waiting for health: how often the engine is asked whether the container still runs.
 RUNNING_CHECK_S = 2.0
 
@@ -128,7 +131,7 @@ class ContainerRuntime:
         and a user namespace of the container's own.
         """
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
-                "--label", f"{SESSION_LABEL}={self.session}",
+                "--label", f"{SESSION_LABEL}={self.session}", "--label", f"{RUN_LABEL}={runs.current().label()}",
                 "--publish", f"127.0.0.1:{host_port or ''}:{port}", *self.args.run_args,
                 *(limits.run_args() if limits else ()), *extra_args]
         if name:
@@ -258,6 +261,19 @@ class ContainerRuntime:
     def mine(self) -> list[str]:
         """IDs of the containers (running or not) this adapter started."""
         return self._labelled(f"{SESSION_LABEL}={self.session}")
+
+    def remove_orphans(self) -> list[str]:
+        """Remove the containers whose starting process is gone (RUN_LABEL); their IDs."""
+        out = self._cli("ps", "--all", "--no-trunc", "--filter", f"label={LABEL}={OWNER}",
+                        "--format", f'{{{{.ID}}}} {{{{index .Labels "{RUN_LABEL}"}}}}', check=False)
+        gone = []
+        for line in out.stdout.decode().splitlines():
+            cid, _, label = line.strip().partition(" ")
+            owner = runs.Owner.from_label(label.strip())
+            if cid and owner is not None and not owner.alive:
+                self.remove(cid)
+                gone.append(cid)
+        return gone
 
     def cleanup(self) -> int:
         """Remove every container this adapter started; return how many there were."""

@@ -1,6 +1,7 @@
 """Faults: 5xx and dropped connections (through a loopback fault-injecting proxy in
-front of the real registry), a registry killed mid-push, an unreachable registry, a
-base index without linux/amd64."""
+front of the real registry), a registry killed mid-push, an unreachable registry, one that
+accepts and never answers, an HTML error page, a full disk under a download, a base index
+without linux/amd64."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
-from pipeline.errors import RegistryError
+from pipeline.errors import ConfigError, NoSpace, RegistryError
 from pipeline.image.oci import digest
 from pipeline.image.oci.image import OCI_INDEX, UnsupportedPlatform
 from pipeline.registry import local as localregistry
@@ -173,3 +176,87 @@ def test_index_resolves_to_its_amd64_manifest(local_registry, repo_name, tmp_pat
     pulled = pull(f"{local_registry.address}/{repo_name}@{digest.of_bytes(raw)}", tmp_path / "dst")
     assert pulled.index_digest == digest.of_bytes(raw)
     assert pulled.manifest_digest == img.manifest_digest
+
+
+@pytest.fixture
+def silent_port():
+    """A loopback port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+def test_a_registry_that_does_not_answer_shows_progress_and_gives_up_within_its_wait(silent_port, capsys):
+    client = RegistryClient(f"127.0.0.1:{silent_port}", wait=3, progress_s=1, backoff=0.01)
+    started = time.monotonic()
+    with pytest.raises(RegistryError) as err:
+        client.get_manifest("a/b", "sha256:" + "0" * 64)
+    took = time.monotonic() - started
+    assert 2.5 <= took < 6, took
+    line = err.value.one_line()
+    assert f"registry 127.0.0.1:{silent_port} did not answer GET /v2/a/b/manifests/" in line
+    assert "within 3 s" in line and "RELEASE_REGISTRY_WAIT_S" in line and "\n" not in line
+    said = capsys.readouterr().err
+    assert f"waiting for 127.0.0.1:{silent_port}, 1 s..." in said and "giving up after 3 s" in said
+
+
+def test_the_wait_for_a_registry_is_configurable_and_two_minutes_by_default(monkeypatch):
+    monkeypatch.delenv("RELEASE_REGISTRY_WAIT_S", raising=False)
+    assert RegistryClient("127.0.0.1:1").wait == 120
+    monkeypatch.setenv("RELEASE_REGISTRY_WAIT_S", "7.5")
+    assert RegistryClient("127.0.0.1:1").wait == 7.5
+    monkeypatch.setenv("RELEASE_REGISTRY_WAIT_S", "soon")
+    with pytest.raises(ConfigError, match="RELEASE_REGISTRY_WAIT_S is not a number"):
+        RegistryClient("127.0.0.1:1")
+
+
+NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
+             b"</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n")
+
+
+def test_an_html_error_page_is_summarised_not_pasted():
+    class Bad(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(502)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(NGINX_502)))
+            self.end_headers()
+            self.wfile.write(NGINX_502)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Bad)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", attempts=2, backoff=0.01)
+        with pytest.raises(RegistryError) as err:
+            client.get_manifest("a/b", "v1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    line = err.value.one_line()
+    assert "HTTP 502 (an HTML page: 502 Bad Gateway)" in line
+    assert "<" not in line and "\n" not in line
+
+
+@pytest.mark.root
+def test_a_full_disk_while_a_blob_is_written_is_one_line_with_the_path_and_the_size(
+        local_registry, repo_name, tmp_path, build_image, writer):
+    img = build_image(tmp_path / "src", layer_sizes=(3_000_000,))
+    push_layout(writer(local_registry), repo_name, tmp_path / "src")
+    layer = img.manifest.layers[0]
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        with pytest.raises(NoSpace) as err:
+            RegistryClient(local_registry.address).get_blob(repo_name, layer.digest, small / "blob", size=layer.size)
+        assert list(small.iterdir()) == []  # the partial download is gone
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    line = err.value.one_line()
+    assert line.startswith(f"no space left on the file system of {small} (writing blob {layer.digest}")
+    assert f"expected about {layer.size / 1e6:,.0f} MB free" in line and "free space there" in line
+    assert "\n" not in line

@@ -74,3 +74,27 @@ def test_cli_start_status_stop(tmp_path):
         stopped = cli("stop")
     assert stopped.returncode == 0 and "registry stopped" in stopped.stdout
     assert cli("status").returncode == 3
+
+
+def test_a_registry_whose_release_is_gone_is_stopped_and_one_started_by_hand_is_kept(tmp_path):
+    from pipeline import runs
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    gone = runs.Owner(sleeper.pid, runs._start_time(sleeper.pid))
+    sleeper.kill()
+    sleeper.wait()
+    by_hand, ours, orphan = tmp_path / "by-hand", tmp_path / "ours", tmp_path / "orphan"
+    try:
+        localregistry.start(by_hand)
+        localregistry.start(ours, owner=runs.current())
+        state = localregistry.start(orphan, owner=gone)
+        assert localregistry.stop_orphaned(by_hand) is None and localregistry.status(by_hand) is not None
+        assert localregistry.stop_orphaned(ours) is None and localregistry.status(ours) is not None
+        line = localregistry.stop_orphaned(orphan)
+        assert line == (f"stopped the local registry (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) "
+                        f"that a release which is gone (PID {gone.pid}) had started, under {orphan}")
+        assert localregistry.status(orphan) is None and not (orphan / "state.json").exists()
+        assert localregistry.stop_orphaned(orphan) is None
+    finally:
+        for root in (by_hand, ours, orphan):
+            localregistry.stop(root)
