@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeline._project import bootstrap_install
 from pipeline.config import BUDGET_FIELDS, ReleaseConfig
 from pipeline.records.dataset import (
     CARD,
@@ -219,7 +220,7 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
         "",
         "```sh",
         f"git clone {cfg.source_url} && cd {cfg.source_url.rstrip('/').rsplit('/', 1)[-1]}",
-        "python3 -m pip install nox==2026.10.20 uv==0.13.9",
+        bootstrap_install(),
         "# the commit that holds these records (provenance.json's project commit, or a later records commit)",
         "nox -s audit                 # offline: signatures, every record, every file of this dataset",
         "nox -s reproduce             # rebuild the image here: the digests above come out again",
