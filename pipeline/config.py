@@ -183,6 +183,8 @@ class EngineArgs:
 
 
 RUNTIME_ENGINES = ("auto", "podman", "docker")
+# The engines a release verifies its image under, each with the whole check suite.
+VERIFY_ENGINES = ("podman", "docker")
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ class RuntimeConfig:
     engine: str = "auto"
     health_timeout_s: int = 120
     engines: dict[str, EngineArgs] = field(default_factory=dict)
+    verify: tuple[str, ...] = VERIFY_ENGINES
 
     def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
         """The flags for `engine`; RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS replace them."""
@@ -228,6 +231,21 @@ class RuntimeConfig:
                               actual=choice)
         return choice
 
+    def verify_engines(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The engines the release's verify stage runs the suite under; RELEASE_RUNTIME_VERIFY
+        (comma-separated) overrides the file."""
+        environ = os.environ if environ is None else environ
+        raw = environ.get("RELEASE_RUNTIME_VERIFY")
+        return self.verify if raw is None else _verify_engines(tuple(x.strip() for x in raw.split(",")),
+                                                                "RELEASE_RUNTIME_VERIFY")
+
+
+def _verify_engines(engines: tuple[str, ...], where: str) -> tuple[str, ...]:
+    if not engines or any(e not in VERIFY_ENGINES for e in engines) or len(set(engines)) != len(engines):
+        raise ConfigError(f"{where}: the engines to verify under", expected=f"each of {', '.join(VERIFY_ENGINES)} "
+                          "at most once, at least one", actual=list(engines))
+    return engines
+
 
 def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     """[runtime], its types already checked by the schema."""
@@ -241,7 +259,8 @@ def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     timeout = t.get("health_timeout_s", RuntimeConfig.health_timeout_s)
     if timeout <= 0:
         raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
-    return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)
+    verify = _verify_engines(tuple(t.get("verify", VERIFY_ENGINES)), "runtime.verify")
+    return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines, verify=verify)
 
 
 @dataclass(frozen=True)

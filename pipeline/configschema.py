@@ -264,8 +264,12 @@ RELEASE = Table(
             }), "admission preflight"),
         "runtime": opt(Table(
             "Which container CLI the pipeline drives, and this machine's quirks for it.", {
-                "engine": opt(STRING, '"auto" (docker when `docker info` answers, else podman), "podman" or '
-                                      '"docker"; RELEASE_RUNTIME_ENGINE overrides it; "auto" when absent'),
+                "engine": opt(STRING, '"auto" (podman, always), "podman" or "docker" (the private Docker '
+                                      'engine); RELEASE_RUNTIME_ENGINE overrides it; "auto" when absent'),
+                "verify": opt(STRINGS, 'the engines the release runs the whole check suite under, in order, '
+                                       'each once ("podman", "docker": the private Docker engine with '
+                                       "Docker's defaults); RELEASE_RUNTIME_VERIFY (comma-separated) "
+                                       'overrides it; ["podman", "docker"] when absent'),
                 "health_timeout_s": opt(INTEGER, "seconds a started image has to answer /health (> 0); "
                                                  "120 when absent"),
                 "podman": opt(ENGINE, "podman's flags"),

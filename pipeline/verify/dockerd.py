@@ -1,0 +1,283 @@
+"""The private Docker engine: Debian's `dockerd` (docker.io) on a unix socket of its own.
+
+The pipeline starts it as it starts the local registry (pipeline/registry/local.py): every
+path under one directory (default `.release/docker/`, or `$RELEASE_DOCKER_DIR`): the socket
+`docker.sock`, the data root `data/`, the exec root `exec/`, the pidfile `docker.pid`, the
+log `dockerd.log` and `state.json`, which other processes read to find the running engine.
+The engine runs its own containerd (a child of dockerd, in the exec root) under a
+containerd namespace named after the directory, makes no bridge and writes no iptables rule
+(`--bridge none --iptables=false --ip6tables=false`): its containers use the host's network
+(`--network host`), listening on loopback only. It is stopped by its PID (SIGTERM, then
+SIGKILL), Ctrl-C included. A host's default daemon (/var/run/docker.sock) is never used,
+started or touched: the client always gets `-H unix://<this socket>`.
+
+The client is Debian's `/usr/bin/docker` of the same package, named by its path: another
+`docker` may come first on PATH (a newer client, of another engine), and the records name
+the client and engine versions that ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipeline import _proc
+from pipeline._io import write_json_atomic
+from pipeline.config import REPO_ROOT
+from pipeline.errors import ToolError
+from pipeline.progress import say
+
+# Debian's docker.io: the engine and its own client, by path (see the module docstring).
+DOCKERD = "/usr/sbin/dockerd"
+DOCKER_CLIENT = "/usr/bin/docker"
+PACKAGE = "docker.io"
+ROOT_VARIABLE = "RELEASE_DOCKER_DIR"
+START_TIMEOUT_S = 60.0
+# dockerd stops its containers (10 s each, at once) and its containerd before it exits.
+STOP_TIMEOUT_S = 30.0
+# sockaddr_un's path is 108 bytes including the terminating NUL; the managed containerd's
+# socket is the longest path under the exec root.
+_MAX_SOCKET_PATH = 107
+_CONTAINERD_SOCKET = "containerd/containerd-debug.sock"
+
+
+def default_root() -> Path:
+    """`$RELEASE_DOCKER_DIR`, else `.release/docker` in the repository."""
+    env = os.environ.get(ROOT_VARIABLE)
+    return Path(env) if env else REPO_ROOT / ".release" / "docker"
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """A running private engine, as recorded in `<root>/state.json`."""
+
+    root: Path
+    socket: Path
+    pid: int
+    namespace: str
+    version: str
+
+    @property
+    def host(self) -> str:
+        """The client's `-H` value."""
+        return f"unix://{self.socket}"
+
+    def client_args(self) -> tuple[str, ...]:
+        """The client binary and its global flags for this engine."""
+        return (DOCKER_CLIENT, "-H", self.host)
+
+
+def _paths(root: Path) -> dict[str, Path]:
+    return {"socket": root / "docker.sock", "data": root / "data", "exec": root / "exec",
+            "pidfile": root / "docker.pid", "log": root / "dockerd.log", "state": root / "state.json"}
+
+
+def namespace_of(root: Path) -> str:
+    """The containerd namespace of the engine under `root`: one per directory."""
+    return "arena-" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+
+
+def binaries() -> tuple[str, str]:
+    """(dockerd, docker client) of Debian's docker.io, or a ToolError saying how to install it."""
+    for path in (DOCKERD, DOCKER_CLIENT):
+        if not os.access(path, os.X_OK):
+            raise ToolError(f"the private Docker engine needs {path}, which is not installed",
+                            expected=f"Debian's {PACKAGE} ({DOCKERD}, {DOCKER_CLIENT})", actual="missing",
+                            hint=f"run `python -m pipeline setup` (apt-get install {PACKAGE})")
+    return DOCKERD, DOCKER_CLIENT
+
+
+def _alive(pid: int) -> bool:
+    """True when `pid` runs dockerd (its kernel comm), so a reused PID is ignored."""
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
+    return comm == "dockerd" and rest.split()[0] != "Z"
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _load_state(root: Path) -> EngineState | None:
+    path = _paths(root)["state"]
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text())
+    return EngineState(root=Path(raw["root"]), socket=Path(raw["socket"]), pid=int(raw["pid"]),
+                       namespace=raw["namespace"], version=raw["version"])
+
+
+def _server_version(sock: Path, timeout: float = 10) -> str | None:
+    out = _proc.run([DOCKER_CLIENT, "-H", f"unix://{sock}", "version", "--format", "{{.Server.Version}}"],
+                    check=False, timeout=timeout)
+    text = out.stdout.decode().strip()
+    return text if out.returncode == 0 and text else None
+
+
+def _healthy(state: EngineState) -> bool:
+    return _alive(state.pid) and _server_version(state.socket) is not None
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Serialise start/stop between processes sharing one engine directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def status(root: Path | None = None) -> EngineState | None:
+    """The running, answering engine under `root`, or None."""
+    state = _load_state(Path(root or default_root()).resolve())
+    return state if state is not None and _healthy(state) else None
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    if not path.exists():
+        return "(no log)"
+    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
+
+
+def start(root: Path | None = None) -> EngineState:
+    """Start (or reuse) the private engine under `root`; its state."""
+    root = Path(root or default_root()).resolve()
+    with _locked(root):
+        current = _load_state(root)
+        if current is not None and _healthy(current):
+            return current
+        _stop_unlocked(root)
+        return _start_unlocked(root)
+
+
+def _start_unlocked(root: Path) -> EngineState:
+    dockerd, _ = binaries()
+    paths = _paths(root)
+    longest = paths["exec"] / _CONTAINERD_SOCKET
+    if len(os.fsencode(longest)) > _MAX_SOCKET_PATH:
+        raise ToolError("the Docker engine's directory is too long for its unix sockets",
+                        expected=f"at most {_MAX_SOCKET_PATH} bytes", actual=str(longest),
+                        hint=f"set {ROOT_VARIABLE} to a shorter path")
+    for key in ("data", "exec"):
+        paths[key].mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths["socket"].unlink(missing_ok=True)
+    namespace = namespace_of(root)
+    argv = [dockerd, "--host", f"unix://{paths['socket']}", "--data-root", str(paths["data"]),
+            "--exec-root", str(paths["exec"]), "--pidfile", str(paths["pidfile"]),
+            "--containerd-namespace", namespace, "--containerd-plugins-namespace", f"{namespace}-plugins",
+            "--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+            "--userland-proxy=false", "--group", "root", "--log-level", "warn"]
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    with open(paths["log"], "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    proc.returncode = 0  # stopped by PID (stop()), not through this object
+    pid = proc.pid
+    deadline = time.monotonic() + START_TIMEOUT_S
+    version = None
+    try:
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                _reap(pid)
+                raise ToolError("dockerd exited while starting", expected="a running engine",
+                                actual="exited", hint=f"log {paths['log']}: {_tail(paths['log'])}")
+            if paths["socket"].exists():
+                version = _server_version(paths["socket"])
+                if version:
+                    break
+            time.sleep(0.2)
+        if not version:
+            raise ToolError(f"dockerd did not answer on {paths['socket']} within {START_TIMEOUT_S:.0f} s",
+                            expected="an answer to `docker version`", actual="no answer",
+                            hint=f"log {paths['log']}: {_tail(paths['log'])}")
+    except BaseException:
+        _terminate(pid)
+        raise
+    state = EngineState(root=root, socket=paths["socket"], pid=pid, namespace=namespace, version=version)
+    write_json_atomic(paths["state"], {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()})
+    return state
+
+
+def _terminate(pid: int) -> None:
+    if not _alive(pid):
+        _reap(pid)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    _reap(pid)
+
+
+def stop(root: Path | None = None) -> bool:
+    """Stop the engine under `root` by its PID; True if it was running. Idempotent."""
+    root = Path(root or default_root()).resolve()
+    with _locked(root):
+        return _stop_unlocked(root)
+
+
+def _stop_unlocked(root: Path) -> bool:
+    paths = _paths(root)
+    state = _load_state(root)
+    pids = {state.pid} if state is not None else set()
+    with contextlib.suppress(OSError, ValueError):
+        pids.add(int(paths["pidfile"].read_text().strip()))
+    running = [pid for pid in pids if _alive(pid)]
+    for pid in running:
+        _terminate(pid)
+    paths["state"].unlink(missing_ok=True)
+    paths["socket"].unlink(missing_ok=True)
+    return bool(running)
+
+
+def answers(sock: Path) -> bool:
+    """Whether something accepts connections on the unix socket `sock`."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def running(root: Path | None = None) -> Iterator[EngineState]:
+    """The engine under `root` for the duration of the block: started if it was not running,
+    and then stopped again on the way out (Ctrl-C included); a running one is left running."""
+    root = Path(root or default_root()).resolve()
+    started = status(root) is None
+    state = start(root)
+    if started:
+        say(f"    private Docker engine {state.version} at {state.host} (pid {state.pid})")
+    try:
+        yield state
+    finally:
+        if started:
+            stop(root)
+            say("    stopped the private Docker engine this run started")
