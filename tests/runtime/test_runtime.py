@@ -45,11 +45,12 @@ def test_settings_come_from_release_toml_and_env():
         cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "lxc"})
 
 
-def test_docker_without_a_daemon_is_not_chosen():
-    engine = runtime.detect("auto")
-    if engine == "docker":
-        pytest.skip("a docker daemon answers on this machine")
-    assert engine == "podman"
+def test_auto_is_podman_whatever_daemon_answers(monkeypatch):
+    # A daemon answering on DOCKER_HOST (or the default socket) no longer picks docker:
+    # tests/runtime/test_docker_engine.py runs this with a private engine answering.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert runtime.detect("auto") == "podman"
+    assert runtime.ContainerRuntime(config.RuntimeConfig(engine="auto")).engine == "podman"
 
 
 def test_missing_engine_binary_is_a_tool_error(monkeypatch):
