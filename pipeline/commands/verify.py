@@ -62,6 +62,10 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", help="host mode: a vendored task file to serve instead of env.families")
     p.add_argument("--port", type=int, default=None,
                    help=f"the port on 127.0.0.1 (default: ${serve_mod.PORT_VARIABLE}, else release.toml's)")
+    p.add_argument("--engine", choices=("podman", "docker"), default=None,
+                   help="the container engine: podman, or docker (the pipeline's private Docker engine, "
+                        "started for this and stopped with it; Docker's defaults). Default: [runtime] engine "
+                        "(auto: podman)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
 
 
@@ -69,10 +73,13 @@ def serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     port = serve_mod.serve_port(cfg, args.port)
     if args.host_mode:
+        if args.engine:
+            raise config_mod.ConfigError("--engine serves the image in a container; --host-mode serves on this host",
+                                         expected="one of them", actual="both")
         return serve_mod.serve_host(port, args.tasks, cfg.curriculum)
     if args.image:
-        return serve_mod.serve_pulled(args.image, cfg, host_port=port)
-    return serve_mod.serve_built(args.record, cfg, host_port=port)
+        return serve_mod.serve_pulled(args.image, cfg, host_port=port, engine=args.engine)
+    return serve_mod.serve_built(args.record, cfg, host_port=port, engine=args.engine)
 
 
 def _shard_argument(p: argparse.ArgumentParser) -> None:
