@@ -146,12 +146,7 @@ def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
 
 
 def network_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
-    """In the `namespaces` mode the episode has a network namespace of its own: only `lo`. In
-    the `unprivileged` mode (no user namespace, so no network namespace can be made) its
-    interfaces are the container's, and the server's port must still be out of reach."""
     ports = sorted({IMAGE_PORT, urlparse(target.url).port or IMAGE_PORT})
-    status, body = http_get(target.url, "/metadata")
-    unprivileged = status == 200 and isinstance(body, dict) and body.get("isolation") == "unprivileged"
     probe = ("import socket\n"
              f"for port in {ports!r}:\n"
              "    s = socket.socket()\n    s.settimeout(3)\n"
@@ -165,11 +160,10 @@ def network_check(session: Session, target: Target, case: Case, seed: int, rec: 
         interfaces = re.search(r"INTERFACES (\S*)", out.output)
         reached = "CONNECTED" in out.output
         only_lo = interfaces is not None and interfaces.group(1) == "lo"
-        rec.add("isolation-network", (only_lo or unprivileged) and not reached and "REFUSED" in out.output,
+        rec.add("isolation-network", only_lo and not reached and "REFUSED" in out.output,
                 observed={"server_port_reached": reached, "interfaces": interfaces and interfaces.group(1),
                           "output": out.output[-300:]},
-                expected={"server_port_reached": False,
-                          "interfaces": "the container's (unprivileged mode)" if unprivileged else "lo"})
+                expected={"server_port_reached": False, "interfaces": "lo"})
     except ServerError as exc:
         rec.error("isolation-network", exc)
 
