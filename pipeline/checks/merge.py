@@ -99,6 +99,30 @@ def _ordered(pairs: list[tuple[Shard, SuiteResult]], cases: Sequence[Case]) -> t
     return tuple(out)
 
 
+def _runtimes(records: Sequence[SuiteResult], checks: tuple[CheckResult, ...]) -> tuple[dict, ...]:
+    """The runtimes of the merged record: every shard ran under the same engines, in the same
+    order, with the same security; the isolation mode is the one shard's that ran the image
+    checks, and each runtime's counts and containers are the merged ones."""
+    def same(r: dict) -> tuple:
+        return (r.get("name"), r.get("suffix"), r.get("engine", {}).get("version"), r.get("container_security"))
+
+    _same([[same(r) for r in p.runtimes] for p in records], "the runtimes they ran under")
+    if not records[0].runtimes:
+        return ()
+    externals = {g for p in records for g in _external_groups(p)}
+    out = []
+    for position, first in enumerate(records[0].runtimes):
+        modes = [p.runtimes[position].get("isolation") for p in records if p.runtimes[position].get("isolation")]
+        _same(modes, f"the isolation mode under {first.get('name')}")
+        mine = SuiteResult(image="", targets=(), seconds=0.0, checks=tuple(
+            c for c in checks if _group(c.id) not in externals
+            and (c.id.endswith(first["suffix"]) if first.get("suffix") else "@" not in c.id)))
+        out.append({**first, "isolation": modes[0] if modes else None,
+                    "containers": sum(p.runtimes[position].get("containers", 0) for p in records),
+                    "summary": mine.counts()})
+    return tuple(out)
+
+
 def merge(parts: Sequence[SuiteResult], cases: Sequence[Case]) -> SuiteResult:
     """One record, equal to an unsharded run's apart from targets and timings; `cases` are the
     run's cases (release.toml's [curriculum]), from which the shard plan is recomputed."""
@@ -115,7 +139,9 @@ def merge(parts: Sequence[SuiteResult], cases: Sequence[Case]) -> SuiteResult:
     if len(externals) > 1:
         raise VerificationError("more than one shard verified the external tasks", expected="one shard (shard 1)",
                                 actual=[index for index, _ in externals])
-    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs, cases),
+    checks = _ordered(pairs, cases)
+    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=checks,
+                   runtimes=_runtimes(records, checks),
                    seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
                    external=externals[0][1] if externals else (),
                    layers=next((p.layers for p in records if p.layers), ()),

@@ -43,6 +43,12 @@ def test_settings_come_from_release_toml_and_env():
     assert cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "podman"}) == "podman"
     with pytest.raises(config.ConfigError):
         cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "lxc"})
+    # The release verifies under podman and the private Docker engine unless told otherwise.
+    assert cfg.verify_engines({}) == ("podman", "docker")
+    assert cfg.verify_engines({"RELEASE_RUNTIME_VERIFY": "docker"}) == ("docker",)
+    for wrong in ("", "podman,podman", "podman,lxc"):
+        with pytest.raises(config.ConfigError, match="the engines to verify under"):
+            cfg.verify_engines({"RELEASE_RUNTIME_VERIFY": wrong})
 
 
 def test_auto_is_podman_whatever_daemon_answers(monkeypatch):
