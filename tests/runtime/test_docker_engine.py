@@ -17,6 +17,7 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,34 @@ def test_loopback_command():
     assert runtime.loopback_command(CMD, 4321)[-4:] == ["--host", "127.0.0.1", "--port", "4321"]
     with pytest.raises(runtime.ContainerError, match="--port"):
         runtime.loopback_command(["python", "-m", "server", "--host", "0.0.0.0"], 1)
+
+
+def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
+    from pipeline.verify.runtime import ContainerError
+
+    from .test_serve import _layout
+
+    layout, img = _layout(tmp_path / "oci")
+    name = f"localhost/test/serve-load:{uuid.uuid4().hex[:12]}"
+    archive = tmp_path / "image.tar"
+    layout.write_archive(img.manifest_digest, archive, name=name, docker=True)
+    assert rt.load(archive, name, digests=(img.manifest_digest, img.config_digest)) == name
+    with pytest.raises(ContainerError, match="did not load"):
+        rt.load(archive, name, digests=("sha256:" + "0" * 64,))
+    rt._cli("rmi", "--force", name)
+
+
+def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
+    from pipeline.verify import serve
+
+    root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
+    monkeypatch.setenv(dockerd.ROOT_VARIABLE, str(root))
+    try:
+        with serve.engine_runtime(config.load(), "docker") as adapter:
+            assert adapter.engine == "docker" and adapter.docker.root == root
+            pid = adapter.docker.pid
+            assert dockerd._alive(pid)
+        assert not dockerd._alive(pid) and dockerd.status(root) is None
+    finally:
+        dockerd.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
