@@ -91,28 +91,28 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
         raise ConfigError("--parallel must be at least 1", actual=parallel)
     engines = tuple(engines or cfg.runtime.verify_engines())
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp:
+    results: list[SuiteResult] = []
+    first_runtime = None
+    with tempfile.TemporaryDirectory(prefix="verify-pull-") as tmp, contextlib.ExitStack() as stack:
         pulled = pull(image, Path(tmp) / "oci")
         layout = Layout(Path(tmp) / "oci")
         image_config = parse_config(layout.read_blob(pulled.config_digest))
         layers = [(d.digest, layout.blob_path(d.digest)) for d in pulled.layers]
         inherited = inherited_files(image_config, layers, cfg.app_dir)
-    env = image_config.config.env_map()
-    # Not started, the external tasks are registry facts only (a network wait, retried while
-    # a registry is unreachable): they are read while the suite runs. Started, they follow
-    # the suite, whose containers are gone by then.
-    externals = _Background(external.verify_all, cfg.external.tasks, start=None) \
-        if verifies_externals(shard) and not start_external else None
-    results: list[SuiteResult] = []
-    first_runtime = None
-    with contextlib.ExitStack() as stack:
+        env = image_config.config.env_map()
+        # Not started, the external tasks are registry facts only (a network wait, retried while
+        # a registry is unreachable): they are read while the suite runs. Started, they follow
+        # the suite, whose containers are gone by then.
+        externals = _Background(external.verify_all, cfg.external.tasks, start=None) \
+            if verifies_externals(shard) and not start_external else None
         for engine in engines:
             docker = stack.enter_context(dockerd.running()) if engine == "docker" else None
             runtime = ContainerRuntime(cfg.runtime, engine=engine, docker=docker)
             first_runtime = first_runtime or runtime
             suffix = "" if not results else f"@{engine}"
             results.append(_suite_under(runtime, image, cfg=cfg, env=env, inherited=inherited,
-                                        parallel=parallel, shard=shard, suffix=suffix))
+                                        parallel=parallel, shard=shard, suffix=suffix,
+                                        local=_loader(runtime, layout, pulled, Path(tmp))))
         plan = external.StartPlan(runtime=first_runtime, budget=cfg.budgets["external"].values,
                                   limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
                                   references=references or {}) if start_external else None
@@ -137,19 +137,43 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
 ENGINE_ISOLATION = {"podman": ("namespaces",), "docker": ("namespaces", "unprivileged")}
 
 
+def _loader(runtime: Any, layout: Any, pulled: Any, scratch: Path) -> Callable[[], str] | None:
+    """How the image reaches `runtime`'s store when not by its own pull: the private Docker
+    engine loads the layout the verification pull wrote (every blob checked against its digest
+    there, and the engine's id of the loaded image checked again), since docker pulls nothing
+    anonymously from a registry whose API root asks for credentials. None: the engine pulls."""
+    if runtime.engine != "docker":
+        return None
+
+    def load() -> str:
+        from pipeline.image.oci.digest import hex_of
+
+        name = f"localhost/verify/image:sha256-{hex_of(pulled.manifest_digest)}"
+        archive = scratch / "image.tar"
+        layout.write_archive(pulled.manifest_digest, archive, name=name, docker=True)
+        try:
+            return runtime.load(archive, name, digests=(pulled.manifest_digest, pulled.config_digest))
+        finally:
+            archive.unlink(missing_ok=True)
+
+    return load
+
+
 def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env: dict[str, str],
-                 inherited: tuple[str, ...], parallel: int, shard: Shard | None, suffix: str) -> SuiteResult:
-    """The suite against `parallel` containers of `image` under `runtime`, its check ids
-    suffixed with `suffix`, its runtime recorded."""
+                 inherited: tuple[str, ...], parallel: int, shard: Shard | None, suffix: str,
+                 local: Callable[[], str] | None = None) -> SuiteResult:
+    """The suite against `parallel` containers of `image` under `runtime` (pulled by the engine,
+    or brought in by `local`, which returns the engine's name of it), its check ids suffixed
+    with `suffix`, its runtime recorded."""
     from pipeline.verify.limits import ContainerLimits
 
-    runtime.pull(image)
+    name = local() if local is not None else runtime.pull(image)
     # The containers run under the procedural budget, and the suite checks it is in force.
     limits = ContainerLimits.from_budgets(cfg.budgets["procedural"])
     containers = []
     try:
         with ThreadPoolExecutor(parallel) as pool:
-            futures = [pool.submit(runtime.start, image, port=cfg.port, limits=limits) for _ in range(parallel)]
+            futures = [pool.submit(runtime.start, name, port=cfg.port, limits=limits) for _ in range(parallel)]
         containers = [f.result() for f in futures if f.exception() is None]
         for f in futures:
             f.result()  # the first that failed, once the others are in `containers` (removed below)
