@@ -7,6 +7,7 @@ first-party ``env.families``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import partial
 
 from fastapi import FastAPI
@@ -17,14 +18,17 @@ from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
 from env.server import mcp
-from env.server.environment import Curriculum, ServerConfig, ShellEnvironment, sandbox_spec
+from env.server.environment import ArenaMetadata, Curriculum, ServerConfig, ShellEnvironment, sandbox_spec
 from env.server.messages import MessageGuard
 from env.server.models import ShellAction, ShellObservation
-from env.server.sandbox import SandboxFactory
+from env.server.sandbox import start_sandboxes
 from env.server.shell import check_sandbox_tools, ensure_sandbox_identity
 from env.server.workspace import home_dir
 
 TASKS_FILE_VARIABLE = "ARENA_TASKS_FILE"
+# `auto` (the default: the strongest mode the runtime allows), `namespaces` or
+# `unprivileged` (docs/isolation.md); the mode taken is logged and served at /metadata.
+ISOLATION_VARIABLE = "ARENA_ISOLATION"
 
 # What is served: the OpenEnv runtime standard's endpoints, in its "production" mode
 # (`openenv validate`: an OpenAPI path set without /reset has neither /step nor /state),
@@ -46,28 +50,42 @@ def create_server_app(tasks_file: str | None = None, config: ServerConfig = Serv
         check_sandbox_tools()
         ensure_sandbox_identity(config.uid, config.gid, home_dir(config.workspace_root))
         config.workspace_root.mkdir(mode=0o755, parents=True, exist_ok=True)
-        sandboxes = SandboxFactory(sandbox_spec(config))
         # The first episode's sandbox, made now: a server that cannot isolate episodes
         # fails here, at start, saying why, rather than at its first reset.
-        sandboxes.take().destroy()
+        sandboxes = start_sandboxes(sandbox_spec(config), os.environ.get(ISOLATION_VARIABLE) or "auto")
+    environments = partial(ShellEnvironment, curriculum, sandboxes, config)
     app = create_app(
-        partial(ShellEnvironment, curriculum, sandboxes, config),
+        environments,
         ShellAction,
         ShellObservation,
         env_name=ENV_NAME,
         max_concurrent_envs=1,
     )
-    serve_standard_routes(app)
+    serve_standard_routes(app, environments)
     app.add_middleware(_QuietClientClose)
     app.add_middleware(MessageGuard)
     return app
 
 
-def serve_standard_routes(app: FastAPI) -> None:
-    """Narrow ``app`` (openenv-core's) to SERVED_ROUTES and answer ``POST /mcp`` with env.server.mcp."""
+def serve_standard_routes(app: FastAPI, environments: Callable[[], ShellEnvironment]) -> None:
+    """Narrow ``app`` (openenv-core's) to SERVED_ROUTES, answer ``GET /metadata`` with what
+    ``environments`` (the app's factory) says, and ``POST /mcp`` with env.server.mcp."""
     keep_served_routes(app)
+    # openenv-core's /metadata route drops every field its own model lacks: this one serves
+    # the environment's whole answer (its isolation mode included).
+    app.router.routes[:] = [route for route in app.router.routes if getattr(route, "path", None) != "/metadata"]
+    app.add_api_route("/metadata", partial(_metadata, environments), methods=["GET"], response_model=ArenaMetadata,
+                      summary="Get environment metadata", tags=["Environment Info"])
     app.add_api_route(mcp.MCP_PATH, mcp.endpoint(ENV_NAME), methods=["POST"],
                       summary="MCP (JSON-RPC 2.0); no tools are offered")
+
+
+def _metadata(environments: Callable[[], ShellEnvironment]) -> ArenaMetadata:
+    environment = environments()
+    try:
+        return environment.get_metadata()
+    finally:
+        environment.close()
 
 
 class _QuietClientClose:

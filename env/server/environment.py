@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
+from pydantic import Field
 from openenv.core.env_server.types import EnvironmentMetadata, State
 
 from env.catalog import CASE_IDS, make_case, parse_case_id
@@ -113,6 +114,14 @@ def sandbox_spec(config: ServerConfig) -> SandboxSpec:
                        limits=RESOURCE_LIMITS, oom_score_adj=OOM_SCORE_ADJ)
 
 
+class ArenaMetadata(EnvironmentMetadata):
+    """OpenEnv's metadata and how this server contains an episode (docs/isolation.md)."""
+
+    isolation: str = Field(description="how each episode is contained: namespaces (its own user, PID, "
+                           "network, mount and IPC namespaces) or unprivileged (the container's, with "
+                           "the agent's system calls filtered and its processes killed by UID at reset)")
+
+
 class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
     """One agent at a time drives a shell in /workspace/repo and is graded on answer.json."""
 
@@ -126,6 +135,7 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         self._config = config
         self._episode: _Episode | None = None
         self._sandbox: Sandbox | None = None
+        self._repo: int | None = None
 
     def reset(
         self,
@@ -162,6 +172,11 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
             sandbox.destroy()
             raise
         self._sandbox = sandbox
+        # The working directory, held open: the answer written there stays readable at
+        # `finish` even if the agent's memory use got the sandbox's PID 1 killed (its mount
+        # namespace, the workspace's tmpfs, lives on while this descriptor does).
+        self._repo = os.open(sandbox.path(repo_dir(self._config.workspace_root)),
+                             os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._episode = _Episode(
             case_id=case_id,
             task=task,
@@ -217,7 +232,8 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
 
     def _finish(self, episode: _Episode, prefix: str, exit_code: int | None) -> ShellObservation:
         assert self._sandbox is not None
-        read = read_answer(self._sandbox.path(repo_dir(self._config.workspace_root)) / ANSWER_NAME)
+        assert self._repo is not None
+        read = read_answer(Path(f"/proc/self/fd/{self._repo}") / ANSWER_NAME)
         if read.answer is None:
             reward = 0.0
             verdict = f"reward 0.0: {read.reason}"
@@ -268,14 +284,18 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         self._end_sandbox()
 
     def _end_sandbox(self) -> None:
+        repo, self._repo = self._repo, None
+        if repo is not None:
+            os.close(repo)
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             assert self._sandboxes is not None  # only a reset through them makes a sandbox
             self._sandboxes.retire(sandbox)
 
-    def get_metadata(self) -> EnvironmentMetadata:
-        """Name and description served at /metadata."""
-        return EnvironmentMetadata(
+    def get_metadata(self) -> ArenaMetadata:
+        """Name, description and isolation mode served at /metadata."""
+        return ArenaMetadata(
+            isolation=self._sandboxes.spec.mode if self._sandboxes is not None else "none",
             name="openenv-arena",
             description=(
                 "Procedural data-workflow cases: read three JSON files in /workspace/repo with a "

@@ -45,6 +45,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -53,16 +54,40 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added after the unification)
+SYS_OPEN_TREE, OPEN_TREE_CLONE = 428, 1
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 KEYCTL_JOIN_SESSION_KEYRING = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-# The kernel keyring system calls (x86_64 numbers), refused to every process of the episode.
-KEYRING_SYSCALLS = (248, 249, 250)  # add_key, request_key, keyctl
+PR_SET_CHILD_SUBREAPER = 36
+PR_CAPBSET_DROP, CAP_LAST_CAP = 24, 63
+# System calls refused to every process of the episode, by what they would reach past the
+# episode (x86_64 numbers). Each group is switched on by a setup flag.
+KEYRING_SYSCALLS = (248, 249, 250)  # add_key, request_key, keyctl: keys are the kernel's
+# Namespaces the agent could nest (whose teardown it could inflate past a reset, or hide
+# processes in): unshare and setns always; clone only with a namespace flag (below).
+NAMESPACE_SYSCALLS = (272, 308)  # unshare, setns
+# Kernel interfaces no data workflow needs, each a way around the filter or a shared
+# kernel object: io_uring (its own socket and file operations), bpf, perf_event_open,
+# userfaultfd, and the mount API.
+KERNEL_SYSCALLS = (425, 426, 427, 321, 298, 323, 165, 166, 428, 429, 430, 431, 432, 433, 442)
+# System V IPC: its objects pin memory that no process holds (a segment outlives its
+# maker), so an episode gets none, in either mode.
+SYSV_SYSCALLS = (29, 30, 31, 64, 65, 66, 68, 69, 70, 71, 220)  # shm*, sem*, msg*, semtimedop
+# Without namespaces of its own (the unprivileged mode) the agent shares the container's
+# network and IPC: it gets no socket at all (socketpair, which reaches nothing, stays) and
+# no POSIX message queue. With them, its own loopback and mqueue mount are its own.
+SOCKET_SYSCALLS = (41,)  # socket
+MQUEUE_SYSCALLS = (240,)  # mq_open
+SYS_CLONE, SYS_CLONE3 = 56, 435
+# Every CLONE_NEW* flag clone(2) takes (CLONE_NEWTIME only clone3 and unshare do).
+CLONE_NEW_FLAGS = 0x7E020000
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+EPERM, ENOSYS = 1, 38
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = 0, 4, 16
 PR_SET_PDEATHSIG = 1
 NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000,
                    "ipc": 0x08000000}
@@ -108,26 +133,70 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _deny_keyrings() -> None:
-    """A seccomp filter: add_key, request_key and keyctl fail with EPERM, and so does every
-    system call of another ABI (i386, x32), whose numbers the filter does not know.
+def _filter_program(setup: dict) -> list[tuple[int, int, int, int]]:
+    """The episode's seccomp program (classic BPF): the refused system calls fail with
+    EPERM, clone with any CLONE_NEW* flag too, clone3 with ENOSYS (so that glibc falls back
+    to clone, whose flags a filter can read), and so does every system call of another ABI
+    (i386, x32), whose numbers the filter does not know."""
+    refused: list[int] = list(KERNEL_SYSCALLS)
+    if setup.get("deny_keyrings"):
+        refused += KEYRING_SYSCALLS
+    if setup.get("deny_namespaces"):
+        refused += NAMESPACE_SYSCALLS
+    if setup.get("deny_sysv"):
+        refused += SYSV_SYSCALLS
+    if setup.get("deny_sockets"):
+        refused += SOCKET_SYSCALLS
+    if setup.get("deny_mqueue"):
+        refused += MQUEUE_SYSCALLS
+    refused = sorted(set(refused))
+    # Layout, by index: 0-3 the ABI checks; one JEQ per refused call; the clone3 and clone
+    # tests; then the returns ALLOW, the clone flag test, ALLOW, ENOSYS, EPERM.
+    body = 4 + len(refused) + (2 if setup.get("deny_namespaces") else 0)
+    allow, clone_flags, enosys, eperm = body, body + 1, body + 4, body + 5
 
-    Keyrings are the kernel's; a key's description is visible to the same UID in any
-    namespace (/proc/keys) until the key is collected, so an episode must not make any."""
-    deny = len(KEYRING_SYSCALLS) + 5  # the index of the last instruction; jumps count from the next one
+    def jump(at: int, to: int) -> int:  # jumps count from the next instruction
+        return to - at - 1
+
     program = [
-        (BPF_LD_W_ABS, 0, 0, 4),                            # seccomp_data.arch
-        (BPF_JEQ_K, 0, deny - 2, AUDIT_ARCH_X86_64),
-        (BPF_LD_W_ABS, 0, 0, 0),                            # seccomp_data.nr
-        (BPF_JGE_K, deny - 4, 0, X32_SYSCALL_BIT),
-        *((BPF_JEQ_K, deny - 5 - i, 0, number) for i, number in enumerate(KEYRING_SYSCALLS)),
-        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
-        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 1),           # EPERM
+        (BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_ARCH),
+        (BPF_JEQ_K, 0, jump(1, eperm), AUDIT_ARCH_X86_64),
+        (BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_NR),
+        (BPF_JGE_K, jump(3, eperm), 0, X32_SYSCALL_BIT),
     ]
+    for number in refused:
+        program.append((BPF_JEQ_K, jump(len(program), eperm), 0, number))
+    if setup.get("deny_namespaces"):
+        program.append((BPF_JEQ_K, jump(len(program), enosys), 0, SYS_CLONE3))
+        program.append((BPF_JEQ_K, jump(len(program), clone_flags), 0, SYS_CLONE))
+    program += [
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        (BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_ARG0),             # clone's flags (their low word)
+        (BPF_JSET_K, jump(clone_flags + 1, eperm), 0, CLONE_NEW_FLAGS),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM),
+    ]
+    assert len(program) == eperm + 1
+    return program
+
+
+def _install_filter(setup: dict) -> None:
+    """Stack the episode's seccomp filter on this process and everything it starts."""
+    program = _filter_program(setup)
     filters = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
     fprog = _SockFprog(len(program), filters)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
-           "prctl(PR_SET_SECCOMP): the keyring filter")
+           "prctl(PR_SET_SECCOMP): the episode's system call filter")
+
+
+def _drop_bounding_set() -> None:
+    """Empty the capability bounding set: nothing the episode execs can regain a capability
+    (a nested user namespace's root, were one allowed, would start from none)."""
+    for cap in range(CAP_LAST_CAP + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
 
 
 def _new_session_keyring() -> None:
@@ -159,40 +228,75 @@ def _make_owned_dir(path: str, mode: int, uid: int, gid: int) -> None:
     os.chmod(path, mode)
 
 
+def _own_oom_score_adj(read_only_soon: bool) -> int:
+    """This process's oom_score_adj, open for writing. Before every mount turns read-only,
+    through a detached copy of /proc (open_tree): a descriptor open for writing on /proc
+    itself would keep it writable (mount_setattr refuses, EBUSY), and the copy is reachable
+    only through this descriptor, which no command inherits."""
+    if not read_only_soon:
+        return os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+    tree = _libc.syscall(SYS_OPEN_TREE, AT_FDCWD, b"/proc", OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC)
+    if tree < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree(/proc): {os.strerror(err)}")
+    try:
+        return os.open("self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC, dir_fd=tree)
+    finally:
+        os.close(tree)
+
+
 def prepare(setup: dict) -> None:
-    """Make this mount namespace the sandbox's filesystem view, then lock this process down."""
-    # Inherited by every command (and it makes this PID 1, too, the OOM killer's first
-    # choice: the episode goes before the server does).
-    _named("oom_score_adj", _write, "/proc/self/oom_score_adj", str(setup["oom_score_adj"]))
-    if setup["read_only"]:
-        _read_only_everywhere()
-    for path, size, inodes, mode in setup["scratch"]:
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
-                   f"size={size},nr_inodes={inodes},mode={mode:o}")
-    workspace = setup["workspace"]
-    # Under a scratch directory (a host-mode workspace in /tmp), its fresh tmpfs lacks the path.
-    _named("the workspace's mount point", os.makedirs, workspace["path"], 0o755, True)
-    _mount("tmpfs", workspace["path"], "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
-    uid, gid = setup["uid"], setup["gid"]
-    for name, mode in (("repo", 0o755), ("home", 0o700)):
-        _named(f"the workspace's {name} directory", _make_owned_dir,
-               os.path.join(workspace["path"], name), mode, uid, gid)
-    if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
-        _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    if setup["network"]:
-        _named("bringing the loopback interface up", _loopback_up)
-    if setup["session_keyring"]:
-        _new_session_keyring()
+    """Make this mount namespace the sandbox's filesystem view (with namespaces of its own),
+    then lock this process, and so everything it starts, down."""
+    # The OOM killer's order: the agent's commands first (oom_score_adj 1000, set per
+    # command), then this PID 1 (half that: its own memory is small, so any command
+    # outranks it), the server last. Raising the value needs no privilege.
+    _named("oom_score_adj", _write, "/proc/self/oom_score_adj", str(setup["init_oom_score_adj"]))
+    # Held open: /proc is read-only once the mounts are, and each command is forked with
+    # its own value raised here for the fork (it inherits it), then lowered back (allowed:
+    # no lower than where it started).
+    setup["oom_fd"] = _own_oom_score_adj(setup["namespaces"] and setup["read_only"])
+    if setup["namespaces"]:
+        if setup["read_only"]:
+            _read_only_everywhere()
+        for path, size, inodes, mode in setup["scratch"]:
+            if os.path.isdir(path):
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
+                       f"size={size},nr_inodes={inodes},mode={mode:o}")
+        workspace = setup["workspace"]
+        # Under a scratch directory (a host-mode workspace in /tmp), its fresh tmpfs lacks the path.
+        _named("the workspace's mount point", os.makedirs, workspace["path"], 0o755, True)
+        _mount("tmpfs", workspace["path"], "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
+        uid, gid = setup["uid"], setup["gid"]
+        for name, mode in (("repo", 0o755), ("home", 0o700)):
+            _named(f"the workspace's {name} directory", _make_owned_dir,
+                   os.path.join(workspace["path"], name), mode, uid, gid)
+        if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
+            _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        if setup["network"]:
+            _named("bringing the loopback interface up", _loopback_up)
+        if setup["session_keyring"]:
+            _new_session_keyring()
+    else:
+        # The container's own namespaces: the server made the workspace's directories, and
+        # kills the episode's processes by their UID (the zygote's "killuid").
+        _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+    if setup["drop_bounding_set"]:
+        _drop_bounding_set()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if setup["deny_keyrings"]:
-        _deny_keyrings()
+    _install_filter(setup)
 
 
 def _start(run: dict, out: int, setup: dict) -> int:
-    pid = os.fork()
+    os.write(setup["oom_fd"], str(setup["oom_score_adj"]).encode())
+    try:
+        pid = os.fork()
+    except OSError:
+        os.write(setup["oom_fd"], str(setup["init_oom_score_adj"]).encode())
+        raise
     if pid:
+        os.write(setup["oom_fd"], str(setup["init_oom_score_adj"]).encode())
         return pid
     try:
         os.setsid()
@@ -288,8 +392,69 @@ def _drain(fd: int) -> None:
             return
 
 
+def kill_uid(uid: int, deadline_s: float) -> bool:
+    """Kill every process of ``uid`` (in this PID namespace), reaping whatever comes to this
+    process meanwhile; True once none is left, False past ``deadline_s`` seconds.
+
+    A child that takes ``uid`` sends SIGKILL to every process it may signal, which are
+    exactly the processes of that UID (kill(-1) spares only itself and PID 1). One pass
+    cannot be outrun: the kernel signals under the lock a fork needs to add its child, and
+    refuses to complete a fork whose parent has a fatal signal pending. The dying processes'
+    orphans come here (a child subreaper) and are reaped here until /proc lists none."""
+    killer = os.fork()
+    if killer == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os._exit(0)
+    os.waitpid(killer, 0)
+    give_up = time.monotonic() + deadline_s
+    while True:
+        _reap_all()
+        if not _processes_of(uid):
+            return True
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.0005)
+
+
+def _processes_of(uid: int) -> list[int]:
+    """The PIDs whose real UID is ``uid`` (zombies included), from /proc/PID/status: the
+    owner of /proc/PID is root for a process that made itself not dumpable."""
+    found = []
+    wanted = f"Uid:\t{uid}\t".encode()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/status", "rb") as status:
+                    if wanted in status.read(2048):
+                        found.append(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return found
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def zygote(ctl: socket.socket) -> int:
-    """Fork a sandbox's first process per spawn request, and reap them, until the server goes."""
+    """Fork a sandbox's first process per spawn request, kill a UID's processes per killuid
+    request, and reap every child and orphan, until the server goes."""
+    # The orphans of every sandbox (their PID 1 killed, in the unprivileged mode) come here
+    # and are reaped, never left as zombies under the server.
+    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -305,6 +470,9 @@ def zygote(ctl: socket.socket) -> int:
             return 0
         try:
             request = json.loads(data)
+            if request.get("op") == "killuid" and not fds:
+                _send(ctl, {"killed": kill_uid(int(request["uid"]), float(request["deadline_s"]))})
+                continue
             if request.get("op") != "spawn" or len(fds) != 1:
                 raise ValueError(f"expected a spawn request with one socket, got {request!r} with {len(fds)}")
             pid = os.fork()
@@ -335,8 +503,8 @@ def zygote(ctl: socket.socket) -> int:
 
 def sandbox(ctl: socket.socket, namespaces: str) -> int:
     """One sandbox's first process: unshare, then fork its PID 1 and wait for it."""
-    flags = sum(NAMESPACE_FLAGS[name] for name in namespaces.split(","))
-    if _libc.unshare(flags) != 0:
+    flags = sum(NAMESPACE_FLAGS[name] for name in namespaces.split(",") if name)
+    if flags and _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         _send(ctl, {"error": f"unshare({namespaces}): {os.strerror(err)}"})
         return 1

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 NSINIT = Path(__file__).with_name("nsinit.py")
@@ -68,6 +68,19 @@ class SandboxError(RuntimeError):
     """An episode's namespaces could not be made, used or ended (an infrastructure fault)."""
 
 
+class NamespacesRefused(SandboxError):
+    """The runtime refuses the namespaces an episode needs (user namespaces, under Docker's
+    default seccomp profile): the server then takes the unprivileged mode."""
+
+
+# The two ways to contain an episode (docs/isolation.md): namespaces of its own, where the
+# runtime allows them; else the container's, with the agent's system calls filtered, its
+# processes killed by UID and its files renamed away at reset.
+NAMESPACES_MODE = "namespaces"
+UNPRIVILEGED_MODE = "unprivileged"
+ISOLATION_MODES = (NAMESPACES_MODE, UNPRIVILEGED_MODE)
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """What every sandbox of a server gets: identity, limits, workspace and scratch mounts."""
@@ -78,28 +91,58 @@ class SandboxSpec:
     workspace_bytes: int
     limits: tuple[tuple[str, int], ...]
     oom_score_adj: int
+    # PID 1's: below every command's, above the server's (0), so that the OOM killer ends
+    # the agent's commands first and the episode stays gradable.
+    init_oom_score_adj: int = 500
     workspace_inodes: int = WORKSPACE_INODES
     scratch: tuple[tuple[str, int, int, int], ...] = SCRATCH
     namespaces: tuple[str, ...] = NAMESPACES
     read_only: bool = True
     session_keyring: bool = True
     deny_keyrings: bool = True
+    deny_namespaces: bool = True
+    deny_sysv: bool = True
+    deny_sockets: bool = False
+    deny_mqueue: bool = False
+    drop_bounding_set: bool = True
+    # The unprivileged mode's defences (no namespaces to end the episode with): kill the
+    # episode's processes by their UID, and rename its directories away, at reset.
+    kill_by_uid: bool = False
+    lock_scratch: bool = False
+
+    @property
+    def mode(self) -> str:
+        """The isolation mode: with namespaces of its own, or unprivileged."""
+        return NAMESPACES_MODE if self.namespaces else UNPRIVILEGED_MODE
 
     def setup(self) -> dict:
         """The setup message nsinit.py reads."""
         return {
             "uid": self.uid, "gid": self.gid,
+            "namespaces": bool(self.namespaces),
             "workspace": {"path": str(self.workspace), "size": self.workspace_bytes,
                           "inodes": self.workspace_inodes},
             "scratch": [list(entry) for entry in self.scratch],
             "limits": [list(limit) for limit in self.limits],
             "oom_score_adj": self.oom_score_adj,
+            "init_oom_score_adj": self.init_oom_score_adj,
             "read_only": self.read_only,
             "mqueue": "ipc" in self.namespaces,
             "network": "net" in self.namespaces,
             "session_keyring": self.session_keyring,
             "deny_keyrings": self.deny_keyrings,
+            "deny_namespaces": self.deny_namespaces,
+            "deny_sysv": self.deny_sysv,
+            "deny_sockets": self.deny_sockets,
+            "deny_mqueue": self.deny_mqueue,
+            "drop_bounding_set": self.drop_bounding_set,
         }
+
+
+def unprivileged(spec: SandboxSpec) -> SandboxSpec:
+    """``spec`` without namespaces: the container's, every unprivileged defence on."""
+    return replace(spec, namespaces=(), read_only=False, session_keyring=False, deny_sockets=True,
+                   deny_mqueue=True, kill_by_uid=True, lock_scratch=True)
 
 
 def workspace_size(path: Path) -> int:
@@ -169,6 +212,25 @@ class Zygote:
                     self._stop()
                     raise SandboxError(f"{NSINIT} (the zygote) failed twice ({exc}; then {again}): is "
                                        "the server out of processes or memory?") from again
+
+    def kill_uid(self, uid: int) -> None:
+        """Kill every process of ``uid`` and wait until none is left (SandboxError if some
+        still are after TEARDOWN_S): the unprivileged mode's end of an episode."""
+        request = json.dumps({"op": "killuid", "uid": uid, "deadline_s": TEARDOWN_S}).encode()
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()  # a zygote's death orphans nothing: its orphans go to the server
+            assert self._control is not None
+            try:
+                self._control.send(request)
+                self._control.settimeout(TEARDOWN_S + HANDSHAKE_S)
+                data = self._control.recv(PACKET)
+            except OSError as exc:
+                self._stop()
+                raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes: {exc}") from exc
+        if not data or not json.loads(data).get("killed"):
+            raise SandboxError(f"UID {uid}'s processes were not all gone {TEARDOWN_S:g} s after they "
+                               "were killed")
 
     def _ask(self, request: bytes, sandbox_end: socket.socket) -> tuple[int, int]:
         if self._process is None or self._process.poll() is not None:
@@ -250,10 +312,7 @@ class Sandbox:
         ready = self.receive(HANDSHAKE_S)
         if ready is None or not ready.get("ready"):
             why = ready.get("error") if ready else f"no answer within {HANDSHAKE_S:g} s"
-            raise SandboxError(
-                f"the episode's namespaces could not be made ({why}): the container runtime must "
-                "allow user namespaces (podman's default seccomp profile does; Docker's needs a "
-                "profile that allows unshare)")
+            raise NamespacesRefused(f"the episode's namespaces could not be made ({why})")
         if "user" in self.spec.namespaces:
             for name, first in (("uid_map", self.spec.uid), ("gid_map", self.spec.gid)):
                 Path(f"/proc/{self.first_pid}/{name}").write_text(f"0 0 1\n{first} {first} 1\n")
@@ -274,6 +333,8 @@ class Sandbox:
         """The sandbox's filesystem as the server can open it (its PID 1's root)."""
         if self.init_pid is None:
             raise SandboxError("the sandbox is not open")
+        if not self.spec.namespaces:
+            return Path("/")  # the container's own filesystem
         return Path(f"/proc/{self.init_pid}/root")
 
     def path(self, inside: Path) -> Path:
@@ -282,10 +343,13 @@ class Sandbox:
 
     def run(self, command: str, *, cwd: Path, env: Mapping[str, str]) -> tuple[Command, int]:
         """Start ``command``; (its handle, the read end of its combined stdout and stderr)."""
+        env = dict(env)
+        if not self.spec.namespaces:  # /tmp is the container's: the episode's own is here
+            env["TMPDIR"] = str(self.spec.workspace / "tmp")
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                self.send({"op": "run", "command": command, "cwd": str(cwd), "env": dict(env)},
+                self.send({"op": "run", "command": command, "cwd": str(cwd), "env": env},
                           fds=[write_end])
             finally:
                 os.close(write_end)
@@ -408,6 +472,16 @@ class SandboxFactory:
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
+        self.lockdown: list[str] = []
+        self._files = None
+        if spec.lock_scratch:
+            from env.server import unprivileged
+
+            self.lockdown = unprivileged.lock_scratch(tuple(path for path, *_ in spec.scratch), spec.workspace)
+        if spec.kill_by_uid:
+            from env.server.unprivileged import EpisodeFiles
+
+            self._files = EpisodeFiles(spec.workspace, spec.uid, spec.gid)
         self._zygote = Zygote()
         self._lock = threading.Lock()
         self._next: threading.Thread | None = None
@@ -418,8 +492,15 @@ class SandboxFactory:
 
     def retire(self, sandbox: Sandbox) -> None:
         """End an episode's sandbox: kill it now (every process of the episode with it), and
-        reap it in the background. A teardown that failed is raised by the next `take`."""
+        reap it in the background. A teardown that failed is raised by the next `take`.
+
+        Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
+        and gone before this returns, and its directories are renamed away."""
         sandbox.kill()
+        if self.spec.kill_by_uid:
+            self._zygote.kill_uid(self.spec.uid)
+        if self._files is not None:
+            self._files.retire()
         with self._lock:
             self._retiring = [t for t in self._retiring if t.is_alive()]
             oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
@@ -493,7 +574,19 @@ class SandboxFactory:
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
         self.prepare()
+        if self._files is not None:
+            try:
+                self._files.fresh()
+            except BaseException:
+                self.retire(sandbox)
+                raise
         return sandbox
+
+    def check(self) -> None:
+        """Make one sandbox and end it: SandboxError (NamespacesRefused) if this server's
+        episodes cannot be contained as its spec says."""
+        self.retire(self.take())
+        self.wait_retired()
 
     def close(self) -> None:
         """End the sandbox made ahead of time, and wait for the ended ones."""
@@ -506,3 +599,44 @@ class SandboxFactory:
             sandbox.destroy()
         self.wait_retired()
         self._zygote.close()
+        if self._files is not None:
+            self._files.close()
+
+
+def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactory:
+    """The sandboxes of a server in the strongest mode the runtime allows (``requested``:
+    `auto`, or one mode by name), checked by making one; the mode is logged.
+
+    SandboxError if no mode can contain an episode here, naming what each one lacks."""
+    if requested not in ("auto", *ISOLATION_MODES):
+        raise SandboxError(f"unknown isolation mode {requested!r}; expected auto, "
+                           f"{' or '.join(ISOLATION_MODES)}")
+    refused: list[str] = []
+    candidates = [spec, unprivileged(spec)]
+    for candidate in candidates:
+        if requested not in ("auto", candidate.mode):
+            continue
+        factory = None
+        try:
+            factory = SandboxFactory(candidate)
+            factory.check()
+        except SandboxError as exc:
+            if factory is not None:
+                factory.close()
+            # Only a runtime that refuses the namespaces themselves moves the server to the
+            # next mode; a namespaces mode that fails later is a fault to report.
+            if requested == "auto" and candidate.namespaces and not isinstance(exc, NamespacesRefused):
+                raise
+            refused.append(f"{candidate.mode}: {exc}")
+            continue
+        why = f" (namespaces refused: {refused[0].split(': ', 1)[1]})" if refused else ""
+        print(f"arena: isolation: {candidate.mode}{why}", file=sys.stderr, flush=True)
+        for line in factory.lockdown:
+            print(f"arena: locked {line}", file=sys.stderr, flush=True)
+        return factory
+    raise SandboxError(
+        "no isolation mode can contain an episode here; "
+        + "; ".join(refused)
+        + ". The namespaces mode needs user, PID, network, mount and IPC namespaces; the "
+        "unprivileged mode needs root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and "
+        "seccomp filters (prctl PR_SET_SECCOMP)")

@@ -6,11 +6,15 @@ and passes only if the next episode, or the server, shows nothing of it:
 - `isolation-hopper`: a process that forks in a tight loop, its parent exiting each time
   (no snapshot of PIDs can catch it), writing marker files; after a reset none of it runs
   and no marker is anywhere, and the next episode can fork;
-- `isolation-network`: the agent cannot connect to the server's port, and sees no network
-  interface but loopback;
+- `isolation-network`: the agent connects to no port the container listens on (TCP over
+  IPv4 and IPv6) and sends no UDP; with namespaces it sees no network interface but its
+  loopback, without (the unprivileged mode) it can make no socket at all;
 - `isolation-keyring`: a kernel keyring named by one episode is not seen by the next;
-- `isolation-scratch`: an inode flood of the scratch directories is bounded, the reset
-  after it is quick, and the next episode finds none of it;
+- `isolation-scratch`: an inode flood of the scratch directories is bounded (with
+  namespaces, by each tmpfs's inode limit), the reset after it is quick, and the next
+  episode finds none of it;
+- `isolation-leftovers`: files in /tmp, /var/tmp, /dev/shm and /run/lock, System V shared
+  memory, a POSIX message queue and a `setsid nohup` daemon are not in the next episode;
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
@@ -41,7 +45,10 @@ from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "connection-flood", "malformed-input")
+                    "isolation-leftovers", "connection-flood", "malformed-input")
+# The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
+# the episode's own, or the container's with the agent's system calls filtered.
+NAMESPACES_MODE, UNPRIVILEGED_MODE = "namespaces", "unprivileged"
 # The port the server listens on inside the image (release.toml's `port`).
 IMAGE_PORT = 8000
 FLOOD_CONNECTIONS = 1_100  # more than the 1,024 descriptors of the budget's container
@@ -145,25 +152,56 @@ def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
         rec.error("isolation-hopper", exc)
 
 
-def network_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+NETWORK_PROBE = r"""
+import socket, sys
+ports = sorted({int(p) for p in sys.argv[1:]} | {
+    int(line.split()[1].split(":")[1], 16)
+    for table in ("/proc/1/net/tcp", "/proc/1/net/tcp6") for line in open(table).readlines()[1:]
+    if line.split()[3] == "0A"})  # every port the container listens on (its PID 1's tables)
+for port in ports:
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            s = socket.socket(family)
+        except OSError as exc:
+            print("NOSOCKET", family, exc.errno)
+            continue
+        s.settimeout(3)
+        try:
+            s.connect((host, port))
+            print("CONNECTED", host, port)
+        except OSError as exc:
+            print("REFUSED", host, port, exc.errno)
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b"x", ("127.0.0.1", ports[0]))
+    print("UDP-SENT")
+except OSError as exc:
+    print("NOUDP", exc.errno)
+lines = open("/proc/self/net/dev").read().splitlines()[2:]
+print("INTERFACES", ",".join(sorted(l.split(":")[0].strip() for l in lines)))
+"""
+
+
+def network_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder, mode: str) -> None:
+    """No TCP port of the server's or the container's is reached. With namespaces the agent
+    sees only its own loopback; without (unprivileged), it can make no socket at all."""
     ports = sorted({IMAGE_PORT, urlparse(target.url).port or IMAGE_PORT})
-    probe = ("import socket\n"
-             f"for port in {ports!r}:\n"
-             "    s = socket.socket()\n    s.settimeout(3)\n"
-             "    try:\n        s.connect(('127.0.0.1', port))\n        print('CONNECTED', port)\n"
-             "    except OSError as exc:\n        print('REFUSED', port, exc.errno)\n"
-             "lines = open('/proc/self/net/dev').read().splitlines()[2:]\n"
-             "print('INTERFACES', ','.join(sorted(l.split(':')[0].strip() for l in lines)))\n")
     try:
         session.reset(case.id, seed=seed)
-        out = session.shell(_script("net.py", probe))
+        out = session.shell(_script("net.py", NETWORK_PROBE, *map(str, ports)))
         interfaces = re.search(r"INTERFACES (\S*)", out.output)
         reached = "CONNECTED" in out.output
-        only_lo = interfaces is not None and interfaces.group(1) == "lo"
-        rec.add("isolation-network", only_lo and not reached and "REFUSED" in out.output,
-                observed={"server_port_reached": reached, "interfaces": interfaces and interfaces.group(1),
-                          "output": out.output[-300:]},
-                expected={"server_port_reached": False, "interfaces": "lo"})
+        tried = "REFUSED" in out.output or "NOSOCKET" in out.output
+        if mode == UNPRIVILEGED_MODE:
+            contained = "NOSOCKET" in out.output and "REFUSED" not in out.output and "UDP-SENT" not in out.output
+            expected: dict[str, Any] = {"server_port_reached": False, "sockets": "refused, TCP and UDP"}
+        else:
+            contained = interfaces is not None and interfaces.group(1) == "lo" and "REFUSED" in out.output
+            expected = {"server_port_reached": False, "interfaces": "lo"}
+        rec.add("isolation-network", tried and contained and not reached,
+                observed={"mode": mode, "server_port_reached": reached,
+                          "interfaces": interfaces and interfaces.group(1), "output": out.output[-300:]},
+                expected=expected)
     except ServerError as exc:
         rec.error("isolation-network", exc)
 
@@ -185,7 +223,10 @@ def keyring_check(session: Session, case: Case, seed: int, rec: Recorder) -> Non
         rec.error("isolation-keyring", exc)
 
 
-def scratch_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+def scratch_check(session: Session, case: Case, seed: int, rec: Recorder, mode: str) -> None:
+    """An inode flood of the scratch directories is gone after a quick reset. With namespaces
+    each is a tmpfs with an inode limit; without, they are the episode's own directory
+    (renamed away at reset) or locked."""
     marker = f"flood-{cmd.token()}"
     try:
         session.reset(case.id, seed=seed)
@@ -198,16 +239,92 @@ def scratch_check(session: Session, case: Case, seed: int, rec: Recorder) -> Non
         found = {m.group(1): (int(m.group(2)), int(m.group(3)))
                  for m in re.finditer(r"LEFT (\S+) (\d+) (\d+)", after.output)}
         left = sum(count for count, _ in found.values())
-        unlimited = sorted(p for p, (_, inodes) in found.items() if not 0 < inodes < INODE_LIMIT_MAX)
+        unlimited = sorted(p for p, (_, inodes) in found.items() if not 0 < inodes < INODE_LIMIT_MAX
+                           ) if mode == NAMESPACES_MODE else []
         ok = (sum(made.values()) > 0 and len(found) == len(SCRATCH) and left == 0 and not unlimited
               and reset_s <= RESET_AFTER_FLOOD_S)
         rec.add("isolation-scratch", ok,
-                observed={"files_made": made, "reset_seconds": round(reset_s, 2), "files_left": left,
+                observed={"mode": mode, "files_made": made, "reset_seconds": round(reset_s, 2), "files_left": left,
                           "without_inode_limit": unlimited, "after": after.output[-300:] if not ok else ""},
                 expected={"files_left": 0, "reset_seconds": f"<= {RESET_AFTER_FLOOD_S:g}",
-                          "without_inode_limit": [], "inode_limit": f"< {INODE_LIMIT_MAX}"})
+                          "without_inode_limit": [],
+                          "inode_limit": f"< {INODE_LIMIT_MAX}" if mode == NAMESPACES_MODE else "any"})
     except ServerError as exc:
         rec.error("isolation-scratch", exc)
+
+
+LEFTOVERS_PLANT = r"""
+import ctypes, os, subprocess, sys
+marker = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+for place in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+    try:
+        with open(os.path.join(place, marker), "w") as out:
+            out.write(marker)
+        print("FILE", place)
+    except OSError as exc:
+        print("NOFILE", place, exc.errno)
+segment = libc.shmget(0x4152454E, 4096, 0o1666)  # IPC_CREAT | 0666
+print("SHM", segment if segment >= 0 else -ctypes.get_errno())
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+rt.mq_open.restype = ctypes.c_int
+queue = rt.mq_open(("/" + marker).encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+print("MQ", queue if queue >= 0 else -ctypes.get_errno())
+subprocess.Popen(["setsid", "nohup", "sleep", "3600", marker], stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL, start_new_session=True)
+print("DAEMON")
+"""
+
+LEFTOVERS_FIND = r"""
+import ctypes, os, sys
+marker = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+for place in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue"):
+    try:
+        if any(marker in name for name in os.listdir(place)):
+            print("LEFT-FILE", place)
+    except OSError:
+        pass
+if libc.shmget(0x4152454E, 0, 0) >= 0:
+    print("LEFT-SHM")
+try:
+    if "0x4152454e" in open("/proc/sysvipc/shm").read():
+        print("LEFT-SHM-LISTED")
+except OSError:
+    pass
+for pid in os.listdir("/proc"):
+    try:
+        if pid.isdigit() and b"3600\0" + marker.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+            print("LEFT-PROCESS", pid)
+    except OSError:
+        pass
+print("LOOKED")
+"""
+
+
+def leftovers_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    """Files in the scratch directories, System V shared memory, a POSIX message queue and a
+    `setsid nohup` daemon, each made (or refused) in one episode, are not in the next."""
+    marker = f"left-{cmd.token()}"
+    try:
+        session.reset(case.id, seed=seed)
+        planted = session.shell(_script("plant.py", LEFTOVERS_PLANT, marker) + "; sleep 0.3")
+        session.reset(case.id, seed=seed + 1)
+        found = session.shell(_script("find.py", LEFTOVERS_FIND, marker))
+        left = re.findall(r"LEFT-\S+(?: \S+)?", found.output)
+        made = re.findall(r"^(FILE \S+|SHM \d+|MQ \d+|DAEMON)$", planted.output, re.MULTILINE)
+        rec.add("isolation-leftovers", "DAEMON" in planted.output and "LOOKED" in found.output and not left,
+                observed={"made": made, "left_after_reset": left, "output": found.output[-300:]},
+                expected={"made": "at least the daemon", "left_after_reset": []})
+    except ServerError as exc:
+        rec.error("isolation-leftovers", exc)
+
+
+def isolation_mode(target: Target) -> str:
+    """The mode the server reports at /metadata (`isolation`), or what it said instead."""
+    status, body = http_get(target.url, "/metadata")
+    mode = body.get("isolation") if status == 200 and isinstance(body, dict) else None
+    return mode if isinstance(mode, str) else f"unreported (HTTP {status})"
 
 
 def _raise_descriptor_limit(wanted: int) -> None:
@@ -340,9 +457,11 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
 
 def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, rec: Recorder) -> None:
     """Every check of this module, one fresh seed each."""
+    mode = isolation_mode(target)
     hopper_check(session, case, next(seeds), rec)
-    network_check(session, target, case, next(seeds), rec)
+    network_check(session, target, case, next(seeds), rec, mode)
     keyring_check(session, case, next(seeds), rec)
-    scratch_check(session, case, next(seeds), rec)
+    scratch_check(session, case, next(seeds), rec, mode)
+    leftovers_check(session, case, next(seeds), rec)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)

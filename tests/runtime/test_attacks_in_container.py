@@ -111,13 +111,13 @@ def test_processes_and_ipc_are_gone_after_reset_in_the_container(server):
         session.reset(CASE.id, seed=3)
         out = session.shell("setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
                             "( ( sleep 1000 </dev/null >/dev/null 2>&1 & ) & ); "
-                            "ipcmk -Q >/dev/null && ipcmk -M 4096 >/dev/null && ipcmk -S 2 >/dev/null; "
+                            "ipcmk -Q >/dev/null 2>&1 || echo sysv-refused; "
                             "python3 -c 'import ctypes, os; rt = ctypes.CDLL(\"librt.so.1\"); "
                             "assert rt.mq_open(b\"/arena-mq\", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0'; "
                             "sleep 0.2; ls /dev/mqueue; echo made")
-        assert "arena-mq" in out.output and "made" in out.output, out.output
+        assert "arena-mq" in out.output and "made" in out.output and "sysv-refused" in out.output, out.output
         before = _clean(session)
-        assert len(before["procs"]) >= 2 and sum(before["ipc"].values()) == 3
+        assert len(before["procs"]) >= 2
         session.reset(CASE.id, seed=4)
         assert _clean(session) == CLEAN
 

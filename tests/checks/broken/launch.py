@@ -213,12 +213,13 @@ def build(fault: str):
     config = env_mod.ServerConfig()
     spec = SPECS.get(fault, lambda same: same)(env_mod.sandbox_spec(config))
     sandboxes = sandbox_mod.SandboxFactory(spec)
-    app = create_app(partial(environment, curriculum, sandboxes, config), ACTIONS.get(fault, ShellAction),
+    environments = partial(environment, curriculum, sandboxes, config)
+    app = create_app(environments, ACTIONS.get(fault, ShellAction),
                      ShellObservation, env_name="openenv-arena",
                      max_concurrent_envs=2 if fault == "two-sessions" else 1)
     routes = ROUTES.get(fault, "standard")
     if routes == "standard":
-        app_mod.serve_standard_routes(app)
+        app_mod.serve_standard_routes(app, environments)
     elif routes == "no-mcp":
         app_mod.keep_served_routes(app)
     if fault != "fragile-messages":

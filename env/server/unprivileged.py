@@ -1,0 +1,126 @@
+"""The unprivileged mode's files: where an episode may write, and how a reset takes it away.
+
+Without namespaces of its own (a runtime that refuses user namespaces, such as Docker's
+default seccomp profile), an episode shares the container's filesystem. So:
+
+- nothing is writable by the sandbox UID but the episode's own directories, all under the
+  workspace: ``repo`` (the working directory), ``home`` and ``tmp``. At start the server
+  takes the write bit for others off the shared scratch directories (`lock_scratch`) and
+  points ``/tmp`` and ``/var/tmp`` at the episode's ``tmp`` with a root-owned symbolic
+  link where it can (an empty directory, not a mount point);
+- a reset, once the episode's processes are gone (killed by UID), renames those three
+  directories into ``.retired/`` (root-only) and makes them anew: a few system calls,
+  whatever the agent left there. The old ones are removed in the background by ``rm``,
+  at most MAX_REMOVING at once (a reset past that waits for the oldest).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from env.server.sandbox import SandboxError
+
+# The episode's own directories under the workspace, and their modes.
+EPISODE_DIRS = (("repo", 0o755), ("home", 0o700), ("tmp", 0o700))
+RETIRED = ".retired"
+# Directory trees being removed at once, at most.
+MAX_REMOVING = 2
+# Pointed at the episode's tmp where possible; otherwise, like the rest, locked.
+LINKED_TO_TMP = ("/tmp", "/var/tmp")
+
+
+def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
+    """Make the shared scratch directories unwritable by the sandbox UID; what was done, one
+    line each. SandboxError naming the path if one stays writable by others."""
+    done = []
+    tmp = workspace / "tmp"
+    for path in scratch:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            if path in LINKED_TO_TMP and os.readlink(path) == str(tmp) and info.st_uid == 0:
+                continue  # done by this container's earlier start
+            raise SandboxError(f"{path} is a symbolic link to {os.readlink(path)}; expected a directory "
+                               f"or a link to {tmp}: rebuild the image")
+        if path in LINKED_TO_TMP:
+            try:
+                os.rmdir(path)
+                os.symlink(tmp, path)
+                done.append(f"{path} -> {tmp}")
+                continue
+            except OSError:
+                pass  # not empty, or a mount point: lock it as the others
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o002:
+            try:
+                os.chmod(path, mode & ~0o1002)
+            except OSError as exc:
+                raise SandboxError(f"{path} is writable by every user and cannot be locked ({exc.strerror}); "
+                                   "the episode's files would outlive its reset") from exc
+            done.append(f"{path} mode {mode:o} -> {mode & ~0o1002:o}")
+    return done
+
+
+class EpisodeFiles:
+    """The episode's directories under ``workspace``, renamed away and made anew per reset."""
+
+    def __init__(self, workspace: Path, uid: int, gid: int) -> None:
+        self.workspace = workspace
+        self.uid = uid
+        self.gid = gid
+        self._retired = workspace / RETIRED
+        self._count = 0
+        self._removing: list[subprocess.Popen] = []
+        os.makedirs(self._retired, mode=0o700, exist_ok=True)
+        os.chown(self._retired, 0, 0)
+        os.chmod(self._retired, 0o700)
+        leftovers = [str(self._retired / entry.name) for entry in os.scandir(self._retired)]
+        if leftovers:  # an earlier server's
+            self._remove(leftovers)
+        self.retire()
+
+    def retire(self) -> None:
+        """Rename the episode's directories into `.retired/` and start removing them."""
+        batch = self._retired / f"{os.getpid()}-{self._count}"
+        self._count += 1
+        moved = False
+        for name, _ in EPISODE_DIRS:
+            source = self.workspace / name
+            if os.path.lexists(source):
+                if not moved:
+                    os.mkdir(batch, 0o700)
+                    moved = True
+                os.rename(source, batch / name)
+        if moved:
+            self._remove([str(batch)])
+
+    def fresh(self) -> None:
+        """Make the episode's directories, empty and owned by the sandbox UID."""
+        for name, mode in EPISODE_DIRS:
+            path = self.workspace / name
+            try:
+                os.mkdir(path, mode)
+            except FileExistsError as exc:
+                raise SandboxError(f"{path} exists at the start of an episode; expected it renamed away "
+                                   "by the last reset") from exc
+            os.chown(path, self.uid, self.gid)
+            os.chmod(path, mode)
+
+    def _remove(self, paths: list[str]) -> None:
+        self._removing = [p for p in self._removing if p.poll() is None]
+        while len(self._removing) >= MAX_REMOVING:
+            self._removing.pop(0).wait()
+        self._removing.append(subprocess.Popen(
+            ["rm", "-rf", "--one-file-system", "--", *paths],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def close(self) -> None:
+        """Wait for the removals under way."""
+        for process in self._removing:
+            process.wait()
+        self._removing = []
