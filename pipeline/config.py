@@ -212,11 +212,14 @@ class RuntimeConfig:
     verify: tuple[str, ...] = VERIFY_ENGINES
 
     def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
-        """The flags for `engine`; RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS replace them."""
+        """The flags for `engine`; RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS / _RUN_ARGS replace that
+        engine's (`RELEASE_RUNTIME_DOCKER_RUN_ARGS`), else RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS
+        every engine's: a release drives two engines, whose flags differ."""
         environ = os.environ if environ is None else environ
         base = self.engines.get(engine, EngineArgs())
-        glob = environ.get("RELEASE_RUNTIME_GLOBAL_ARGS")
-        run = environ.get("RELEASE_RUNTIME_RUN_ARGS")
+        own = f"RELEASE_RUNTIME_{engine.upper()}_"
+        glob = environ.get(own + "GLOBAL_ARGS", environ.get("RELEASE_RUNTIME_GLOBAL_ARGS"))
+        run = environ.get(own + "RUN_ARGS", environ.get("RELEASE_RUNTIME_RUN_ARGS"))
         return EngineArgs(
             global_args=tuple(shlex.split(glob)) if glob is not None else base.global_args,
             run_args=tuple(shlex.split(run)) if run is not None else base.run_args,

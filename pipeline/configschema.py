@@ -214,8 +214,9 @@ BUDGET = Table(
     })
 
 ENGINE = Table(
-    "Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_GLOBAL_ARGS and "
-    "RELEASE_RUNTIME_RUN_ARGS (shell-quoted) replace them.",
+    "Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS "
+    "and RELEASE_RUNTIME_<ENGINE>_RUN_ARGS (shell-quoted; e.g. RELEASE_RUNTIME_DOCKER_RUN_ARGS) replace "
+    "them, else RELEASE_RUNTIME_GLOBAL_ARGS and RELEASE_RUNTIME_RUN_ARGS replace every engine's.",
     {
         "global_args": opt(STRINGS, "flags before the subcommand; none when absent"),
         "run_args": opt(STRINGS, "flags of `run`; none when absent"),

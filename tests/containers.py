@@ -5,8 +5,9 @@ with its adapter's own session; a test that runs `python -m pipeline ...` in a c
 process cannot know that session. Tests run beside other tests (xdist workers, a
 second run of the suite on the same machine), so "pipeline containers that were not
 there before" may be anyone's. A `ContainerScope` gives the child an extra label of
-its own through `RELEASE_RUNTIME_RUN_ARGS` (this machine's run flags from release.toml,
-plus `--label`), and lists exactly the containers that carry it.
+its own through `RELEASE_RUNTIME_PODMAN_RUN_ARGS` and `RELEASE_RUNTIME_DOCKER_RUN_ARGS` (each
+engine's run flags from release.toml, plus `--label`), and lists exactly the podman
+containers that carry it (a private Docker engine is the child's, stopped when it ends).
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ class ContainerScope:
 
     def env(self) -> dict[str, str]:
         """Environment for a pipeline process whose containers must carry this scope's label."""
-        run_args = ContainerRuntime().args.run_args
-        return {"RELEASE_RUNTIME_RUN_ARGS": shlex.join([*run_args, "--label", self.label])}
+        from pipeline.config import load
+
+        runtime = load().runtime
+        return {f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
+                shlex.join([*runtime.args_for(engine).run_args, "--label", self.label])
+                for engine in ("podman", "docker")}
 
     def containers(self) -> list[str]:
         """IDs of the containers (running or not) that carry this scope's label."""

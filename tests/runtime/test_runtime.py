@@ -40,6 +40,11 @@ def test_settings_come_from_release_toml_and_env():
     assert "nofile=1024:1024" in podman.run_args
     overridden = cfg.args_for("podman", environ={"RELEASE_RUNTIME_RUN_ARGS": "--ulimit nofile=64:64"})
     assert overridden.run_args == ("--ulimit", "nofile=64:64")
+    # One engine's own variable wins, and leaves the other engine's flags alone.
+    own = {"RELEASE_RUNTIME_DOCKER_RUN_ARGS": "--label x=1", "RELEASE_RUNTIME_RUN_ARGS": "--ulimit nofile=64:64"}
+    assert cfg.args_for("docker", environ=own).run_args == ("--label", "x=1")
+    assert cfg.args_for("podman", environ=own).run_args == ("--ulimit", "nofile=64:64")
+    assert cfg.args_for("docker", environ={"RELEASE_RUNTIME_PODMAN_RUN_ARGS": "--label y=2"}).run_args == ()
     assert cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "podman"}) == "podman"
     with pytest.raises(config.ConfigError):
         cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "lxc"})
