@@ -181,3 +181,17 @@ def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
     finally:
         dockerd.stop(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_setup_installs_docker_io_when_its_engine_or_client_is_missing(monkeypatch):
+    from pipeline.verify import hosttools
+
+    present = os.access
+    # Another docker first on PATH does not count: the engine and the client are looked for by path.
+    monkeypatch.setattr(hosttools.os, "access", lambda path, mode: path != dockerd.DOCKER_CLIENT
+                        and present(path, mode))
+    assert hosttools.missing_packages().count("docker.io") == 1
+    monkeypatch.setattr(hosttools.os, "access", lambda path, mode: path != dockerd.DOCKERD and present(path, mode))
+    assert "docker.io" in hosttools.missing_packages()
+    monkeypatch.setattr(hosttools.os, "access", present)
+    assert "docker.io" not in hosttools.missing_packages()
