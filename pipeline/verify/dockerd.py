@@ -3,13 +3,18 @@
 The pipeline starts it as it starts the local registry (pipeline/registry/local.py): every
 path under one directory (default `.release/docker/`, or `$RELEASE_DOCKER_DIR`): the socket
 `docker.sock`, the data root `data/`, the exec root `exec/`, the pidfile `docker.pid`, the
-log `dockerd.log` and `state.json`, which other processes read to find the running engine.
-The engine runs its own containerd (a child of dockerd, in the exec root) under a
-containerd namespace named after the directory, makes no bridge and writes no iptables rule
-(`--bridge none --iptables=false --ip6tables=false`): its containers use the host's network
-(`--network host`), listening on loopback only. It is stopped by its PID (SIGTERM, then
-SIGKILL), Ctrl-C included. A host's default daemon (/var/run/docker.sock) is never used,
-started or touched: the client always gets `-H unix://<this socket>`.
+logs `dockerd.log` and `containerd.log` and `state.json`, which other processes read to find
+the running engine. The engine gets a containerd of its own, started here (its socket, root
+and state under the same directory; the CRI plugin off) and named to dockerd with
+`--containerd`: dockerd 20.10 would otherwise use a host's system containerd whenever
+/run/containerd/containerd.sock exists. Its objects live in a containerd namespace named
+after the directory. The engine makes no bridge and writes no iptables rule (`--bridge none
+--iptables=false --ip6tables=false`): its containers use the host's network (`--network
+host`), listening on loopback only. Both are stopped by their PIDs (SIGTERM, then SIGKILL),
+dockerd first, Ctrl-C included. A host's default daemon (/var/run/docker.sock) is never used,
+started or touched: the client always gets `-H unix://<this socket>`. (containerd's shims
+keep their sockets in /run/containerd/s/, a path containerd 1.6 fixes; each is removed with
+its container.)
 
 The client is Debian's `/usr/bin/docker` of the same package, named by its path: another
 `docker` may come first on PATH (a newer client, of another engine), and the records name
@@ -37,18 +42,20 @@ from pipeline.config import REPO_ROOT
 from pipeline.errors import ToolError
 from pipeline.progress import say
 
-# Debian's docker.io: the engine and its own client, by path (see the module docstring).
+# Debian's docker.io: the engine and its own client, by path (see the module docstring), and
+# the containerd it depends on.
 DOCKERD = "/usr/sbin/dockerd"
 DOCKER_CLIENT = "/usr/bin/docker"
+CONTAINERD = "/usr/bin/containerd"
 PACKAGE = "docker.io"
 ROOT_VARIABLE = "RELEASE_DOCKER_DIR"
 START_TIMEOUT_S = 60.0
 # dockerd stops its containers (10 s each, at once) and its containerd before it exits.
 STOP_TIMEOUT_S = 30.0
-# sockaddr_un's path is 108 bytes including the terminating NUL; the managed containerd's
-# socket is the longest path under the exec root.
+# sockaddr_un's path is 108 bytes including the terminating NUL; containerd's ttrpc socket
+# is the longest path under the exec root.
 _MAX_SOCKET_PATH = 107
-_CONTAINERD_SOCKET = "containerd/containerd-debug.sock"
+_CONTAINERD_SOCKET = "containerd/containerd.sock.ttrpc"
 
 
 def default_root() -> Path:
@@ -66,6 +73,7 @@ class EngineState:
     pid: int
     namespace: str
     version: str
+    containerd_pid: int = 0
 
     @property
     def host(self) -> str:
@@ -79,7 +87,9 @@ class EngineState:
 
 def _paths(root: Path) -> dict[str, Path]:
     return {"socket": root / "docker.sock", "data": root / "data", "exec": root / "exec",
-            "pidfile": root / "docker.pid", "log": root / "dockerd.log", "state": root / "state.json"}
+            "pidfile": root / "docker.pid", "log": root / "dockerd.log", "state": root / "state.json",
+            "containerd": root / "exec" / "containerd" / "containerd.sock",
+            "containerd_config": root / "containerd.toml", "containerd_log": root / "containerd.log"}
 
 
 def namespace_of(root: Path) -> str:
@@ -89,7 +99,7 @@ def namespace_of(root: Path) -> str:
 
 def binaries() -> tuple[str, str]:
     """(dockerd, docker client) of Debian's docker.io, or a ToolError saying how to install it."""
-    for path in (DOCKERD, DOCKER_CLIENT):
+    for path in (DOCKERD, DOCKER_CLIENT, CONTAINERD):
         if not os.access(path, os.X_OK):
             raise ToolError(f"the private Docker engine needs {path}, which is not installed",
                             expected=f"Debian's {PACKAGE} ({DOCKERD}, {DOCKER_CLIENT})", actual="missing",
@@ -97,8 +107,8 @@ def binaries() -> tuple[str, str]:
     return DOCKERD, DOCKER_CLIENT
 
 
-def _alive(pid: int) -> bool:
-    """True when `pid` runs dockerd (its kernel comm), so a reused PID is ignored."""
+def _alive(pid: int, name: str = "dockerd") -> bool:
+    """True when `pid` runs `name` (its kernel comm), so a reused PID is ignored."""
     if pid <= 0:
         return False
     try:
@@ -106,7 +116,7 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
-    return comm == "dockerd" and rest.split()[0] != "Z"
+    return comm == name[:15] and rest.split()[0] != "Z"
 
 
 def _reap(pid: int) -> None:
@@ -120,7 +130,8 @@ def _load_state(root: Path) -> EngineState | None:
         return None
     raw = json.loads(path.read_text())
     return EngineState(root=Path(raw["root"]), socket=Path(raw["socket"]), pid=int(raw["pid"]),
-                       namespace=raw["namespace"], version=raw["version"])
+                       namespace=raw["namespace"], version=raw["version"],
+                       containerd_pid=int(raw.get("containerd_pid", 0)))
 
 
 def _server_version(sock: Path, timeout: float = 10) -> str | None:
@@ -131,7 +142,8 @@ def _server_version(sock: Path, timeout: float = 10) -> str | None:
 
 
 def _healthy(state: EngineState) -> bool:
-    return _alive(state.pid) and _server_version(state.socket) is not None
+    return (_alive(state.pid) and _alive(state.containerd_pid, "containerd")
+            and _server_version(state.socket) is not None)
 
 
 @contextlib.contextmanager
@@ -169,6 +181,47 @@ def start(root: Path | None = None) -> EngineState:
         return _start_unlocked(root)
 
 
+def _containerd_config(paths: dict[str, Path]) -> Path:
+    """containerd's config: everything under the engine's directory, the CRI plugin off."""
+    sock = paths["containerd"]
+    text = "\n".join([
+        "# generated by pipeline.verify.dockerd; rewritten on every start",
+        "version = 2",
+        f'root = "{paths["data"] / "containerd"}"',
+        f'state = "{paths["exec"] / "containerd-state"}"',
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
+        "[grpc]", f'  address = "{sock}"',
+        "[ttrpc]", f'  address = "{sock}.ttrpc"',
+        "[debug]", '  address = ""',
+        "[metrics]", '  address = ""', ""])
+    paths["containerd_config"].write_text(text)
+    return paths["containerd_config"]
+
+
+def _spawn(argv: list[str], log_path: Path) -> int:
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    proc.returncode = 0  # stopped by PID (stop()), not through this object
+    return proc.pid
+
+
+def _wait(pid: int, name: str, log: Path, ready) -> None:
+    """Until `ready()`; a ToolError naming the log if `name` exits or does not get ready."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _alive(pid, name):
+            _reap(pid)
+            raise ToolError(f"{name} exited while starting", expected="a running engine", actual="exited",
+                            hint=f"log {log}: {_tail(log)}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise ToolError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s", expected="an answer", actual="none",
+                    hint=f"log {log}: {_tail(log)}")
+
+
 def _start_unlocked(root: Path) -> EngineState:
     dockerd, _ = binaries()
     paths = _paths(root)
@@ -179,46 +232,42 @@ def _start_unlocked(root: Path) -> EngineState:
                         hint=f"set {ROOT_VARIABLE} to a shorter path")
     for key in ("data", "exec"):
         paths[key].mkdir(parents=True, exist_ok=True, mode=0o700)
-    paths["socket"].unlink(missing_ok=True)
+    paths["containerd"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for sock in (paths["socket"], paths["containerd"]):
+        sock.unlink(missing_ok=True)
     namespace = namespace_of(root)
-    argv = [dockerd, "--host", f"unix://{paths['socket']}", "--data-root", str(paths["data"]),
-            "--exec-root", str(paths["exec"]), "--pidfile", str(paths["pidfile"]),
-            "--containerd-namespace", namespace, "--containerd-plugins-namespace", f"{namespace}-plugins",
-            "--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
-            "--userland-proxy=false", "--group", "root", "--log-level", "warn"]
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-    with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-    proc.returncode = 0  # stopped by PID (stop()), not through this object
-    pid = proc.pid
-    deadline = time.monotonic() + START_TIMEOUT_S
+    containerd_pid = _spawn([CONTAINERD, "--config", str(_containerd_config(paths)), "--log-level", "warn"],
+                            paths["containerd_log"])
+    pid = 0
     version = None
     try:
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                _reap(pid)
-                raise ToolError("dockerd exited while starting", expected="a running engine",
-                                actual="exited", hint=f"log {paths['log']}: {_tail(paths['log'])}")
-            if paths["socket"].exists():
-                version = _server_version(paths["socket"])
-                if version:
-                    break
-            time.sleep(0.2)
-        if not version:
-            raise ToolError(f"dockerd did not answer on {paths['socket']} within {START_TIMEOUT_S:.0f} s",
-                            expected="an answer to `docker version`", actual="no answer",
-                            hint=f"log {paths['log']}: {_tail(paths['log'])}")
+        _wait(containerd_pid, "containerd", paths["containerd_log"], lambda: answers(paths["containerd"]))
+        pid = _spawn([dockerd, "--host", f"unix://{paths['socket']}", "--data-root", str(paths["data"]),
+                      "--exec-root", str(paths["exec"]), "--pidfile", str(paths["pidfile"]),
+                      "--containerd", str(paths["containerd"]),
+                      "--containerd-namespace", namespace, "--containerd-plugins-namespace", f"{namespace}-plugins",
+                      "--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+                      "--userland-proxy=false", "--group", "root", "--log-level", "warn"], paths["log"])
+
+        def ready() -> bool:
+            nonlocal version
+            version = _server_version(paths["socket"]) if paths["socket"].exists() else None
+            return version is not None
+
+        _wait(pid, "dockerd", paths["log"], ready)
     except BaseException:
-        _terminate(pid)
+        if pid:
+            _terminate(pid)
+        _terminate(containerd_pid, "containerd")
         raise
-    state = EngineState(root=root, socket=paths["socket"], pid=pid, namespace=namespace, version=version)
+    state = EngineState(root=root, socket=paths["socket"], pid=pid, namespace=namespace, version=str(version),
+                        containerd_pid=containerd_pid)
     write_json_atomic(paths["state"], {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()})
     return state
 
 
-def _terminate(pid: int) -> None:
-    if not _alive(pid):
+def _terminate(pid: int, name: str = "dockerd") -> None:
+    if not _alive(pid, name):
         _reap(pid)
         return
     with contextlib.suppress(ProcessLookupError):
@@ -226,7 +275,7 @@ def _terminate(pid: int) -> None:
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline:
         _reap(pid)
-        if not _alive(pid):
+        if not _alive(pid, name):
             return
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
@@ -250,9 +299,13 @@ def _stop_unlocked(root: Path) -> bool:
         pids.add(int(paths["pidfile"].read_text().strip()))
     running = [pid for pid in pids if _alive(pid)]
     for pid in running:
-        _terminate(pid)
+        _terminate(pid)  # dockerd first: it stops its containers through containerd
+    if state is not None and _alive(state.containerd_pid, "containerd"):
+        running.append(state.containerd_pid)
+        _terminate(state.containerd_pid, "containerd")
     paths["state"].unlink(missing_ok=True)
     paths["socket"].unlink(missing_ok=True)
+    paths["containerd"].unlink(missing_ok=True)
     return bool(running)
 
 

@@ -42,7 +42,8 @@ EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworkin
 # Files looked for by path, not on PATH -> the Debian package that provides them: the private
 # Docker engine is Debian's docker.io, engine and client (another `docker` may come first on
 # PATH: pipeline/verify/dockerd.py).
-FILES: dict[str, str] = {dockerd.DOCKERD: dockerd.PACKAGE, dockerd.DOCKER_CLIENT: dockerd.PACKAGE}
+FILES: dict[str, str] = {dockerd.DOCKERD: dockerd.PACKAGE, dockerd.DOCKER_CLIENT: dockerd.PACKAGE,
+                         dockerd.CONTAINERD: "containerd"}
 
 
 def missing_packages() -> list[str]:

@@ -75,7 +75,7 @@ def engine():
         yield state
     finally:
         assert dockerd.stop(root)
-        assert not dockerd._alive(state.pid)
+        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
         shutil.rmtree(root, ignore_errors=True)
         assert DEFAULT_SOCKET.exists() == default_before
 
@@ -92,6 +92,12 @@ def rt(engine):
 def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
     assert engine.socket.parent == engine.root and engine.socket.is_socket()
     assert engine.pid == int((engine.root / "docker.pid").read_text())
+    # Its containerd is its own, started with it: never a host's system containerd.
+    containerd = Path(f"/proc/{engine.containerd_pid}/cmdline").read_bytes().split(b"\0")
+    assert dockerd._alive(engine.containerd_pid, "containerd") and str(engine.root / "containerd.toml") in \
+        [a.decode() for a in containerd]
+    dockerd_argv = Path(f"/proc/{engine.pid}/cmdline").read_bytes().split(b"\0")
+    assert str(engine.root / "exec" / "containerd" / "containerd.sock").encode() in dockerd_argv
     assert dockerd.status(engine.root) == engine  # a second start reuses it
     assert dockerd.start(engine.root).pid == engine.pid
     info = json.loads(subprocess.run([*engine.client_args(), "info", "--format", "{{json .}}"],
@@ -104,8 +110,9 @@ def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
     try:
         with dockerd.running(other) as state:
             assert dockerd.answers(state.socket)
-            pid = state.pid
-        assert not dockerd._alive(pid) and dockerd.status(other) is None
+            pid, containerd_pid = state.pid, state.containerd_pid
+        assert not dockerd._alive(pid) and not dockerd._alive(containerd_pid, "containerd")
+        assert dockerd.status(other) is None
         assert not (other / "docker.sock").exists()
         assert dockerd.stop(other) is False  # idempotent
     finally:
