@@ -3,12 +3,13 @@
 Starts the real server (as root, host mode from a root-only copy of env/, contained in
 its own namespaces by tests/contained.py so its resets touch nothing of the host) on a
 free loopback port, drives it with openenv-core's client, prints p50/p95 in
-milliseconds. Targets on the 2-core reference machine: reset p50 < 5 ms, `true` action
-p50 < 10 ms (issue 39 kept them while each episode got namespaces of its own). Also prints
-how long one reset takes after the worst an agent can leave: every scratch directory and
-the workspace filled to its inode limit, a tree 10,000 levels deep, a fork hopper.
+milliseconds, in each isolation mode (docs/isolation.md: `namespaces`, `unprivileged`).
+Targets on the 2-core reference machine, in both: reset p50 < 5 ms, `true` action p50 <
+10 ms, and a reset after the worst an agent can leave < 50 ms: every scratch directory and
+the workspace filled to its inode limit, a tree 10,000 levels deep, a fork hopper, and
+`setsid` daemons holding its directories open.
 
-    sudo python benchmarks/bench_server.py [--rounds N] [--case ID]
+    sudo python benchmarks/bench_server.py [--rounds N] [--case ID] [--mode MODE]
 """
 
 from __future__ import annotations
@@ -40,12 +41,17 @@ from tests.contained import ContainedProcess, contained_argv  # noqa: E402
 from tests.env.test_server_reset_attacks import DEEP  # noqa: E402
 
 TARGETS_MS = {"reset": 5.0, "action `true`": 10.0}
+WORST_TARGET_MS = 50.0
+MODES = ("namespaces", "unprivileged")
 WORST = (
     ("every scratch directory and the workspace at its inode limit",
      f"cat > /workspace/home/flood.py <<'EOF'\n{FLOOD_SCRIPT}\nEOF\n"
      "python3 /workspace/home/flood.py f 10000000 /tmp /dev/shm /var/tmp /run/lock /workspace/repo"),
     ("a tree 10,000 levels deep", f"python3 - <<'EOF'\n{DEEP}\nEOF"),
     ("a fork hopper", f"cat > /workspace/home/hop.py <<'EOF'\n{HOPPER_SCRIPT}\nEOF\npython3 /workspace/home/hop.py h"),
+    ("50 setsid daemons in its directories",
+     "for d in /workspace/repo /workspace/home /tmp; do for i in $(seq 16); do "
+     "(cd $d && setsid nohup sleep 1000 >/dev/null 2>&1 &); done; done; sleep 0.2"),
 )
 
 
@@ -78,10 +84,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--case", default="software_change-d2-s307")
+    parser.add_argument("--mode", choices=MODES, action="append",
+                        help="the isolation mode to measure (repeat; default: both)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_server: run as root (the server drops commands to UID 2000)", file=sys.stderr)
         return 2
+    for mode in args.mode or MODES:
+        print(f"isolation: {mode}")
+        bench_mode(mode, args.rounds, args.case)
+    return 0
+
+
+def bench_mode(mode: str, rounds: int, case: str) -> None:
+    """Serve in ``mode`` and print its figures."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     work = Path(tempfile.mkdtemp(prefix="bench-server-"))
@@ -92,7 +108,7 @@ def main() -> int:
     process = subprocess.Popen(
         contained_argv(work / "ns", work, argv),
         cwd=work,
-        env={**os.environ, "PYTHONPATH": str(app)},
+        env={**os.environ, "PYTHONPATH": str(app), "ARENA_ISOLATION": mode},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -101,10 +117,10 @@ def main() -> int:
         resets: list[float] = []
         actions: list[float] = []
         with GenericEnvClient(base_url=url).sync() as env:
-            env.reset(task_id=args.case)  # warm-up: generates the case once
-            for _ in range(args.rounds):
+            env.reset(task_id=case)  # warm-up: generates the case once
+            for _ in range(rounds):
                 started = time.perf_counter()
-                env.reset(task_id=args.case)
+                env.reset(task_id=case)
                 resets.append(time.perf_counter() - started)
                 # Three actions per episode stay clear of the 16th-action auto-grading.
                 for _ in range(3):
@@ -113,22 +129,22 @@ def main() -> int:
                     actions.append(time.perf_counter() - started)
             shapes = {}
             for name, command in WORST:
-                env.reset(task_id=args.case)
+                env.reset(task_id=case)
                 env.step({"operation": "shell", "command": command})
                 started = time.perf_counter()
-                env.reset(task_id=args.case)
+                env.reset(task_id=case)
                 shapes[name] = time.perf_counter() - started
         for name, samples in (("reset", resets), ("action `true`", actions)):
             p50, p95 = _percentiles(samples)
             verdict = "ok" if p50 < TARGETS_MS[name] else "MISSED"
-            print(f"{name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
+            print(f"  {name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
                   f"(target p50 < {TARGETS_MS[name]:g} ms: {verdict})")
         for name, seconds in shapes.items():
-            print(f"reset after {name}: {seconds * 1000:8.0f} ms")
+            verdict = "ok" if seconds * 1000 < WORST_TARGET_MS else "MISSED"
+            print(f"  reset after {name}: {seconds * 1000:6.1f} ms (target < {WORST_TARGET_MS:g} ms: {verdict})")
     finally:
         ContainedProcess(process).stop()
         shutil.rmtree(work, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ HOST_CHANGES = (
     "in a mount namespace of the episode: the host's directory stays empty)",
 )
 
+# Only with ARENA_ISOLATION=unprivileged (docs/isolation.md).
+UNPRIVILEGED_HOST_CHANGES = (
+    "replaces the empty /tmp and /var/tmp with links to {workspace}/tmp, and takes the write bit for "
+    "others off /dev/shm, /run/lock and /dev/mqueue (the unprivileged mode)",
+    "kills every process of UID 2000 at each reset (the unprivileged mode)",
+)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m env", description=__doc__.splitlines()[0])
@@ -106,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                   "the answers. Serve from a root-only copy (directories 0700; nox -s serve -- --host-mode "
                   "makes one) or in the image (nox -s serve).", file=sys.stderr)
             return 2
+        # The unprivileged mode locks the system's scratch directories and kills UID 2000's
+        # processes: a host gets it only when asked by name (a contained test server does).
+        isolation = os.environ.setdefault("ARENA_ISOLATION", "namespaces")
         print("python -m env serve --host-mode changes this host:", file=sys.stderr)
-        for change in HOST_CHANGES:
+        for change in HOST_CHANGES + (UNPRIVILEGED_HOST_CHANGES if isolation == "unprivileged" else ()):
             print(f"  - {change.format(workspace=workspace)}", file=sys.stderr)
         config = ServerConfig(workspace_root=workspace)
     elif not in_container():

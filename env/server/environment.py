@@ -19,13 +19,13 @@ from types import ModuleType
 from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
-from pydantic import Field
 from openenv.core.env_server.types import EnvironmentMetadata, State
+from pydantic import Field
 
 from env.catalog import CASE_IDS, make_case, parse_case_id
 from env.server.answer import ANSWER_NAME, MAX_ANSWER_BYTES, read_answer
 from env.server.models import MAX_OUTPUT_CHARS, ShellAction, ShellObservation
-from env.server.sandbox import Sandbox, SandboxFactory, SandboxSpec, workspace_size
+from env.server.sandbox import Sandbox, SandboxFactory, SandboxSpec, fit_to_memory, memory_limit, workspace_size
 from env.server.shell import (
     DEFAULT_TIMEOUT_S,
     OOM_SCORE_ADJ,
@@ -109,9 +109,10 @@ def instructions_for(task: dict[str, Any], config: ServerConfig) -> str:
 
 def sandbox_spec(config: ServerConfig) -> SandboxSpec:
     """The sandbox every episode of a server with ``config`` gets."""
-    return SandboxSpec(uid=config.uid, gid=config.gid, workspace=config.workspace_root,
+    spec = SandboxSpec(uid=config.uid, gid=config.gid, workspace=config.workspace_root,
                        workspace_bytes=workspace_size(config.workspace_root),
                        limits=RESOURCE_LIMITS, oom_score_adj=OOM_SCORE_ADJ)
+    return fit_to_memory(spec, memory_limit())
 
 
 class ArenaMetadata(EnvironmentMetadata):

@@ -153,7 +153,7 @@ def _filter_program(setup: dict) -> list[tuple[int, int, int, int]]:
     # Layout, by index: 0-3 the ABI checks; one JEQ per refused call; the clone3 and clone
     # tests; then the returns ALLOW, the clone flag test, ALLOW, ENOSYS, EPERM.
     body = 4 + len(refused) + (2 if setup.get("deny_namespaces") else 0)
-    allow, clone_flags, enosys, eperm = body, body + 1, body + 4, body + 5
+    clone_flags, enosys, eperm = body + 1, body + 4, body + 5
 
     def jump(at: int, to: int) -> int:  # jumps count from the next instruction
         return to - at - 1

@@ -145,6 +145,54 @@ def unprivileged(spec: SandboxSpec) -> SandboxSpec:
                    deny_mqueue=True, kill_by_uid=True, lock_scratch=True)
 
 
+# Of the container's memory limit, the most the episode's tmpfs filesystems may hold
+# together: the rest is for the agent's processes and the server, so no file can make the
+# OOM killer reach past the agent's commands.
+TMPFS_SHARE = 0.75
+MIN_TMPFS = 1 * MIB
+MEMORY_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_limit() -> int:
+    """The container's memory limit in bytes (its cgroup's, v2 or v1), or the machine's
+    memory where the cgroup sets none."""
+    with open("/proc/meminfo") as meminfo:
+        total = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:"))
+    for name in MEMORY_LIMIT_FILES:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return min(int(text), total)
+    return total
+
+
+def fit_to_memory(spec: SandboxSpec, limit: int) -> SandboxSpec:
+    """``spec`` with its tmpfs sizes cut until together they hold at most TMPFS_SHARE of
+    ``limit``: the scratch mounts first, in proportion (the workspace's size is the
+    platform's budget, which the check suite holds it to), then the workspace too. A
+    workspace larger than the memory limit is a disk's (a runtime that gave /workspace no
+    size of its own): it gets what the scratch mounts leave."""
+    budget = int(limit * TMPFS_SHARE)
+    scratch_total = sum(size for _, size, _, _ in spec.scratch)
+    if spec.workspace_bytes > limit:  # a disk's size, not a budget: the workspace takes what is left
+        spec = replace(spec, workspace_bytes=max(budget - scratch_total, budget // 2))
+    if spec.workspace_bytes + scratch_total <= budget:
+        return spec
+    if spec.workspace_bytes <= budget // 2:
+        keep, room, total = 1.0, budget - spec.workspace_bytes, scratch_total
+    else:  # everything in proportion
+        keep = budget / (spec.workspace_bytes + scratch_total)
+        room, total = int(scratch_total * keep), scratch_total
+
+    def scaled(size: int) -> int:
+        return max(MIN_TMPFS, min(size, size * room // max(total, 1)) // 4096 * 4096)
+
+    scratch = tuple((path, scaled(size), inodes, mode) for path, size, inodes, mode in spec.scratch)
+    return replace(spec, workspace_bytes=int(spec.workspace_bytes * keep) // 4096 * 4096, scratch=scratch)
+
+
 def workspace_size(path: Path) -> int:
     """The size of the filesystem holding ``path`` (what the runtime gives the workspace)."""
     info = os.statvfs(path)
@@ -477,13 +525,18 @@ class SandboxFactory:
         if spec.lock_scratch:
             from env.server import unprivileged
 
-            self.lockdown = unprivileged.lock_scratch(tuple(path for path, *_ in spec.scratch), spec.workspace)
-        if spec.kill_by_uid:
+            self.lockdown = unprivileged.lock_scratch(
+                (*(path for path, *_ in spec.scratch), *unprivileged.ALSO_LOCKED), spec.workspace)
+        if not spec.namespaces:
             from env.server.unprivileged import EpisodeFiles
 
             self._files = EpisodeFiles(spec.workspace, spec.uid, spec.gid)
         self._zygote = Zygote()
         self._lock = threading.Lock()
+        # Without namespaces: the episode handed out and not yet ended, and the lock that
+        # makes ending it and handing out the next one a single step.
+        self._swap = threading.Lock()
+        self._current: Sandbox | None = None
         self._next: threading.Thread | None = None
         self._ready: Sandbox | None = None
         self._failure: BaseException | None = None
@@ -496,11 +549,10 @@ class SandboxFactory:
 
         Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
         and gone before this returns, and its directories are renamed away."""
-        sandbox.kill()
-        if self.spec.kill_by_uid:
-            self._zygote.kill_uid(self.spec.uid)
-        if self._files is not None:
-            self._files.retire()
+        with self._swap:
+            sandbox.kill()
+            if self._current is sandbox:
+                self._end_current()
         with self._lock:
             self._retiring = [t for t in self._retiring if t.is_alive()]
             oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
@@ -574,13 +626,30 @@ class SandboxFactory:
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
         self.prepare()
-        if self._files is not None:
-            try:
-                self._files.fresh()
-            except BaseException:
-                self.retire(sandbox)
-                raise
+        if not self.spec.namespaces:
+            with self._swap:
+                # One episode at a time shares the UID and the workspace: one whose session
+                # has not ended it yet (its close may come after the next reset) ends now.
+                if self._current is not None:
+                    self._current.kill()
+                    self._end_current()
+                try:
+                    if self._files is not None:
+                        self._files.fresh()
+                except BaseException:
+                    sandbox.kill()
+                    raise
+                self._current = sandbox
         return sandbox
+
+    def _end_current(self) -> None:
+        """Without namespaces: kill the current episode's processes by UID (gone when this
+        returns) and rename its directories away. Called with `_swap` held."""
+        self._current = None
+        if self.spec.kill_by_uid:
+            self._zygote.kill_uid(self.spec.uid)
+        if self._files is not None:
+            self._files.retire()
 
     def check(self) -> None:
         """Make one sandbox and end it: SandboxError (NamespacesRefused) if this server's

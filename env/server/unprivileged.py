@@ -27,9 +27,11 @@ from env.server.sandbox import SandboxError
 EPISODE_DIRS = (("repo", 0o755), ("home", 0o700), ("tmp", 0o700))
 RETIRED = ".retired"
 # Directory trees being removed at once, at most.
-MAX_REMOVING = 2
+MAX_REMOVING = 8
 # Pointed at the episode's tmp where possible; otherwise, like the rest, locked.
 LINKED_TO_TMP = ("/tmp", "/var/tmp")
+# Shared beyond the scratch directories: a file made in an mqueue filesystem is a queue.
+ALSO_LOCKED = ("/dev/mqueue",)
 
 
 def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
@@ -58,11 +60,11 @@ def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o002:
             try:
-                os.chmod(path, mode & ~0o1002)
+                os.chmod(path, mode & ~0o1022)
             except OSError as exc:
                 raise SandboxError(f"{path} is writable by every user and cannot be locked ({exc.strerror}); "
                                    "the episode's files would outlive its reset") from exc
-            done.append(f"{path} mode {mode:o} -> {mode & ~0o1002:o}")
+            done.append(f"{path} mode {mode:o} -> {mode & ~0o1022:o}")
     return done
 
 

@@ -15,6 +15,9 @@ and passes only if the next episode, or the server, shows nothing of it:
   episode finds none of it;
 - `isolation-leftovers`: files in /tmp, /var/tmp, /dev/shm and /run/lock, System V shared
   memory, a POSIX message queue and a `setsid nohup` daemon are not in the next episode;
+- `isolation-nested`: the agent can make no namespace of its own (`unshare`, `clone` with
+  a CLONE_NEW* flag, `clone3`), whose teardown it could make outlast a reset, and holds no
+  capability, not even in its bounding set;
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
@@ -45,7 +48,7 @@ from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "isolation-leftovers", "connection-flood", "malformed-input")
+                    "isolation-leftovers", "isolation-nested", "connection-flood", "malformed-input")
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
 # the episode's own, or the container's with the agent's system calls filtered.
 NAMESPACES_MODE, UNPRIVILEGED_MODE = "namespaces", "unprivileged"
@@ -320,6 +323,48 @@ def leftovers_check(session: Session, case: Case, seed: int, rec: Recorder) -> N
         rec.error("isolation-leftovers", exc)
 
 
+NESTED_PROBE = r"""
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+flags = {"user": 0x10000000, "mount": 0x00020000, "net": 0x40000000, "pid": 0x20000000,
+         "ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000}
+for name, flag in flags.items():
+    made = libc.unshare(flag) == 0
+    print("UNSHARE", name, "made" if made else "refused-%d" % ctypes.get_errno())
+# clone(2) with CLONE_NEWUSER: the child exits at once if it was made.
+child = libc.syscall(56, flags["user"] | signal.SIGCHLD, None, None, None, 0)
+if child == 0:
+    os._exit(0)
+print("CLONE user", "made" if child > 0 else "refused-%d" % ctypes.get_errno())
+if child > 0:
+    os.waitpid(child, 0)
+print("CLONE3", "refused-%d" % ctypes.get_errno() if libc.syscall(435, None, 0) < 0 else "made")
+status = dict(line.split(":	", 1) for line in open("/proc/self/status").read().splitlines() if ":	" in line)
+print("CAPS", status["CapEff"].strip(), status["CapBnd"].strip())
+"""
+
+
+def nested_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    """No namespace of the agent's own (unshare, clone, clone3), and no capability."""
+    try:
+        session.reset(case.id, seed=seed)
+        out = session.shell(_script("nested.py", NESTED_PROBE))
+        made = re.findall(r"^(?:UNSHARE|CLONE) (\S+) made$", out.output, re.MULTILINE)
+        tried = len(re.findall(r"^(?:UNSHARE|CLONE) \S+ ", out.output, re.MULTILINE))
+        clone3 = re.search(r"^CLONE3 (\S+)$", out.output, re.MULTILINE)
+        caps = re.search(r"^CAPS (\S+) (\S+)$", out.output, re.MULTILINE)
+        no_caps = caps is not None and int(caps.group(1), 16) == 0 and int(caps.group(2), 16) == 0
+        # clone3 with no arguments fails with EINVAL where it is allowed; refused, ENOSYS.
+        clone3_refused = clone3 is not None and clone3.group(1) == "refused-38"
+        rec.add("isolation-nested", tried == 8 and not made and clone3_refused and no_caps,
+                observed={"namespaces_made": made, "tried": tried, "clone3": clone3 and clone3.group(1),
+                          "capabilities": caps and caps.groups(), "output": out.output[-300:]},
+                expected={"namespaces_made": [], "tried": 8, "clone3": "refused-38 (ENOSYS)",
+                          "capabilities": ["0000000000000000", "0000000000000000"]})
+    except ServerError as exc:
+        rec.error("isolation-nested", exc)
+
+
 def isolation_mode(target: Target) -> str:
     """The mode the server reports at /metadata (`isolation`), or what it said instead."""
     status, body = http_get(target.url, "/metadata")
@@ -463,5 +508,6 @@ def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, r
     keyring_check(session, case, next(seeds), rec)
     scratch_check(session, case, next(seeds), rec, mode)
     leftovers_check(session, case, next(seeds), rec)
+    nested_check(session, case, next(seeds), rec)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)

@@ -53,11 +53,20 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     ("no-pid-namespace", {"image/isolation-hopper"}),
     ("no-network-namespace", {"image/isolation-network"}),
     ("keyrings-allowed", {"image/isolation-keyring"}),
-    # The hopper's marker files stay in the shared /tmp too.
-    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper"}),
+    # The hopper's marker files, and the planted ones, stay in the shared /tmp too.
+    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers"}),
     ("no-connection-guard", {"image/connection-flood"}),
     ("fragile-messages", {"image/malformed-input"}),
     ("escaped-packets", {"image/malformed-input"}),
+    ("nested-namespaces-allowed", {"image/isolation-nested"}),
+    # The unprivileged mode: whole, it passes every isolation check; without one defence,
+    # that defence's check fails.
+    ("unprivileged", set()),
+    ("unprivileged-sockets-allowed", {"image/isolation-network"}),
+    ("unprivileged-no-kill-by-uid", {"image/isolation-hopper"}),
+    ("unprivileged-scratch-shared", {"image/isolation-leftovers", "image/isolation-scratch",
+                                     "image/isolation-hopper"}),
+    ("unprivileged-ipc-allowed", {"image/isolation-leftovers"}),
 ])
 def test_a_server_without_an_isolation_defence_fails_its_check(broken_server, fault, must_fail, monkeypatch):
     """Each defence of an episode against a hostile agent (docs/isolation.md), removed alone:

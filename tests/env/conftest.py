@@ -249,6 +249,7 @@ def start_server(
     python: list[str] | None = None,
     pythonpath: str | None = None,
     nofile: int | None = None,
+    isolation: str | None = None,
 ) -> LiveServer:
     """Start the app in a child process and wait until /health answers (``nofile``: its
     descriptor limit, as a container run with the budget's limits has)."""
@@ -257,6 +258,8 @@ def start_server(
     modules_path = workdir / f"modules-{port}.json"
     env = {k: v for k, v in os.environ.items() if k != "ARENA_TASKS_FILE"}
     env["PYTHONPATH"] = pythonpath if pythonpath is not None else str(REPO_ROOT)
+    if isolation is not None:
+        env["ARENA_ISOLATION"] = isolation
     log_path.write_bytes(b"")
     argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
             tasks_file or "", str(modules_path), str(nofile or "")]

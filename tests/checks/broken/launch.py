@@ -181,6 +181,19 @@ SPECS = {
     "keyrings-allowed": lambda spec: dataclasses.replace(
         spec, deny_keyrings=False, namespaces=tuple(n for n in spec.namespaces if n != "user")),
     "scratch-on-disk": lambda spec: dataclasses.replace(spec, scratch=(), read_only=False),
+    # As before issue 47: the agent may make namespaces of its own and keeps a full bounding set.
+    "nested-namespaces-allowed": lambda spec: dataclasses.replace(
+        spec, deny_namespaces=False, drop_bounding_set=False),
+    # The unprivileged mode (no namespaces of the episode's own), each defence removed alone.
+    "unprivileged": sandbox_mod.unprivileged,
+    "unprivileged-sockets-allowed": lambda spec: dataclasses.replace(
+        sandbox_mod.unprivileged(spec), deny_sockets=False),
+    "unprivileged-no-kill-by-uid": lambda spec: dataclasses.replace(
+        sandbox_mod.unprivileged(spec), kill_by_uid=False),
+    "unprivileged-scratch-shared": lambda spec: dataclasses.replace(
+        sandbox_mod.unprivileged(spec), lock_scratch=False),
+    "unprivileged-ipc-allowed": lambda spec: dataclasses.replace(
+        sandbox_mod.unprivileged(spec), deny_sysv=False, deny_mqueue=False),
 }
 # Served without the message guard, or by plain uvicorn (no connection guard).
 UNGUARDED = {"fragile-messages", "no-connection-guard"}
