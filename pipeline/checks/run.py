@@ -187,6 +187,10 @@ def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env
     finally:
         for c in containers:
             runtime.remove(c)
+        if local is not None:
+            # What the run loaded goes with it: the engine's data root would grow by an image
+            # (its layers unpacked) with every release.
+            runtime.remove_image(name)
     checks = tuple(replace(c, id=c.id + suffix) for c in result.checks)
     record = runtime_record(runtime.engine_info(), security, result, suffix=suffix, containers=len(targets))
     return replace(result, checks=checks, runtimes=(record,))

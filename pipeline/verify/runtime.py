@@ -362,6 +362,11 @@ class ContainerRuntime:
                                  actual=(out.stderr.decode(errors="replace") or text).strip()[-300:])
         return int(text)
 
+    def remove_image(self, name: str) -> None:
+        """Remove an image name from the engine's store (and its layers, when no other name
+        holds them); one that is already gone is fine."""
+        self._cli("image", "rm", "--force", name, check=False)
+
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0
 

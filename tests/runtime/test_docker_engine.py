@@ -171,7 +171,9 @@ def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
     assert rt.load(archive, name, digests=(img.manifest_digest, img.config_digest)) == name
     with pytest.raises(ContainerError, match="did not load"):
         rt.load(archive, name, digests=("sha256:" + "0" * 64,))
-    rt._cli("rmi", "--force", name)
+    rt.remove_image(name)
+    assert rt._cli("image", "inspect", name, check=False).returncode != 0
+    rt.remove_image(name)  # already gone: fine
 
 
 def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
