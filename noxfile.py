@@ -138,9 +138,13 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
     ("serve", False, (), "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
-                         "(-- --port N; -- --host-mode: on this host, changing it)."),
+                         "(-- --port N; -- --engine docker: the private Docker engine; -- --host-mode: on "
+                         "this host, changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
+    ("docker-engine", False, ("release",), "Start, stop or show the pipeline's private Docker engine "
+                                           "(a socket of its own under .release/docker): "
+                                           "nox -s docker-engine -- start|stop|status."),
     ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
                                   "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
                                   "locks/runtime.in."),

@@ -204,3 +204,21 @@ def test_setup_installs_docker_io_when_its_engine_or_client_is_missing(monkeypat
     assert "docker.io" in hosttools.missing_packages()
     monkeypatch.setattr(hosttools.os, "access", present)
     assert "docker.io" not in hosttools.missing_packages()
+
+
+def test_the_docker_engine_command_starts_shows_and_stops_it(monkeypatch, capsys):
+    from pipeline import cli
+
+    root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
+    try:
+        assert cli.main(["docker-engine", "status", "--dir", str(root)]) == 3
+        assert cli.main(["docker-engine", "start", "--dir", str(root)]) == 0
+        assert cli.main(["docker-engine", "status", "--dir", str(root)]) == 0
+        state = dockerd.status(root)
+        assert state is not None and f"pid {state.pid}" in capsys.readouterr().out
+        assert cli.main(["docker-engine", "stop", "--dir", str(root)]) == 0
+        assert "docker engine stopped" in capsys.readouterr().out
+        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+    finally:
+        dockerd.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
