@@ -19,9 +19,10 @@ def docker_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 def docker_engine(args: argparse.Namespace) -> int:
     if args.action == "start":
-        state = dockerd.start(args.dir)
+        state = dockerd.start(args.dir, keep=True)
         print(f"docker engine {state.version} running at {state.host} (pid {state.pid}, containerd pid "
-              f"{state.containerd_pid}, containerd namespace {state.namespace})")
+              f"{state.containerd_pid}, containerd namespace {state.namespace}); it stays up until "
+              "`docker-engine stop`")
         return 0
     if args.action == "stop":
         print("docker engine stopped" if dockerd.stop(args.dir) else "docker engine was not running")

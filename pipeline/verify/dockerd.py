@@ -10,11 +10,11 @@ and state under the same directory; the CRI plugin off) and named to dockerd wit
 /run/containerd/containerd.sock exists. Its objects live in a containerd namespace named
 after the directory. The engine makes no bridge and writes no iptables rule (`--bridge none
 --iptables=false --ip6tables=false`): its containers use the host's network (`--network
-host`), listening on loopback only. Both are stopped by their PIDs (SIGTERM, then SIGKILL),
-dockerd first, Ctrl-C included. A host's default daemon (/var/run/docker.sock) is never used,
-started or touched: the client always gets `-H unix://<this socket>`. (containerd's shims
-keep their sockets in /run/containerd/s/, a path containerd 1.6 fixes; each is removed with
-its container.)
+host`), listening on loopback only. Processes using it at once share it (`running`), and the
+last to end stops both by their PIDs (SIGTERM, then SIGKILL), dockerd first, Ctrl-C
+included. A host's default daemon (/var/run/docker.sock) is never used, started or touched:
+the client always gets `-H unix://<this socket>`. (containerd's shims keep their sockets in
+/run/containerd/s/, a path containerd 1.6 fixes; each is removed with its container.)
 
 The client is Debian's `/usr/bin/docker` of the same package, named by its path: another
 `docker` may come first on PATH (a newer client, of another engine), and the records name
@@ -33,7 +33,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pipeline import _proc
@@ -74,6 +74,8 @@ class EngineState:
     namespace: str
     version: str
     containerd_pid: int = 0
+    # Started by `docker-engine start` to stay up: no run stops it when it ends.
+    kept: bool = False
 
     @property
     def host(self) -> str:
@@ -131,7 +133,7 @@ def _load_state(root: Path) -> EngineState | None:
     raw = json.loads(path.read_text())
     return EngineState(root=Path(raw["root"]), socket=Path(raw["socket"]), pid=int(raw["pid"]),
                        namespace=raw["namespace"], version=raw["version"],
-                       containerd_pid=int(raw.get("containerd_pid", 0)))
+                       containerd_pid=int(raw.get("containerd_pid", 0)), kept=bool(raw.get("kept", False)))
 
 
 def _server_version(sock: Path, timeout: float = 10) -> str | None:
@@ -170,15 +172,24 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
 
 
-def start(root: Path | None = None) -> EngineState:
-    """Start (or reuse) the private engine under `root`; its state."""
+def start(root: Path | None = None, *, keep: bool = False) -> EngineState:
+    """Start (or reuse) the private engine under `root`; its state. With `keep` (the
+    `docker-engine start` command), no run that uses it stops it when it ends."""
     root = Path(root or default_root()).resolve()
     with _locked(root):
         current = _load_state(root)
         if current is not None and _healthy(current):
+            if keep and not current.kept:
+                current = replace(current, kept=True)
+                _write_state(current)
             return current
         _stop_unlocked(root)
-        return _start_unlocked(root)
+        return _start_unlocked(root, keep=keep)
+
+
+def _write_state(state: EngineState) -> None:
+    write_json_atomic(_paths(state.root)["state"],
+                      {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()})
 
 
 def _containerd_config(paths: dict[str, Path]) -> Path:
@@ -222,7 +233,7 @@ def _wait(pid: int, name: str, log: Path, ready) -> None:
                     hint=f"log {log}: {_tail(log)}")
 
 
-def _start_unlocked(root: Path) -> EngineState:
+def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
     dockerd, _ = binaries()
     paths = _paths(root)
     longest = paths["exec"] / _CONTAINERD_SOCKET
@@ -261,8 +272,8 @@ def _start_unlocked(root: Path) -> EngineState:
         _terminate(containerd_pid, "containerd")
         raise
     state = EngineState(root=root, socket=paths["socket"], pid=pid, namespace=namespace, version=str(version),
-                        containerd_pid=containerd_pid)
-    write_json_atomic(paths["state"], {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()})
+                        containerd_pid=containerd_pid, kept=keep)
+    _write_state(state)
     return state
 
 
@@ -321,16 +332,37 @@ def answers(sock: Path) -> bool:
 
 @contextlib.contextmanager
 def running(root: Path | None = None) -> Iterator[EngineState]:
-    """The engine under `root` for the duration of the block: started if it was not running,
-    and then stopped again on the way out (Ctrl-C included); a running one is left running."""
+    """The engine under `root` for the duration of the block, shared with every other process
+    using it at the time (a release's verify stage, a serve, a sharded verify beside another):
+    started if it was not running; stopped on the way out (Ctrl-C included) by the last user
+    to leave, unless `docker-engine start` keeps it. Each user holds a shared lock on
+    `<root>/.users` while it runs; the one that can take it exclusively is the last."""
     root = Path(root or default_root()).resolve()
-    started = status(root) is None
-    state = start(root)
-    if started:
-        say(f"    private Docker engine {state.version} at {state.host} (pid {state.pid})")
-    try:
-        yield state
-    finally:
-        if started:
-            stop(root)
-            say("    stopped the private Docker engine this run started")
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".users", "a") as users:
+        fcntl.flock(users, fcntl.LOCK_SH)
+        try:
+            before = status(root)
+            state = start(root)
+            say(f"    private Docker engine {state.version} at {state.host} (pid {state.pid})"
+                + (", already running" if before is not None and before.pid == state.pid else ""))
+            yield state
+        finally:
+            fcntl.flock(users, fcntl.LOCK_UN)
+    if _leave(root):
+        say("    stopped the private Docker engine (its last user ended)")
+
+
+def _leave(root: Path) -> bool:
+    """Stop the engine under `root` if no process uses it any more and it is not kept; True if
+    it was stopped."""
+    with _locked(root), open(root / ".users", "a") as users:
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # another process uses it: the last one stops it
+        try:
+            state = _load_state(root)
+            return state is not None and not state.kept and _stop_unlocked(root)
+        finally:
+            fcntl.flock(users, fcntl.LOCK_UN)

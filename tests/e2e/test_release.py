@@ -412,7 +412,7 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     checks = json.loads((clone / "attestations" / "checks.json").read_text())
     assert [(r["name"], r["isolation"]) for r in checks["runtimes"]] == [("podman", "namespaces"),
                                                                         ("docker", "unprivileged")]
-    assert "stopped the private Docker engine this run started" in released.stderr
+    assert "stopped the private Docker engine (its last user ended)" in released.stderr
     assert dockerd.status(clone / ".release" / "docker") is None
 
 

@@ -222,3 +222,21 @@ def test_the_docker_engine_command_starts_shows_and_stops_it(monkeypatch, capsys
     finally:
         dockerd.stop(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_last_user_stops_the_engine_and_a_kept_one_stays():
+    root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
+    try:
+        with dockerd.running(root) as outer:
+            with dockerd.running(root) as inner:  # another user (a serve, a second verify) meanwhile
+                assert inner.pid == outer.pid
+            assert dockerd._alive(outer.pid), "the engine stopped while a user still ran"
+        assert not dockerd._alive(outer.pid) and not dockerd._alive(outer.containerd_pid, "containerd")
+        kept = dockerd.start(root, keep=True)
+        with dockerd.running(root) as state:
+            assert state.pid == kept.pid
+        assert dockerd.status(root) is not None, "a kept engine is stopped only by `docker-engine stop`"
+        assert dockerd.stop(root)
+    finally:
+        dockerd.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
