@@ -157,8 +157,8 @@ for _name, _host_tools, _tags, _doc in (
                                     "(-- --profile P --mirror DIR)."),
     ("build", True, ("release",), "Build the derived image daemonlessly from the base digest; push it to "
                                   "the registry."),
-    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite: "
-                                   "-- <name@digest> [--shard I/N]."),
+    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite "
+                                   "under podman and the private Docker engine: -- <name@digest> [--shard I/N]."),
     ("repair-checks", True, ("release",), "Repair-check any MiMo repair image: -- <name@digest> --task TASK_ID "
                                           "--reference SCRIPT [--out FILE.json]."),
     ("checks", False, ("release", "ci"), "The suite against running servers (-- --url URL [--shard I/N]), "

@@ -1,13 +1,14 @@
 """`setup`, `serve`, `verify`, `checks` (and `checks merge`) and `submission`.
 
 `verify <name@digest>`: anonymous pull (every blob checked), start containers of the
-pulled digest, run the whole suite, verify the external tasks, write dist/checks.json
-and print the per-family table. `checks --url URL`: the suite against servers already
-running. Both take `--shard I/N` (run shard I of the plan; a CI matrix runs the N
-shards) and `checks merge SHARD.json...` joins the shards into one checks.json and can
-sign its test-result statement. `submission`: submission.json from passing results, after
-the admission preflight passed on it. `preflight [FILE]`: the platform's admission checks
-on a request.
+pulled digest and run the whole suite under each engine of `[runtime] verify` (podman, and
+the private Docker engine with Docker's defaults; RELEASE_RUNTIME_VERIFY overrides it),
+verify the external tasks, write dist/checks.json and print the per-family table.
+`checks --url URL`: the suite against servers already running. Both take `--shard I/N`
+(run shard I of the plan; a CI matrix runs the N shards) and `checks merge SHARD.json...`
+joins the shards into one checks.json and can sign its test-result statement.
+`submission`: submission.json from passing results, after the admission preflight passed
+on it. `preflight [FILE]`: the platform's admission checks on a request.
 """
 
 from __future__ import annotations
