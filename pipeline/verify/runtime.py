@@ -76,10 +76,15 @@ def detect(choice: str = "auto", *, quiet: bool = False) -> str:
         dockerd.binaries()
     else:
         _proc.which("podman", package="podman")
-    if not quiet:
-        say(f"container engine: {engine}" + (" (runtime.engine = auto: podman; the private Docker engine "
-                                             "only when asked: --engine docker)" if choice == "auto" else ""))
+    line = f"container engine: {engine}" + (" (runtime.engine = auto: podman; the private Docker engine "
+                                            "only when asked: --engine docker)" if choice == "auto" else "")
+    if not quiet and line not in _SAID:  # once a process: an adapter is made per command and test
+        _SAID.add(line)
+        say(line)
     return engine
+
+
+_SAID: set[str] = set()
 
 
 def loopback_command(command: Sequence[str], port: int) -> list[str]:
