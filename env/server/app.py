@@ -6,15 +6,17 @@ first-party ``env.families``.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from functools import partial
 
 from fastapi import FastAPI
 from openenv.core.env_server.http_server import create_app
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from env.loader import load_task_module
 from env.server import mcp
@@ -40,6 +42,8 @@ ISOLATION_VARIABLE = "ARENA_ISOLATION"
 # which speaks JSON-RPC and offers no tools. The interactive API docs are not served.
 SERVED_ROUTES = frozenset({"/health", "/metadata", "/schema", "/ws", "/openapi.json"})
 ENV_NAME = "openenv-arena"
+# uvicorn's own logger, where the server's other one-line reports go (env/server/serve.py).
+_LOG = logging.getLogger("uvicorn.error")
 
 
 def create_server_app(tasks_file: str | None = None, config: ServerConfig = ServerConfig()) -> FastAPI:
@@ -89,18 +93,31 @@ def _metadata(environments: Callable[[], ShellEnvironment]) -> ArenaMetadata:
 
 
 class _QuietClientClose:
-    """Drop the WebSocketDisconnect raised when openenv-core closes an already closed socket.
+    """One line, not a traceback, for a client that goes away mid-request.
 
-    openenv-core 0.3.0 ends every session with ``websocket.close()`` and expects a
-    RuntimeError if the client has gone; Starlette 1.x raises WebSocketDisconnect instead,
-    which uvicorn would log as an application error after every normal client close.
-    The session has been destroyed by then, so there is nothing left to report.
+    - A WebSocket client that goes away while its step runs: openenv-core's /ws loop runs
+      the command to its end (at most the shell timeout), fails to send the reply, and
+      tries to send an error about that too; Starlette raises WebSocketDisconnected at
+      that second send. The session is destroyed by then (openenv-core's ``finally``): one
+      line says so.
+    - openenv-core 0.3.0 ends every session with ``websocket.close()`` and expects a
+      RuntimeError if the client has gone; Starlette 1.x raises WebSocketDisconnect
+      instead, after every normal client close: nothing to report.
+    - An HTTP client that goes away before its body is complete (ClientDisconnect from
+      ``request.stream()``, as ``POST /mcp`` reads it): env/server/serve.py logged the
+      line when the connection was lost, so nothing more.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                await self.app(scope, receive, send)
+            except ClientDisconnect:
+                pass
+            return
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
@@ -108,6 +125,11 @@ class _QuietClientClose:
             await self.app(scope, receive, send)
         except WebSocketDisconnect:
             pass
+        except WebSocketDisconnected:
+            client = scope.get("client")
+            prefix = f"{client[0]}:{client[1]} - " if client else ""
+            _LOG.warning("%sWebSocket %s: the client went away before its reply; the session has ended",
+                         prefix, scope.get("path", ""))
 
 
 def keep_served_routes(app: FastAPI) -> None:

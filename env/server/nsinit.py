@@ -45,7 +45,6 @@ import signal
 import socket
 import struct
 import sys
-import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -392,15 +391,17 @@ def _drain(fd: int) -> None:
             return
 
 
-def kill_uid(uid: int, deadline_s: float) -> bool:
-    """Kill every process of ``uid`` (in this PID namespace), reaping whatever comes to this
-    process meanwhile; True once none is left, False past ``deadline_s`` seconds.
-
-    A child that takes ``uid`` sends SIGKILL to every process it may signal, which are
-    exactly the processes of that UID (kill(-1) spares only itself and PID 1). One pass
-    cannot be outrun: the kernel signals under the lock a fork needs to add its child, and
-    refuses to complete a fork whose parent has a fatal signal pending. The dying processes'
-    orphans come here (a child subreaper) and are reaped here until /proc lists none."""
+def kill_uid(uid: int) -> None:
+    """Send SIGKILL to every process of ``uid`` (in this PID namespace), from a child that
+    takes that UID: kill(-1) reaches exactly the processes it may signal, which are that
+    UID's (it spares only itself and PID 1). One pass cannot be outrun: the kernel signals
+    under the lock a fork needs to add its child, and refuses to complete a fork whose
+    parent has a fatal signal pending. The dying processes' orphans come here (a child
+    subreaper) and are reaped by the zygote's loop; the server waits until /proc lists
+    none (`processes_of`)."""
+    _reap_all()
+    if not processes_of(uid):
+        return  # the usual end of an episode: its commands have all exited
     killer = os.fork()
     if killer == 0:
         try:
@@ -413,17 +414,10 @@ def kill_uid(uid: int, deadline_s: float) -> bool:
         finally:
             os._exit(0)
     os.waitpid(killer, 0)
-    give_up = time.monotonic() + deadline_s
-    while True:
-        _reap_all()
-        if not _processes_of(uid):
-            return True
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.0005)
+    _reap_all()
 
 
-def _processes_of(uid: int) -> list[int]:
+def processes_of(uid: int) -> list[int]:
     """The PIDs whose real UID is ``uid`` (zombies included), from /proc/PID/status: the
     owner of /proc/PID is root for a process that made itself not dumpable."""
     found = []
@@ -471,7 +465,8 @@ def zygote(ctl: socket.socket) -> int:
         try:
             request = json.loads(data)
             if request.get("op") == "killuid" and not fds:
-                _send(ctl, {"killed": kill_uid(int(request["uid"]), float(request["deadline_s"]))})
+                kill_uid(int(request["uid"]))
+                _send(ctl, {"killed": True})
                 continue
             if request.get("op") != "spawn" or len(fds) != 1:
                 raise ValueError(f"expected a spawn request with one socket, got {request!r} with {len(fds)}")

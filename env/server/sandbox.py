@@ -24,6 +24,7 @@ files and takes the new one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -37,6 +38,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from env.server import nsinit
 
 NSINIT = Path(__file__).with_name("nsinit.py")
 # Every namespace the episode gets (nsinit.py's names).
@@ -153,9 +156,10 @@ MIN_TMPFS = 1 * MIB
 MEMORY_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
+@functools.cache
 def memory_limit() -> int:
     """The container's memory limit in bytes (its cgroup's, v2 or v1), or the machine's
-    memory where the cgroup sets none."""
+    memory where the cgroup sets none (read once)."""
     with open("/proc/meminfo") as meminfo:
         total = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:"))
     for name in MEMORY_LIMIT_FILES:
@@ -166,6 +170,22 @@ def memory_limit() -> int:
         if text.isdigit():
             return min(int(text), total)
     return total
+
+
+# Past this share of the limit in use at a reset, the reset waits for the ended episodes'
+# teardown to give their memory back.
+MEMORY_WAIT_SHARE = 0.5
+MEMORY_USAGE_FILES = ("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+
+
+def memory_in_use() -> int:
+    """Bytes the container's cgroup holds now (0 where it cannot be read)."""
+    for name in MEMORY_USAGE_FILES:
+        try:
+            return int(Path(name).read_text())
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def fit_to_memory(spec: SandboxSpec, limit: int) -> SandboxSpec:
@@ -233,6 +253,35 @@ class Command:
             self.returncode = int(message["code"])
 
 
+def reap_strays(keep: set[int]) -> int:
+    """Reap every exited child of this process but ``keep``: orphans that came here when a
+    zygote, their subreaper, died (in a container the server may be PID 1, which every
+    orphan reaches). A zombie never reaped holds a PID for good, and one of the sandbox UID
+    would keep a kill by UID from ever finding none left. Returns how many it reaped."""
+    reaped = 0
+    for task in os.scandir(f"/proc/{os.getpid()}/task"):
+        try:
+            with open(os.path.join(task.path, "children")) as listed:
+                children = [int(pid) for pid in listed.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            if child in keep:
+                continue
+            try:
+                with open(f"/proc/{child}/stat") as stat:
+                    state = stat.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state == "Z":
+                try:
+                    if os.waitpid(child, os.WNOHANG)[0]:
+                        reaped += 1
+                except ChildProcessError:
+                    pass
+    return reaped
+
+
 class Zygote:
     """nsinit.py started once: it forks each sandbox's first process, so a sandbox costs a
     fork (about a millisecond) rather than an interpreter's start (tens of milliseconds).
@@ -264,21 +313,30 @@ class Zygote:
     def kill_uid(self, uid: int) -> None:
         """Kill every process of ``uid`` and wait until none is left (SandboxError if some
         still are after TEARDOWN_S): the unprivileged mode's end of an episode."""
-        request = json.dumps({"op": "killuid", "uid": uid, "deadline_s": TEARDOWN_S}).encode()
         with self._lock:
             if self._process is None or self._process.poll() is not None:
-                self._start()  # a zygote's death orphans nothing: its orphans go to the server
-            assert self._control is not None
+                self._start()
+            assert self._control is not None and self._process is not None
             try:
-                self._control.send(request)
-                self._control.settimeout(TEARDOWN_S + HANDSHAKE_S)
+                self._control.send(json.dumps({"op": "killuid", "uid": uid}).encode())
+                self._control.settimeout(HANDSHAKE_S)
                 data = self._control.recv(PACKET)
             except OSError as exc:
                 self._stop()
                 raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes: {exc}") from exc
-        if not data or not json.loads(data).get("killed"):
-            raise SandboxError(f"UID {uid}'s processes were not all gone {TEARDOWN_S:g} s after they "
-                               "were killed")
+            if not data:
+                self._stop()
+                raise SandboxError(f"{NSINIT} (the zygote) exited while it killed UID {uid}'s processes")
+            zygote = self._process.pid
+        # Their orphans come to the zygote, which reaps them; those a dead zygote left to
+        # this process are reaped here.
+        give_up = time.monotonic() + TEARDOWN_S
+        while nsinit.processes_of(uid):
+            reap_strays({zygote})
+            if time.monotonic() > give_up:
+                raise SandboxError(f"UID {uid}'s processes were not all gone {TEARDOWN_S:g} s after they "
+                                   "were killed")
+            time.sleep(0.0005)
 
     def _ask(self, request: bytes, sandbox_end: socket.socket) -> tuple[int, int]:
         if self._process is None or self._process.poll() is not None:
@@ -516,7 +574,8 @@ MAX_RETIRING = 2
 
 class SandboxFactory:
     """Makes the sandboxes of one server, the next one always ready ahead of time, and
-    reaps the ended ones in the background."""
+    reaps the ended ones in the background: two threads of its own, started once (a
+    thread started per reset costs more than the rest of the reset on a busy machine)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -532,20 +591,29 @@ class SandboxFactory:
 
             self._files = EpisodeFiles(spec.workspace, spec.uid, spec.gid)
         self._zygote = Zygote()
-        self._lock = threading.Lock()
         # Without namespaces: the episode handed out and not yet ended, and the lock that
         # makes ending it and handing out the next one a single step.
         self._swap = threading.Lock()
         self._current: Sandbox | None = None
-        self._next: threading.Thread | None = None
+        # What the two threads share, under one condition.
+        self._state = threading.Condition()
+        self._closed = False
+        self._preparing = False  # the preparer is asked for, or making, the next sandbox
         self._ready: Sandbox | None = None
         self._failure: BaseException | None = None
-        self._retiring: list[threading.Thread] = []
+        self._dying: list[Sandbox] = []  # killed, waiting for the reaper
+        self._unreaped = 0  # killed and not yet reaped (queued or being reaped)
         self._teardown_failure: SandboxError | None = None
+        self._threads = [threading.Thread(target=loop, name=name, daemon=True)
+                         for loop, name in ((self._prepare_loop, "arena-next-sandbox"),
+                                            (self._reap_loop, "arena-reaper"))]
+        for thread in self._threads:
+            thread.start()
 
     def retire(self, sandbox: Sandbox) -> None:
         """End an episode's sandbox: kill it now (every process of the episode with it), and
         reap it in the background. A teardown that failed is raised by the next `take`.
+        Past MAX_RETIRING sandboxes not yet reaped, it waits for the oldest.
 
         Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
         and gone before this returns, and its directories are renamed away."""
@@ -553,31 +621,34 @@ class SandboxFactory:
             sandbox.kill()
             if self._current is sandbox:
                 self._end_current()
-        with self._lock:
-            self._retiring = [t for t in self._retiring if t.is_alive()]
-            oldest = self._retiring[0] if len(self._retiring) >= MAX_RETIRING else None
-        if oldest is not None:
-            oldest.join()
-        reaper = threading.Thread(target=self._reap, args=(sandbox,), name="arena-reaper", daemon=True)
-        with self._lock:
-            self._retiring.append(reaper)
-        reaper.start()
+        with self._state:
+            self._dying.append(sandbox)
+            self._unreaped += 1
+            self._state.notify_all()
+            self._state.wait_for(lambda: self._unreaped <= MAX_RETIRING)
 
-    def _reap(self, sandbox: Sandbox) -> None:
-        try:
-            sandbox.reap()
-        except SandboxError as exc:
-            print(f"arena: {exc}", file=sys.stderr, flush=True)
-            self._teardown_failure = exc
+    def _reap_loop(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._dying or self._closed)
+                if not self._dying:
+                    return
+                sandbox = self._dying.pop(0)
+            try:
+                sandbox.reap()
+            except SandboxError as exc:
+                print(f"arena: {exc}", file=sys.stderr, flush=True)
+                self._teardown_failure = exc
+            with self._state:
+                self._unreaped -= 1
+                self._state.notify_all()
 
     def wait_retired(self) -> None:
         """Wait until every ended sandbox is reaped."""
-        with self._lock:
-            retiring, self._retiring = self._retiring, []
-        for reaper in retiring:
-            reaper.join()
+        with self._state:
+            self._state.wait_for(lambda: self._unreaped == 0)
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> tuple[Sandbox | None, BaseException | None]:
         try:
             sandbox = Sandbox.start(self.spec, self._zygote)
             try:
@@ -585,28 +656,45 @@ class SandboxFactory:
             except BaseException:
                 sandbox.destroy()
                 raise
-            self._ready = sandbox
+            return sandbox, None
         except BaseException as exc:  # reported by the `take` that needed it
-            self._failure = exc
+            return None, exc
+
+    def _prepare_loop(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._preparing or self._closed)
+                if self._closed:
+                    self._preparing = False
+                    self._state.notify_all()
+                    return
+            made, failure = self._prepare()
+            with self._state:
+                self._ready, self._failure, self._preparing = made, failure, False
+                self._state.notify_all()
 
     def prepare(self) -> None:
-        """Start making the next sandbox in the background."""
-        with self._lock:
-            if self._next is None and self._ready is None:
+        """Have the next sandbox made in the background (unless it is, or is being, made)."""
+        with self._state:
+            if not self._preparing and self._ready is None and not self._closed:
                 self._failure = None
-                self._next = threading.Thread(target=self._prepare, name="arena-next-sandbox", daemon=True)
-                self._next.start()
+                self._preparing = True
+                self._state.notify_all()
 
     def take(self) -> Sandbox:
-        """The sandbox made ahead of time (made now if there is none); then start the next."""
+        """The sandbox made ahead of time (made now if there is none); then start the next.
+
+        Where the ended episodes still hold much of the container's memory (their teardown
+        frees it in the background), it waits for that first, so that the new episode can
+        use its whole budget at once."""
+        if memory_in_use() > memory_limit() * MEMORY_WAIT_SHARE:
+            self.wait_retired()
         failed, self._teardown_failure = self._teardown_failure, None
         if failed is not None:
             raise failed
         self.prepare()
-        with self._lock:
-            if self._next is not None:
-                self._next.join()
-                self._next = None
+        with self._state:
+            self._state.wait_for(lambda: not self._preparing)
             sandbox, self._ready = self._ready, None
             failure, self._failure = self._failure, None
         if sandbox is not None and not sandbox.alive():
@@ -618,10 +706,9 @@ class SandboxFactory:
         if sandbox is None:
             # Made ahead of time, it may have failed for a passing reason (the server out
             # of descriptors under a connection flood, say): one more try, now.
-            self._prepare()
-            sandbox, self._ready = self._ready, None
+            sandbox, again = self._prepare()
             if sandbox is None:
-                failure, self._failure = self._failure or failure, None
+                failure = again or failure
                 if isinstance(failure, SandboxError):
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
@@ -659,14 +746,15 @@ class SandboxFactory:
 
     def close(self) -> None:
         """End the sandbox made ahead of time, and wait for the ended ones."""
-        with self._lock:
-            if self._next is not None:
-                self._next.join()
-                self._next = None
+        with self._state:
+            self._state.wait_for(lambda: not self._preparing)
+            self._closed = True
+            self._state.notify_all()
             sandbox, self._ready = self._ready, None
         if sandbox is not None:
             sandbox.destroy()
-        self.wait_retired()
+        for thread in self._threads:
+            thread.join()
         self._zygote.close()
         if self._files is not None:
             self._files.close()

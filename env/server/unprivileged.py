@@ -10,8 +10,8 @@ default seccomp profile), an episode shares the container's filesystem. So:
   link where it can (an empty directory, not a mount point);
 - a reset, once the episode's processes are gone (killed by UID), renames those three
   directories into ``.retired/`` (root-only) and makes them anew: a few system calls,
-  whatever the agent left there. The old ones are removed in the background by ``rm``,
-  at most MAX_REMOVING at once (a reset past that waits for the oldest).
+  whatever the agent left there. A thread removes the old ones in the background with
+  ``rm``; past MAX_REMOVING batches waiting, a reset waits for it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 from env.server.sandbox import SandboxError
@@ -26,7 +27,7 @@ from env.server.sandbox import SandboxError
 # The episode's own directories under the workspace, and their modes.
 EPISODE_DIRS = (("repo", 0o755), ("home", 0o700), ("tmp", 0o700))
 RETIRED = ".retired"
-# Directory trees being removed at once, at most.
+# Retired batches waiting for removal, at most.
 MAX_REMOVING = 8
 # Pointed at the episode's tmp where possible; otherwise, like the rest, locked.
 LINKED_TO_TMP = ("/tmp", "/var/tmp")
@@ -77,14 +78,16 @@ class EpisodeFiles:
         self.gid = gid
         self._retired = workspace / RETIRED
         self._count = 0
-        self._removing: list[subprocess.Popen] = []
         os.makedirs(self._retired, mode=0o700, exist_ok=True)
         os.chown(self._retired, 0, 0)
         os.chmod(self._retired, 0o700)
-        leftovers = [str(self._retired / entry.name) for entry in os.scandir(self._retired)]
-        if leftovers:  # an earlier server's
-            self._remove(leftovers)
+        self._pending = threading.Condition()
+        # Retired batches not yet removed (an earlier server's leftovers count as one).
+        self._waiting = 1 if self._leftovers() else 0
+        self._closed = False
         self.retire()
+        self._remover = threading.Thread(target=self._remove_loop, name="arena-remover", daemon=True)
+        self._remover.start()
 
     def retire(self) -> None:
         """Rename the episode's directories into `.retired/` and start removing them."""
@@ -99,7 +102,12 @@ class EpisodeFiles:
                     moved = True
                 os.rename(source, batch / name)
         if moved:
-            self._remove([str(batch)])
+            with self._pending:
+                self._waiting += 1
+                self._pending.notify_all()
+                # An agent that leaves a large tree every episode must not pile them up:
+                # past MAX_REMOVING batches, a reset waits for the remover.
+                self._pending.wait_for(lambda: self._waiting <= MAX_REMOVING)
 
     def fresh(self) -> None:
         """Make the episode's directories, empty and owned by the sandbox UID."""
@@ -113,16 +121,29 @@ class EpisodeFiles:
             os.chown(path, self.uid, self.gid)
             os.chmod(path, mode)
 
-    def _remove(self, paths: list[str]) -> None:
-        self._removing = [p for p in self._removing if p.poll() is None]
-        while len(self._removing) >= MAX_REMOVING:
-            self._removing.pop(0).wait()
-        self._removing.append(subprocess.Popen(
-            ["rm", "-rf", "--one-file-system", "--", *paths],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    def _remove_loop(self) -> None:
+        """Remove what `.retired/` holds whenever a reset put something there (an earlier
+        server's leftovers first), with `rm` outside the server's interpreter."""
+        while True:
+            with self._pending:
+                self._pending.wait_for(lambda: self._waiting > 0 or self._closed)
+                if self._closed and not self._waiting:
+                    return
+                taken = self._waiting
+            paths = [str(self._retired / name) for name in self._leftovers()]
+            if paths:
+                subprocess.run(["rm", "-rf", "--one-file-system", "--", *paths], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            with self._pending:
+                self._waiting -= taken
+                self._pending.notify_all()
+
+    def _leftovers(self) -> list[str]:
+        return [entry.name for entry in os.scandir(self._retired)]
 
     def close(self) -> None:
         """Wait for the removals under way."""
-        for process in self._removing:
-            process.wait()
-        self._removing = []
+        with self._pending:
+            self._closed = True
+            self._pending.notify_all()
+        self._remover.join()

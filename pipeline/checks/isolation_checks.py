@@ -1,4 +1,4 @@
-"""image/isolation-*, connection-flood, malformed-input: a hostile agent against the image.
+"""image/isolation-*, connection-flood, malformed-input, slow-headers: a hostile agent against the image.
 
 Each check plays one attack that once crossed a reset or ended a session (docs/isolation.md)
 and passes only if the next episode, or the server, shows nothing of it:
@@ -22,7 +22,11 @@ and passes only if the next episode, or the server, shows nothing of it:
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
   a binary frame and JSON that is not an object each get an error reply naming the
-  problem; the longest command, in 4-byte characters, runs; and the episode goes on.
+  problem; the longest command, in 4-byte characters, runs; and the episode goes on;
+- `slow-headers`: hundreds of connections from one peer, each trickling its request's
+  headers a byte a second, do not stop /health from answering within a second: the server
+  holds no more of them than its per-peer limit, closes each once its header deadline has
+  passed, however the bytes arrive, and a session starts after.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import resource
+import select
 import shlex
 import socket
 import time
@@ -48,7 +53,8 @@ from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "isolation-leftovers", "isolation-nested", "connection-flood", "malformed-input")
+                    "isolation-leftovers", "isolation-nested", "connection-flood", "malformed-input",
+                    "slow-headers")
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
 # the episode's own, or the container's with the agent's system calls filtered.
 NAMESPACES_MODE, UNPRIVILEGED_MODE = "namespaces", "unprivileged"
@@ -56,6 +62,18 @@ NAMESPACES_MODE, UNPRIVILEGED_MODE = "namespaces", "unprivileged"
 IMAGE_PORT = 8000
 FLOOD_CONNECTIONS = 1_100  # more than the 1,024 descriptors of the budget's container
 FLOOD_HEALTHY_WITHIN_S = 20.0
+# slow-headers: connections from one peer, each sending one byte of its request's headers
+# a second, for SLOW_ROUNDS seconds; /health is asked twice a second meanwhile.
+SLOW_CONNECTIONS = 300
+SLOW_ROUNDS = 8
+SLOW_HEALTH_WITHIN_S = 1.0
+# The server's limits (env/server/serve.py, docs/isolation.md): the connections one peer
+# may hold, and the seconds a request's headers have from the accept. Every trickling
+# connection must be gone before the rounds end.
+PEER_CONNECTIONS = 64
+HEADERS_WITHIN_S = 5
+SLOW_BATCH = 32  # half the server's listen backlog
+SLOW_REQUEST = b"GET /health HTTP/1.1\r\nHost: arena\r\nX-Slow: " + b"a" * 64
 SCRATCH = ("/tmp", "/dev/shm", "/var/tmp")
 # More than the largest scratch directory's inode limit (env/server/sandbox.py).
 SCRATCH_FILES_EACH = 70_000
@@ -413,6 +431,84 @@ def connection_flood_check(session: Session, target: Target, case: Case, seed: i
             expected={"health_answered_after_s": f"<= {FLOOD_HEALTHY_WITHIN_S:g}", "session_after": True})
 
 
+def _open(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` connections, one at a time, pausing after every SLOW_BATCH: a server that
+    has not yet accepted a connection it has made (its listen backlog full) is not seen
+    closing it."""
+    opened = []
+    for i in range(count):
+        if i and i % SLOW_BATCH == 0:
+            time.sleep(0.02)
+        sock = socket.socket()
+        sock.settimeout(2)
+        try:
+            sock.connect((host, port))
+        except OSError:
+            sock.close()
+            continue
+        sock.setblocking(False)
+        opened.append(sock)
+    return opened
+
+
+def _closed_by_server(open_socks: dict[int, socket.socket]) -> None:
+    """Drop from ``open_socks`` each socket the server has closed (readable: its end or a reset;
+    the server never answers a request whose headers are incomplete)."""
+    poller = select.poll()
+    for fd in open_socks:
+        poller.register(fd, select.POLLIN)
+    for fd, _ in poller.poll(0):
+        open_socks.pop(fd).close()
+
+
+def _timed_health(url: str) -> tuple[int, float]:
+    started = time.monotonic()
+    status = http_get(url, "/health", timeout=SLOW_HEALTH_WITHIN_S + 1)[0]
+    return status, round(time.monotonic() - started, 2)
+
+
+def slow_headers_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder) -> None:
+    url = urlparse(target.url)
+    _raise_descriptor_limit(SLOW_CONNECTIONS + 256)
+    opened = _open(url.hostname or "127.0.0.1", url.port or 80, SLOW_CONNECTIONS)
+    open_socks = {sock.fileno(): sock for sock in opened}
+    most_open, probes = 0, []
+    try:
+        started = time.monotonic()
+        for second in range(SLOW_ROUNDS):
+            for fd, sock in list(open_socks.items()):
+                try:
+                    sock.send(SLOW_REQUEST[second:second + 1])
+                except OSError:
+                    open_socks.pop(fd).close()
+            probes.append(_timed_health(target.url))
+            time.sleep(max(0.0, started + second + 0.5 - time.monotonic()))
+            _closed_by_server(open_socks)
+            most_open = max(most_open, len(open_socks))
+            probes.append(_timed_health(target.url))
+            time.sleep(max(0.0, started + second + 1 - time.monotonic()))
+        _closed_by_server(open_socks)
+    finally:
+        for sock in open_socks.values():
+            sock.close()
+    try:
+        works = session.reset(case.id, seed=seed).task_id == case.id
+    except ServerError:
+        works = False
+    slow = [p for p in probes if p[0] != 200 or p[1] > SLOW_HEALTH_WITHIN_S]
+    # More than the per-peer limit must have connected, or the limit was not tried.
+    rec.add("slow-headers", len(opened) > PEER_CONNECTIONS and most_open <= PEER_CONNECTIONS and not open_socks
+            and not slow and works,
+            observed={"trickling_connections": len(opened), "most_open_at_once": most_open,
+                      f"open_after_{SLOW_ROUNDS}_s": len(open_socks), "health_probes": len(probes),
+                      "health_slow_or_failed": slow[:10], "session_after": works},
+            expected={"trickling_connections": f"> {PEER_CONNECTIONS}",
+                      "most_open_at_once": f"<= {PEER_CONNECTIONS} (the per-peer limit)",
+                      f"open_after_{SLOW_ROUNDS}_s": f"0 (headers within {HEADERS_WITHIN_S} s)",
+                      "health_slow_or_failed": f"none (200 within {SLOW_HEALTH_WITHIN_S:g} s)",
+                      "session_after": True})
+
+
 def _malformed_messages() -> list[tuple[str, str | bytes, str | None]]:
     """(name, the raw message, a word its error reply must hold; None: it must succeed)."""
     return [
@@ -511,3 +607,4 @@ def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, r
     nested_check(session, case, next(seeds), rec)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)
+    slow_headers_check(session, target, case, next(seeds), rec)

@@ -35,16 +35,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_SHELL_TIMEOUT_S = 3.0
 
 # Runs in the server process: build the app with the factory (so the shell timeout
-# can be shortened), record the imported modules at shutdown, serve.
+# can be shortened), record the imported modules at shutdown, serve. A fault (one of
+# tests/checks/broken/launch.py's PATCHES) removes one defence first, for a teeth test.
 LAUNCHER = """
 import json, resource, sys
 from env.server.app import create_server_app
 from env.server.serve import run
 from env.server.environment import ServerConfig
-port, tasks_file, modules_out, nofile = sys.argv[1], sys.argv[3], sys.argv[4], sys.argv[5]
+port, tasks_file, modules_out, nofile, fault = sys.argv[1], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 timeout_s = float(sys.argv[2])
 if nofile:
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(nofile), int(nofile)))
+if fault:
+    from tests.checks.broken.launch import PATCHES
+    PATCHES[fault]()
 app = create_server_app(tasks_file or None, ServerConfig(shell_timeout_s=timeout_s))
 def record_modules():
     with open(modules_out, "w") as out:
@@ -250,9 +254,11 @@ def start_server(
     pythonpath: str | None = None,
     nofile: int | None = None,
     isolation: str | None = None,
+    fault: str | None = None,
 ) -> LiveServer:
     """Start the app in a child process and wait until /health answers (``nofile``: its
-    descriptor limit, as a container run with the budget's limits has)."""
+    descriptor limit, as a container run with the budget's limits has; ``fault``: a
+    defence removed, tests/checks/broken/launch.py's PATCHES)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     modules_path = workdir / f"modules-{port}.json"
@@ -262,7 +268,7 @@ def start_server(
         env["ARENA_ISOLATION"] = isolation
     log_path.write_bytes(b"")
     argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
-            tasks_file or "", str(modules_path), str(nofile or "")]
+            tasks_file or "", str(modules_path), str(nofile or ""), fault or ""]
     process = start_contained(workdir / f"ns-{port}", workdir, argv, cwd=workdir, env=env, log=log_path)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
     deadline = time.monotonic() + HEALTH_WITHIN_S

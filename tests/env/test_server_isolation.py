@@ -219,7 +219,9 @@ def test_a_next_sandbox_killed_while_it_waits_is_replaced_at_reset(server):
 def _zygote(server) -> int | None:
     """The host PID of the server's zygote (env/server/nsinit.py run once, a child of the server)."""
     server_pid = server.contained.init_pid()
-    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    # A child is listed under the thread that started it (the sandbox factory's own).
+    children = [child for task in Path(f"/proc/{server_pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
     for child in children:
         try:
             if b"nsinit.py" in Path(f"/proc/{child}/cmdline").read_bytes():

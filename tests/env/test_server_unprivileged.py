@@ -9,7 +9,10 @@ scratch directories, System V and POSIX IPC, `setsid` daemons and nested namespa
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from env.catalog import CASE_IDS
 from pipeline.checks.isolation_checks import HOPPER_SCRIPT, LEFTOVERS_FIND, LEFTOVERS_PLANT
 from pipeline.checks.shell import count_processes
 from tests.env.conftest import start_server
+from tests.env.test_server_isolation import _zygote
 
 pytestmark = pytest.mark.root
 
@@ -107,3 +111,33 @@ def test_an_answer_is_graded_and_the_next_episode_starts_clean(unprivileged, ora
         assert time.monotonic() - started < 2.0
         listing = run(env, "ls -A . $TMPDIR $HOME")["output"]
         assert "answer.json" not in listing and "f1" not in listing, listing
+
+
+def _zombie_children(pid: int) -> list[int]:
+    children = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
+    zombies = []
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                zombies.append(child)
+        except (OSError, IndexError):
+            pass
+    return zombies
+
+
+def test_a_killed_zygote_leaves_no_zombie_and_resets_go_on(unprivileged):
+    """The zygote reaps the orphans of killed episodes; killed itself, they come to the
+    server, which must reap them: a zombie of UID 2000 would keep the next kill by UID from
+    ever finding none left."""
+    with unprivileged.session() as env:
+        env.reset(task_id=CASE)
+        run(env, "for i in $(seq 8); do (setsid sleep 1000 &); done; sleep 0.2")
+        zygote = _zygote(unprivileged)
+        assert zygote is not None
+        os.kill(zygote, signal.SIGKILL)
+        for _ in range(3):
+            env.reset(task_id=CASE)
+            assert run(env, "echo works")["output"] == "works\n"
+        server_pid = unprivileged.contained.init_pid()
+        assert _zombie_children(server_pid) == []

@@ -19,12 +19,14 @@ from pathlib import Path
 import uvicorn
 from openenv.core.env_server.http_server import create_app
 from pydantic import Field
+from starlette.websockets import WebSocketDisconnect
 
 from env.loader import load_task_module
 from env.server import answer as answer_mod
 from env.server import app as app_mod
 from env.server import environment as env_mod
 from env.server import sandbox as sandbox_mod
+from env.server import serve as serve_mod
 from env.server import shell as shell_mod
 from env.server import workspace as ws_mod
 from env.server.messages import MessageGuard
@@ -156,6 +158,44 @@ def _escaped_packets() -> None:
     sandbox_mod.Sandbox.send = send
 
 
+def _no_header_deadline() -> None:
+    """Only uvicorn's keep-alive timer waits for a request, and every byte received cancels it."""
+    def await_request(self) -> None:
+        self.waiting_since = self.loop.time()
+    serve_mod.GuardedH11Protocol._await_request = await_request
+
+
+def _no_body_deadline() -> None:
+    serve_mod.GuardedH11Protocol._await_body = lambda self: None
+
+
+def _no_peer_limit() -> None:
+    """Only the total cap: one peer may hold every connection."""
+    serve_mod.GuardedH11Protocol._make_room = lambda self, transport: True
+
+
+def _slow_clients_unguarded() -> None:
+    """The connection guard as before issue 47's slow clients: a keep-alive timer from the
+    accept, which trickled bytes cancel, and the total cap."""
+    _no_header_deadline()
+    _no_body_deadline()
+    _no_peer_limit()
+
+
+async def _passes_disconnects_on(self, scope, receive, send) -> None:
+    # As before: only a normal WebSocket close is swallowed; an abandoned request's
+    # exception reaches uvicorn, which logs its traceback.
+    try:
+        await self.app(scope, receive, send)
+    except WebSocketDisconnect:
+        if scope["type"] != "websocket":
+            raise
+
+
+def _loud_aborts() -> None:
+    app_mod._QuietClientClose.__call__ = _passes_disconnects_on
+
+
 class _RootSpec(sandbox_mod.SandboxSpec):
     def setup(self) -> dict:
         return {**super().setup(), "uid": 0, "gid": 0}
@@ -165,7 +205,7 @@ def _root_commands(spec):
     """Commands run as the server's root, on a writable root filesystem, in no user
     namespace of their own: no UID drop, as before sandboxes."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return _RootSpec(**{**fields, "read_only": False,
+    return _RootSpec(**{**fields, "read_only": False, "drop_bounding_set": False,
                         "namespaces": tuple(n for n in spec.namespaces if n != "user")})
 
 
@@ -203,6 +243,12 @@ PATCHES = {
     "follows-symlinks": _follow_symlinks,
     "no-output-cap": _no_output_cap,
     "escaped-packets": _escaped_packets,
+    # The server's guards against slow and vanishing clients (env/server/serve.py, app.py).
+    "no-header-deadline": _no_header_deadline,
+    "no-body-deadline": _no_body_deadline,
+    "no-peer-limit": _no_peer_limit,
+    "slow-clients-unguarded": _slow_clients_unguarded,
+    "loud-aborts": _loud_aborts,
 }
 CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone, "reset-leaves-files": ResetLeavesFiles,
            "runs-after-done-quietly": RunsAfterDoneQuietly, "grades-without-reason": GradesWithoutReason,
