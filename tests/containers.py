@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import socket
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.errors import ToolError
 from pipeline.verify.runtime import ContainerRuntime
@@ -41,14 +43,23 @@ class ContainerScope:
         MADE.append(scope)
         return scope
 
+    @property
+    def docker_dir(self) -> Path:
+        """The private Docker engine's directory of this scope's pipeline processes (in /tmp: its
+        sockets need a short path), stopped and removed with the scope."""
+        return Path("/tmp") / f"arena-dk-{self.label.rpartition('=')[2][:12]}"
+
     def env(self) -> dict[str, str]:
-        """Environment for a pipeline process whose containers must carry this scope's label."""
+        """Environment for a pipeline process whose containers must carry this scope's label, and
+        whose private Docker engine is the scope's."""
         from pipeline.config import load
+        from pipeline.verify import dockerd
 
         runtime = load().runtime
-        return {f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
-                shlex.join([*runtime.args_for(engine).run_args, "--label", self.label])
-                for engine in ("podman", "docker")}
+        return {**{f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
+                   shlex.join([*runtime.args_for(engine).run_args, "--label", self.label])
+                   for engine in ("podman", "docker")},
+                dockerd.ROOT_VARIABLE: str(self.docker_dir)}
 
     def containers(self) -> list[str]:
         """IDs of the containers (running or not) that carry this scope's label."""
@@ -57,10 +68,16 @@ class ContainerScope:
         return sorted(line.strip() for line in out.stdout.decode().splitlines() if line.strip())
 
     def remove(self) -> list[str]:
-        """Remove every container that carries this scope's label; their IDs."""
+        """Remove every container that carries this scope's label, and the scope's private Docker
+        engine (stopped by its PIDs: dockerd stops its containers first); the podman IDs."""
+        from pipeline.verify import dockerd
+
         found = self.containers()
         if found:
             ContainerRuntime()._cli("rm", "--force", *found, check=False)
+        if self.docker_dir.exists():
+            dockerd.stop(self.docker_dir)
+            shutil.rmtree(self.docker_dir, ignore_errors=True)
         return found
 
 

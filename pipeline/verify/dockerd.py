@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -314,10 +315,31 @@ def _stop_unlocked(root: Path) -> bool:
     if state is not None and _alive(state.containerd_pid, "containerd"):
         running.append(state.containerd_pid)
         _terminate(state.containerd_pid, "containerd")
+    _unmount_under(root)
     paths["state"].unlink(missing_ok=True)
     paths["socket"].unlink(missing_ok=True)
     paths["containerd"].unlink(missing_ok=True)
     return bool(running)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points below `root` (this process's view, /proc/self/mountinfo), deepest first."""
+    prefix = str(root).rstrip("/") + "/"
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+        if point.startswith(prefix):
+            found.append(point)
+    return sorted(set(found), key=lambda p: (-p.count("/"), p))
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount what the stopped engine left mounted below its directory: dockerd bind-mounts the
+    host's network namespace at `<exec root>/netns/default` and never unmounts it (and a killed
+    engine leaves its containers' overlays). Each is the engine's own, below `root`; nothing else
+    is touched."""
+    for point in mounts_under(root):
+        _proc.run(["umount", "--lazy", point], check=False, timeout=60)
 
 
 def answers(sock: Path) -> bool:

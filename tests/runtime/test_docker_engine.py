@@ -76,7 +76,8 @@ def engine():
     finally:
         assert dockerd.stop(root)
         assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
-        shutil.rmtree(root, ignore_errors=True)
+        assert dockerd.mounts_under(root) == []
+        shutil.rmtree(root)
         assert DEFAULT_SOCKET.exists() == default_before
 
 
@@ -113,6 +114,8 @@ def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
             pid, containerd_pid = state.pid, state.containerd_pid
         assert not dockerd._alive(pid) and not dockerd._alive(containerd_pid, "containerd")
         assert dockerd.status(other) is None
+        # dockerd's bind mount of the host's network namespace (exec/netns/default) goes too.
+        assert dockerd.mounts_under(other) == []
         assert not (other / "docker.sock").exists()
         assert dockerd.stop(other) is False  # idempotent
     finally:
