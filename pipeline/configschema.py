@@ -269,8 +269,9 @@ RELEASE = Table(
                                       'engine); RELEASE_RUNTIME_ENGINE overrides it; "auto" when absent'),
                 "verify": opt(STRINGS, 'the engines the release runs the whole check suite under, in order, '
                                        'each once ("podman", "docker": the private Docker engine with '
-                                       "Docker's defaults); RELEASE_RUNTIME_VERIFY (comma-separated) "
-                                       'overrides it; ["podman", "docker"] when absent'),
+                                       "Docker's defaults), and the audit holds the records to; "
+                                       "RELEASE_RUNTIME_VERIFY (comma-separated) overrides it for `verify`, "
+                                       'never for a release; ["podman", "docker"] when absent'),
                 "health_timeout_s": opt(INTEGER, "seconds a started image has to answer /health (> 0); "
                                                  "120 when absent"),
                 "podman": opt(ENGINE, "podman's flags"),

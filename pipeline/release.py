@@ -410,8 +410,10 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(reference_scripts(cfg, rp.sources, vendor_dir))
+            # Under every engine release.toml names (not RELEASE_RUNTIME_VERIFY's): the audit
+            # holds the records to the file.
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
-                                 start_external=True, references=references)
+                                 start_external=True, references=references, engines=cfg.runtime.verify)
             checks_results.write(dist / "checks.json", suite)
             say(checks_report.summary(suite))
             if not suite.ok:
