@@ -183,6 +183,8 @@ class EngineArgs:
 
 
 RUNTIME_ENGINES = ("auto", "podman", "docker")
+# The engines a release verifies its image under, each with the whole check suite.
+VERIFY_ENGINES = ("podman", "docker")
 
 
 @dataclass(frozen=True)
@@ -207,13 +209,17 @@ class RuntimeConfig:
     engine: str = "auto"
     health_timeout_s: int = 120
     engines: dict[str, EngineArgs] = field(default_factory=dict)
+    verify: tuple[str, ...] = VERIFY_ENGINES
 
     def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
-        """The flags for `engine`; RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS replace them."""
+        """The flags for `engine`; RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS / _RUN_ARGS replace that
+        engine's (`RELEASE_RUNTIME_DOCKER_RUN_ARGS`), else RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS
+        every engine's: a release drives two engines, whose flags differ."""
         environ = os.environ if environ is None else environ
         base = self.engines.get(engine, EngineArgs())
-        glob = environ.get("RELEASE_RUNTIME_GLOBAL_ARGS")
-        run = environ.get("RELEASE_RUNTIME_RUN_ARGS")
+        own = f"RELEASE_RUNTIME_{engine.upper()}_"
+        glob = environ.get(own + "GLOBAL_ARGS", environ.get("RELEASE_RUNTIME_GLOBAL_ARGS"))
+        run = environ.get(own + "RUN_ARGS", environ.get("RELEASE_RUNTIME_RUN_ARGS"))
         return EngineArgs(
             global_args=tuple(shlex.split(glob)) if glob is not None else base.global_args,
             run_args=tuple(shlex.split(run)) if run is not None else base.run_args,
@@ -228,6 +234,21 @@ class RuntimeConfig:
                               actual=choice)
         return choice
 
+    def verify_engines(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The engines the release's verify stage runs the suite under; RELEASE_RUNTIME_VERIFY
+        (comma-separated) overrides the file."""
+        environ = os.environ if environ is None else environ
+        raw = environ.get("RELEASE_RUNTIME_VERIFY")
+        return self.verify if raw is None else _verify_engines(tuple(x.strip() for x in raw.split(",")),
+                                                                "RELEASE_RUNTIME_VERIFY")
+
+
+def _verify_engines(engines: tuple[str, ...], where: str) -> tuple[str, ...]:
+    if not engines or any(e not in VERIFY_ENGINES for e in engines) or len(set(engines)) != len(engines):
+        raise ConfigError(f"{where}: the engines to verify under", expected=f"each of {', '.join(VERIFY_ENGINES)} "
+                          "at most once, at least one", actual=list(engines))
+    return engines
+
 
 def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     """[runtime], its types already checked by the schema."""
@@ -241,7 +262,8 @@ def _runtime(t: dict[str, Any]) -> RuntimeConfig:
     timeout = t.get("health_timeout_s", RuntimeConfig.health_timeout_s)
     if timeout <= 0:
         raise ConfigError("runtime.health_timeout_s must be a positive integer", actual=timeout)
-    return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines)
+    verify = _verify_engines(tuple(t.get("verify", VERIFY_ENGINES)), "runtime.verify")
+    return RuntimeConfig(engine=engine, health_timeout_s=timeout, engines=engines, verify=verify)
 
 
 @dataclass(frozen=True)

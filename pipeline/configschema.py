@@ -214,8 +214,9 @@ BUDGET = Table(
     })
 
 ENGINE = Table(
-    "Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_GLOBAL_ARGS and "
-    "RELEASE_RUNTIME_RUN_ARGS (shell-quoted) replace them.",
+    "Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS "
+    "and RELEASE_RUNTIME_<ENGINE>_RUN_ARGS (shell-quoted; e.g. RELEASE_RUNTIME_DOCKER_RUN_ARGS) replace "
+    "them, else RELEASE_RUNTIME_GLOBAL_ARGS and RELEASE_RUNTIME_RUN_ARGS replace every engine's.",
     {
         "global_args": opt(STRINGS, "flags before the subcommand; none when absent"),
         "run_args": opt(STRINGS, "flags of `run`; none when absent"),
@@ -264,8 +265,13 @@ RELEASE = Table(
             }), "admission preflight"),
         "runtime": opt(Table(
             "Which container CLI the pipeline drives, and this machine's quirks for it.", {
-                "engine": opt(STRING, '"auto" (docker when `docker info` answers, else podman), "podman" or '
-                                      '"docker"; RELEASE_RUNTIME_ENGINE overrides it; "auto" when absent'),
+                "engine": opt(STRING, '"auto" (podman, always), "podman" or "docker" (the private Docker '
+                                      'engine); RELEASE_RUNTIME_ENGINE overrides it; "auto" when absent'),
+                "verify": opt(STRINGS, 'the engines the release runs the whole check suite under, in order, '
+                                       'each once ("podman", "docker": the private Docker engine with '
+                                       "Docker's defaults), and the audit holds the records to; "
+                                       "RELEASE_RUNTIME_VERIFY (comma-separated) overrides it for `verify`, "
+                                       'never for a release; ["podman", "docker"] when absent'),
                 "health_timeout_s": opt(INTEGER, "seconds a started image has to answer /health (> 0); "
                                                  "120 when absent"),
                 "podman": opt(ENGINE, "podman's flags"),

@@ -233,6 +233,27 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
     ]
 
 
+def _runtimes(prov: Provenance) -> list[str]:
+    """Each runtime the check suite ran the image under (provenance.json's `runtimes`)."""
+    if not prov.runtimes:
+        return ["The records do not name the runtimes the check suite ran under."]
+    lines = ["The whole check suite ran against the image under each runtime; each server reported its "
+             "episodes' isolation mode in `GET /metadata`.", "",
+             "| runtime | engine version | client | container security | isolation | checks passed |",
+             "|---|---|---|---|---|---|"]
+    for r in prov.runtimes:
+        sec = r.get("container_security") or {}
+        added = ", ".join(sec.get("cap_add") or []) or "none"
+        security = (f"seccomp {sec.get('seccomp')}, capabilities added: {added}, "
+                    f"privileged: {'yes' if sec.get('privileged') else 'no'}, user namespace mode: "
+                    f"{sec.get('userns_mode') or 'default'}, security options: "
+                    f"{', '.join(sec.get('security_opt') or []) or 'none'}")
+        checks = r.get("checks") or {}
+        lines.append(f"| {r.get('name')} | {r.get('version')} | `{r.get('client')}` {r.get('client_version')} | "
+                     f"{security} | `{r.get('isolation')}` | {checks.get('passed')} of {checks.get('total')} |")
+    return lines
+
+
 def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[TaskLine, ...], *,
            project_license: str | None, target: HubTarget) -> bytes:
     """The card's bytes. `lines` are tasks.jsonl's (records.dataset.task_lines); `prov` is read
@@ -260,6 +281,7 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[Task
         *_images(sizes(prov), lines), "",
         "## Budgets", "", "Every task of a kind declares the same budgets (`release.toml`):", "",
         *_budgets(cfg, kinds), "",
+        "## Container runtimes", "", *_runtimes(prov), "",
         "## How to verify", "", *_verify(cfg, prov), "",
         "## Publication", "", *_publication(prov.profile, target), "",
         "## Licences", "", *_licences(cfg, prov, project_license), "",
