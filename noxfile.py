@@ -151,9 +151,13 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
     ("serve", False, (), "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
-                         "(-- --port N; -- --host-mode: on this host, changing it)."),
+                         "(-- --port N; -- --engine docker: the private Docker engine; -- --host-mode: on "
+                         "this host, changing it)."),
     ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
                                      "nox -s registry -- start|stop|status."),
+    ("docker-engine", False, ("release",), "Start, stop or show the pipeline's private Docker engine "
+                                           "(a socket of its own under .release/docker): "
+                                           "nox -s docker-engine -- start|stop|status."),
     ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
                                   "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
                                   "locks/runtime.in."),
@@ -166,8 +170,8 @@ for _name, _host_tools, _tags, _doc in (
                                     "(-- --profile P --mirror DIR)."),
     ("build", True, ("release",), "Build the derived image daemonlessly from the base digest; push it to "
                                   "the registry."),
-    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite: "
-                                   "-- <name@digest> [--shard I/N]."),
+    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite "
+                                   "under podman and the private Docker engine: -- <name@digest> [--shard I/N]."),
     ("repair-checks", True, ("release",), "Repair-check any MiMo repair image: -- <name@digest> --task TASK_ID "
                                           "--reference SCRIPT [--out FILE.json]."),
     ("checks", False, ("release", "ci"), "The suite against running servers (-- --url URL [--shard I/N]), "

@@ -22,7 +22,9 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
                                        runs: who owns what a run left, the test pause hook)
 """
 
-__version__ = "0.1.0"
+from pipeline._project import VERSION
+
+__version__ = VERSION  # pyproject.toml's
 
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (

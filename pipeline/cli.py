@@ -29,6 +29,7 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("setup", "verify", "install the host tools a release needs (apt, as root)"),
     Command("registry", "registry", "start, stop or show the local loopback registry"),
+    Command("docker-engine", "engine", "start, stop or show the pipeline's private Docker engine"),
     Command("lock", "sources", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
     Command("lock-toolchain", "sources", "re-lock the pipeline's own toolchain (uv.lock) and export each "
                                          "dependency group hash-pinned (locks/<group>.txt)"),

@@ -55,6 +55,8 @@ DOC_PAGE = "docs/release-toml.md"
 HUB_URL = "https://huggingface.co"
 ROWS_URL = "https://datasets-server.huggingface.co"
 RUNTIME_ENGINES = ("auto", "podman", "docker")
+# The engines a release verifies its image under, each with the whole check suite.
+VERIFY_ENGINES = ("podman", "docker")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
@@ -571,8 +573,9 @@ class Admission(Table):
 
 
 class EngineArgs(Table):
-    """Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_GLOBAL_ARGS and
-    RELEASE_RUNTIME_RUN_ARGS (shell-quoted) replace them."""
+    """Extra flags of one container CLI (this machine's quirks); RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS and
+    RELEASE_RUNTIME_<ENGINE>_RUN_ARGS (shell-quoted; e.g. RELEASE_RUNTIME_DOCKER_RUN_ARGS) replace them, else
+    RELEASE_RUNTIME_GLOBAL_ARGS and RELEASE_RUNTIME_RUN_ARGS replace every engine's."""
 
     global_args: Strings = Field((), description="flags before the subcommand")
     run_args: Strings = Field((), description="flags of `run`")
@@ -584,12 +587,24 @@ def _engine(value: str) -> str:
     return value
 
 
+def _verify_engines(engines: tuple[str, ...]) -> tuple[str, ...]:
+    if not engines or any(e not in VERIFY_ENGINES for e in engines) or len(set(engines)) != len(engines):
+        raise Invalid("is not a list of the engines to verify under", actual=list(engines),
+                      expected=f"each of {', '.join(VERIFY_ENGINES)} at most once, at least one")
+    return engines
+
+
 class RuntimeConfig(Table):
     """Which container CLI the pipeline drives, and this machine's quirks for it."""
 
     engine: Annotated[Str, AfterValidator(_engine)] = Field(
-        "auto", description='"auto" (docker when `docker info` answers, else podman), "podman" or "docker"; '
+        "auto", description='"auto" (podman, always), "podman" or "docker" (the private Docker engine); '
                             "RELEASE_RUNTIME_ENGINE overrides it")
+    verify: Annotated[Strings, AfterValidator(_verify_engines)] = Field(
+        VERIFY_ENGINES, description='the engines the release runs the whole check suite under, in order, each '
+                                    'once ("podman", "docker": the private Docker engine with Docker\'s '
+                                    "defaults), and the audit holds the records to; RELEASE_RUNTIME_VERIFY "
+                                    "(comma-separated) overrides it for `verify`, never for a release")
     health_timeout_s: Annotated[Int, Gt(0)] = Field(120, description="seconds a started image has to answer "
                                                                      "/health")
     podman: EngineArgs = Field(EngineArgs(), description="podman's flags")
@@ -600,11 +615,14 @@ class RuntimeConfig(Table):
         return {"podman": self.podman, "docker": self.docker}
 
     def args_for(self, engine: str, environ: Mapping[str, str] | None = None) -> EngineArgs:
-        """The flags for `engine`; RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS replace them."""
+        """The flags for `engine`; RELEASE_RUNTIME_<ENGINE>_GLOBAL_ARGS / _RUN_ARGS replace that
+        engine's (`RELEASE_RUNTIME_DOCKER_RUN_ARGS`), else RELEASE_RUNTIME_GLOBAL_ARGS / _RUN_ARGS
+        every engine's: a release drives two engines, whose flags differ."""
         environ = os.environ if environ is None else environ
         base = self.engines.get(engine, EngineArgs())
-        glob = environ.get("RELEASE_RUNTIME_GLOBAL_ARGS")
-        run = environ.get("RELEASE_RUNTIME_RUN_ARGS")
+        own = f"RELEASE_RUNTIME_{engine.upper()}_"
+        glob = environ.get(own + "GLOBAL_ARGS", environ.get("RELEASE_RUNTIME_GLOBAL_ARGS"))
+        run = environ.get(own + "RUN_ARGS", environ.get("RELEASE_RUNTIME_RUN_ARGS"))
         return EngineArgs(
             global_args=tuple(shlex.split(glob)) if glob is not None else base.global_args,
             run_args=tuple(shlex.split(run)) if run is not None else base.run_args,
@@ -619,6 +637,19 @@ class RuntimeConfig(Table):
                               expected=" or ".join(RUNTIME_ENGINES), actual=choice,
                               hint="set it to one of them, or unset it to use [runtime] engine")
         return choice
+
+    def verify_engines(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The engines the release's verify stage runs the suite under; RELEASE_RUNTIME_VERIFY
+        (comma-separated) overrides the file."""
+        environ = os.environ if environ is None else environ
+        raw = environ.get("RELEASE_RUNTIME_VERIFY")
+        if raw is None:
+            return self.verify
+        try:
+            return _verify_engines(tuple(x.strip() for x in raw.split(",")))
+        except Invalid as exc:
+            raise ConfigError(f"RELEASE_RUNTIME_VERIFY {exc.what}", expected=exc.expected, actual=exc.actual,
+                              hint="name podman and/or docker, comma-separated, or unset it") from None
 
 
 class ReleaseConfig(Table):

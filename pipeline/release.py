@@ -42,6 +42,7 @@ from pipeline.audit import selfcheck
 from pipeline.checks import external as checks_external
 from pipeline.checks import report as checks_report
 from pipeline.checks import results as checks_results
+from pipeline.checks import runtimes as checks_runtimes
 from pipeline.checks.run import references_of, verify_image
 from pipeline.errors import (
     CheckFailure,
@@ -328,7 +329,8 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
     prov = provenance.assemble(
         repo, rp.profile, base=base_pin,
         sources=vendored, external=tuple(externals), inputs=inputs, allow_dirty=allow_dirty,
-        image=image_rec, tasks=admitted.tasks, sizes=admitted.sizes, budgets=cfg.budgets)
+        image=image_rec, tasks=admitted.tasks, sizes=admitted.sizes, budgets=cfg.budgets,
+        runtimes=checks_runtimes.provenance_runtimes(suite))
     sub = admitted.request
     task_files = _dataset_task_files(cfg, rp, folder, repo=repo, prov=prov, sub=sub, vendored=vendored,
                                      vendor_dir=vendor_dir, hf_token=hf_token)
@@ -452,8 +454,10 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         with timings.stage("verify (anonymous pull + check suite)"), links.step("verify"):
             # External images are pulled, started and repair-checked wherever reachable.
             references = references_of(reference_scripts(cfg, rp.sources, vendor_dir))
+            # Under every engine release.toml names (not RELEASE_RUNTIME_VERIFY's): the audit
+            # holds the records to the file.
             suite = verify_image(pushed.reference, cfg=cfg, parallel=parallel,
-                                 start_external=True, references=references)
+                                 start_external=True, references=references, engines=cfg.runtime.verify)
             checks_results.write(dist / "checks.json", suite)
             say(checks_report.summary(suite))
             if not suite.ok:
@@ -464,6 +468,9 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                     hint=f"observed vs expected for each is in {dist / 'checks.json'}")
             checks_external.enforce(
                 [checks_external.ExternalResult.from_json(e) for e in suite.external], rp.external)
+            # Every engine of [runtime] verify ran the whole suite, its mode read from /metadata,
+            # nothing loosened: what the audit holds checks.json to (checks/runtimes).
+            checks_runtimes.check(suite, cfg.runtime.verify, where=str(dist / "checks.json"))
             # The committed copy of the results the checks statement is about.
             write_atomic(att_dir / attest.CHECKS_FILE, (dist / "checks.json").read_bytes())
         with timings.stage("admission preflight"):

@@ -5,18 +5,21 @@ with its adapter's own session; a test that runs `python -m pipeline ...` in a c
 process cannot know that session. Tests run beside other tests (xdist workers, a
 second run of the suite on the same machine), so "pipeline containers that were not
 there before" may be anyone's. A `ContainerScope` gives the child an extra label of
-its own through `RELEASE_RUNTIME_RUN_ARGS` (this machine's run flags from release.toml,
-plus `--label`), and lists exactly the containers that carry it.
+its own through `RELEASE_RUNTIME_PODMAN_RUN_ARGS` and `RELEASE_RUNTIME_DOCKER_RUN_ARGS` (each
+engine's run flags from release.toml, plus `--label`), and lists exactly the podman
+containers that carry it (a private Docker engine is the child's, stopped when it ends).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import socket
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.errors import ToolError
 from pipeline.verify.runtime import ContainerRuntime
@@ -40,10 +43,23 @@ class ContainerScope:
         MADE.append(scope)
         return scope
 
+    @property
+    def docker_dir(self) -> Path:
+        """The private Docker engine's directory of this scope's pipeline processes (in /tmp: its
+        sockets need a short path), stopped and removed with the scope."""
+        return Path("/tmp") / f"arena-dk-{self.label.rpartition('=')[2][:12]}"
+
     def env(self) -> dict[str, str]:
-        """Environment for a pipeline process whose containers must carry this scope's label."""
-        run_args = ContainerRuntime().args.run_args
-        return {"RELEASE_RUNTIME_RUN_ARGS": shlex.join([*run_args, "--label", self.label])}
+        """Environment for a pipeline process whose containers must carry this scope's label, and
+        whose private Docker engine is the scope's."""
+        from pipeline.config import load
+        from pipeline.verify import dockerd
+
+        runtime = load().runtime
+        return {**{f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
+                   shlex.join([*runtime.args_for(engine).run_args, "--label", self.label])
+                   for engine in ("podman", "docker")},
+                dockerd.ROOT_VARIABLE: str(self.docker_dir)}
 
     def containers(self) -> list[str]:
         """IDs of the containers (running or not) that carry this scope's label."""
@@ -52,10 +68,16 @@ class ContainerScope:
         return sorted(line.strip() for line in out.stdout.decode().splitlines() if line.strip())
 
     def remove(self) -> list[str]:
-        """Remove every container that carries this scope's label; their IDs."""
+        """Remove every container that carries this scope's label, and the scope's private Docker
+        engine (stopped by its PIDs: dockerd stops its containers first); the podman IDs."""
+        from pipeline.verify import dockerd
+
         found = self.containers()
         if found:
             ContainerRuntime()._cli("rm", "--force", *found, check=False)
+        if self.docker_dir.exists():
+            dockerd.stop(self.docker_dir)
+            shutil.rmtree(self.docker_dir, ignore_errors=True)
         return found
 
 

@@ -33,9 +33,9 @@ OPTIONAL = {
     "profiles.<name>.description", "profiles.<name>.publish_dataset", "dataset.hub_url",
     "external.subset", "external.id_field", "external.record_field", "external.hub_url", "external.rows_url",
     "external.tasks", "external.tasks[].record_sha256", "admission", "admission.sandbox_disk_gib",
-    "admission.headroom_gib", "runtime", "runtime.engine", "runtime.health_timeout_s", "runtime.podman",
-    "runtime.docker", "runtime.podman.global_args", "runtime.podman.run_args", "runtime.docker.global_args",
-    "runtime.docker.run_args",
+    "admission.headroom_gib", "runtime", "runtime.engine", "runtime.health_timeout_s", "runtime.verify",
+    "runtime.podman", "runtime.docker", "runtime.podman.global_args", "runtime.podman.run_args",
+    "runtime.docker.global_args", "runtime.docker.run_args",
     "trust", "trust.<name>.keyids", "trust.<name>.identity", "trust.<name>.issuer",
 }
 

@@ -123,3 +123,21 @@ def test_a_store_that_cannot_be_listed_is_an_error_not_an_empty_store():
         with pytest.raises(ToolError, match="store failed 10 times in a row") as failed:
             containers.loopback_images(broken)
     assert "not a directory" in str(failed.value)
+
+
+@pytest.mark.root
+@pytest.mark.container
+def test_a_scope_s_private_docker_engine_goes_with_the_scope():
+    from pipeline.verify import dockerd
+
+    scope = containers.ContainerScope.new()
+    env = scope.env()
+    assert env[dockerd.ROOT_VARIABLE] == str(scope.docker_dir) and "--label" in env["RELEASE_RUNTIME_DOCKER_RUN_ARGS"]
+    # A pipeline process killed mid-run leaves its engine running; the scope's removal stops it.
+    state = dockerd.start(scope.docker_dir)
+    try:
+        scope.remove()
+        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+        assert not scope.docker_dir.exists()
+    finally:
+        dockerd.stop(scope.docker_dir)

@@ -70,6 +70,9 @@ it was not verified.
     checks/results          checks.json's results = the statement's passed/failed lists (and the whole predicate)
     checks/passed           the statement says PASSED, and checks.json has passed checks and no failure
     checks/image            the checks ran on the submission image
+    checks/runtimes         checks.json names every engine of [runtime] verify, each with the whole suite, the
+                            isolation mode its server reported (read from its own check) and Docker's or
+                            podman's defaults; provenance.json's runtimes say the same
     dataset/subjects        the statement binds exactly the dataset folder's files (card, tasks.jsonl,
                             openenv.yaml, vendored files = their pins, copies of the records = the records)
     dataset/card, dataset/tasks   README.md and tasks.jsonl regenerated from the records = the bound sha256

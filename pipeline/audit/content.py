@@ -466,6 +466,20 @@ def _component_difference(expected: dict, actual: dict) -> None:
            sha256_bytes(canonical_json(expected)), sha256_bytes(canonical_json(actual)))
 
 
+def _runtimes_match(s: State) -> None:
+    """checks.json names every engine of release.toml's [runtime] verify (the file, not the
+    environment), each with the whole suite, a valid isolation mode read from its own check and
+    no loosened security (pipeline/checks/runtimes.py); provenance.json says the same of them."""
+    from pipeline.checks import runtimes as runtimes_mod
+
+    suite = _suite(s)
+    runtimes_mod.check(suite, s.cfg.runtime.verify, where=f"attestations/{attest.CHECKS_FILE}")
+    if s.prov is not None:
+        equal("runtimes of provenance.json vs checks.json",
+              json.loads(json.dumps(runtimes_mod.provenance_runtimes(suite))),
+              json.loads(json.dumps(list(s.prov.runtimes or ()))))
+
+
 def audit_checks(r: Rows, s: State) -> None:
     stmt = (s.statements or {}).get("checks")
     rec = f"attestations/{attest.CHECKS_FILE}"
@@ -514,6 +528,10 @@ def audit_checks(r: Rows, s: State) -> None:
                                     actual=f"{len(suite.checks)} check(s)")
 
     r.run("checks/passed", srec, passed)
+    if s.cfg is None:
+        r.not_checked("checks/runtimes", rec, "release.toml did not load")
+    else:
+        r.run("checks/runtimes", rec, lambda: _runtimes_match(s))
     if s.image is not None:
         r.run("checks/image", srec, lambda: equal(
             "digest of the image the check suite ran on", s.image.digest,

@@ -5,7 +5,9 @@ mistake the writer makes. These checks do not use the writer's judgement:
 
 - every licence is checked with the `license-expression` library's SPDX licensing: an
   expression parses and names only SPDX licences and exceptions (or `LicenseRef-`
-  references), an id is one SPDX licence, a name is a non-empty text;
+  references; the one check of an expression, `sbom_licenses.expression_problem`, which
+  judges the library's verdict, not the writer's), an id is one SPDX licence, a name is a
+  non-empty text;
 - every package the image's files say is installed has a component: each package
   dpkg's database lists as installed (`/var/lib/dpkg/status`, and the one-paragraph
   files of `/var/lib/dpkg/status.d/`), each Python distribution with metadata anywhere in
@@ -20,16 +22,14 @@ from __future__ import annotations
 
 import email.parser
 import posixpath
-import re
 from collections.abc import Callable, Iterator
 
 from pipeline.errors import VerificationError
 from pipeline.formats import deb822_paragraphs, dpkg_installed
 from pipeline.records import sbom as sbom_mod
+from pipeline.records.sbom_licenses import expression_problem
 from pipeline.sources.lock import normalize_name
 
-# SPDX's references to licences outside its list (SPDX 2.3, annex D).
-_LICENSE_REF = re.compile(r"(?:DocumentRef-[A-Za-z0-9.-]+:)?LicenseRef-[A-Za-z0-9.-]+")
 _STATUS = "var/lib/dpkg/status"
 _STATUS_D = "var/lib/dpkg/status.d/"
 
@@ -56,21 +56,6 @@ def _licence_entries(doc: dict) -> Iterator[tuple[str, object]]:
         yield from walk(component, f"components[{i}]")
 
 
-def _expression_problem(licensing, expression: object) -> str | None:
-    from license_expression import ExpressionError
-
-    if not isinstance(expression, str) or not expression.strip():
-        return f"expression {expression!r} is empty"
-    try:
-        parsed = licensing.parse(expression, strict=True)
-    except ExpressionError as exc:
-        return f"expression {expression!r} is not SPDX: {exc}"
-    unknown = [k for k in licensing.unknown_license_keys(parsed) if not _LICENSE_REF.fullmatch(k)]
-    if unknown:
-        return f"expression {expression!r} names licences SPDX does not list: {', '.join(unknown)}"
-    return None
-
-
 def _id_problem(licensing, value: object) -> str | None:
     from license_expression import ExpressionError, LicenseSymbol
 
@@ -94,7 +79,7 @@ def licence_problems(doc: dict) -> list[str]:
     for where, entry in _licence_entries(doc):
         problem = None
         if isinstance(entry, dict) and "expression" in entry:
-            problem = _expression_problem(licensing, entry["expression"])
+            problem = expression_problem(entry["expression"])
         elif isinstance(entry, dict) and isinstance(entry.get("license"), dict):
             lic = entry["license"]
             if "id" in lic:

@@ -49,7 +49,30 @@ def http_checks(target: Target, rec: Recorder) -> dict[str, Any]:
     status, body = http_get(target.url, "/metadata")
     rec.add("metadata", status == 200 and isinstance(body, dict) and bool(body.get("name")),
             observed={"status": status, "body": body}, expected="200 with a named EnvironmentMetadata")
+    isolation_mode_check(status, body, target, rec)
     return schema_check(target.url, rec)
+
+
+ISOLATION_MODES = ("namespaces", "unprivileged")
+
+
+def isolation_mode(body: Any) -> str | None:
+    """The isolation mode a /metadata body reports (its top-level `isolation`), or None."""
+    mode = body.get("isolation") if isinstance(body, dict) else None
+    return mode if isinstance(mode, str) else None
+
+
+def isolation_mode_check(status: int, body: Any, target: Target, rec: Recorder) -> None:
+    """`isolation-mode`: /metadata names the server's isolation mode, one of the two, and one
+    the runtime may give (`target.isolation`: podman allows user namespaces, so its server
+    must run its episodes in them). The mode is the check's detail, pass or fail: the records
+    name it per runtime (pipeline/checks/run.py)."""
+    mode = isolation_mode(body) if status == 200 else None
+    rec.add("isolation-mode", mode in ISOLATION_MODES and mode in target.isolation,
+            observed={"status": status, "isolation": body.get("isolation", "(absent)")
+                      if isinstance(body, dict) else "(no JSON object)"},
+            expected={"status": 200, "isolation": " or ".join(target.isolation)},
+            detail=f"isolation: {mode}" if mode in ISOLATION_MODES else "")
 
 
 def schema_check(url: str, rec: Recorder) -> dict[str, Any]:
@@ -313,7 +336,7 @@ def timeout_check(session: Session, case: Case, seed: int) -> list[CheckResult]:
     return rec.results
 
 
-IMAGE_CHECKS = ("health", "metadata", "schema", "openenv-validate", "uid", "protected-server-code",
+IMAGE_CHECKS = ("health", "metadata", "isolation-mode", "schema", "openenv-validate", "uid", "protected-server-code",
                 "protected-task-module",
                 "protected-proc-environ", "protected-vendored", "protected-inherited", "protected-write",
                 *(name for name, _ in _malformed({"a": 1})), "final-action", "reset-isolation",

@@ -77,18 +77,30 @@ def _owned(shard: Shard, part: SuiteResult, cases: Sequence[Case]) -> None:
                                 expected="at least one check per job", actual=empty)
 
 
+def _of_runtime(check_id: str, suffix: str | None) -> bool:
+    """Whether a check id is of the runtime whose ids end in `suffix` (None: any runtime)."""
+    if suffix is None:
+        return True
+    return check_id.endswith(suffix) if suffix else "@" not in check_id
+
+
 def _ordered(pairs: list[tuple[Shard, SuiteResult]], cases: Sequence[Case]) -> tuple[CheckResult, ...]:
-    """Every check in the unsharded order: the plan's job order, each job's checks as recorded."""
+    """Every check in the unsharded order: runtime by runtime (each shard ran its jobs under every
+    engine, one after the other), the plan's job order, each job's checks as recorded."""
     owner = {key: (shard, part) for shard, part in pairs for key in shard.jobs}
-    done: set[tuple[int, str]] = set()
     out: list[CheckResult] = []
-    for key, _ in job_costs(cases):
-        shard, part = owner[key]
-        slot = (shard.index, _group(key))
-        # A shard holding both image jobs recorded them in order under one group.
-        if slot not in done:
-            done.add(slot)
-            out += [c for c in part.checks if _group(c.id) == slot[1]]
+    # The check-id suffix of each runtime, in the order the engines ran ("" the first's; a run
+    # without runtimes, `checks --url`, is one pass over every check).
+    suffixes: list[str | None] = [str(r.get("suffix", "")) for r in pairs[0][1].runtimes] or [None]
+    for suffix in suffixes:
+        done: set[tuple[int, str]] = set()
+        for key, _ in job_costs(cases):
+            shard, part = owner[key]
+            slot = (shard.index, _group(key))
+            # A shard holding both image jobs recorded them in order under one group.
+            if slot not in done:
+                done.add(slot)
+                out += [c for c in part.checks if _group(c.id) == slot[1] and _of_runtime(c.id, suffix)]
     # As in an unsharded run, the external tasks' repair checks come after the suite's.
     out += [c for _, part in pairs for c in part.checks if _group(c.id) in _external_groups(part)]
     ids = [c.id for c in out]
@@ -96,6 +108,29 @@ def _ordered(pairs: list[tuple[Shard, SuiteResult]], cases: Sequence[Case]) -> t
     if repeated:
         raise VerificationError("a check is reported more than once", expected="each check id once",
                                 actual=repeated[:10])
+    return tuple(out)
+
+
+def _runtimes(records: Sequence[SuiteResult], checks: tuple[CheckResult, ...]) -> tuple[dict, ...]:
+    """The runtimes of the merged record: every shard ran under the same engines, in the same
+    order, with the same security; the isolation mode is the one shard's that ran the image
+    checks, and each runtime's counts and containers are the merged ones."""
+    def same(r: dict) -> tuple:
+        return (r.get("name"), r.get("suffix"), r.get("engine", {}).get("version"), r.get("container_security"))
+
+    _same([[same(r) for r in p.runtimes] for p in records], "the runtimes they ran under")
+    if not records[0].runtimes:
+        return ()
+    externals = {g for p in records for g in _external_groups(p)}
+    out = []
+    for position, first in enumerate(records[0].runtimes):
+        modes = [p.runtimes[position].get("isolation") for p in records if p.runtimes[position].get("isolation")]
+        _same(modes, f"the isolation mode under {first.get('name')}")
+        mine = SuiteResult(image="", targets=(), seconds=0.0, checks=tuple(
+            c for c in checks if _group(c.id) not in externals and _of_runtime(c.id, str(first.get("suffix", "")))))
+        out.append({**first, "isolation": modes[0] if modes else None,
+                    "containers": sum(p.runtimes[position].get("containers", 0) for p in records),
+                    "summary": mine.counts()})
     return tuple(out)
 
 
@@ -115,7 +150,9 @@ def merge(parts: Sequence[SuiteResult], cases: Sequence[Case]) -> SuiteResult:
     if len(externals) > 1:
         raise VerificationError("more than one shard verified the external tasks", expected="one shard (shard 1)",
                                 actual=[index for index, _ in externals])
-    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=_ordered(pairs, cases),
+    checks = _ordered(pairs, cases)
+    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=checks,
+                   runtimes=_runtimes(records, checks),
                    seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
                    external=externals[0][1] if externals else (),
                    layers=next((p.layers for p in records if p.layers), ()),

@@ -32,7 +32,7 @@ def family_table(result: SuiteResult) -> str:
             continue  # an image check or an external task's
         if family not in families:
             families.append(family)
-        col = _column(name)
+        col = _column(name.partition("@")[0])  # every runtime's checks in one cell
         cell = cells.setdefault((family, col if col in COLUMNS else "other"), [0, 0])
         cell[0] += check.passed
         cell[1] += 1
@@ -52,7 +52,22 @@ def family_table(result: SuiteResult) -> str:
     lines.append("")
     lines.append(f"image checks: {len(image) - len(bad)}/{len(image)} passed"
                  + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    lines += [runtime_line(r) for r in result.runtimes]
     return "\n".join(lines)
+
+
+def runtime_line(runtime: dict[str, Any]) -> str:
+    """One runtime of the run: engine and version, what its containers ran with, the mode its
+    server reported, its counts."""
+    engine, sec = runtime.get("engine") or {}, runtime.get("container_security") or {}
+    counts = runtime.get("summary") or {}
+    loosened = [f"{k} {sec.get(k)}" for k in ("security_opt", "cap_add") if sec.get(k)] + \
+        (["privileged"] if sec.get("privileged") else [])
+    ids = f" (check ids ...{runtime['suffix']})" if runtime.get("suffix") else ""
+    return (f"runtime {runtime.get('name')} {engine.get('version')}{ids}: "
+            f"seccomp {sec.get('seccomp')}, {', '.join(loosened) or 'nothing loosened'}, user namespace mode "
+            f"{sec.get('userns_mode') or 'default'}; isolation {runtime.get('isolation') or 'NOT REPORTED'}; "
+            f"{counts.get('passed')}/{counts.get('total')} passed")
 
 
 def _cell(check: CheckResult | None) -> str:

@@ -84,6 +84,11 @@ class SuiteResult:
     config: tuple[str, int] | None = None
     # Set on the result of one shard of a sharded run (`--shard I/N`), until merged.
     shard: Shard | None = None
+    # The container runtimes the suite ran under, in order (pipeline/checks/run.py `runtime_record`):
+    # each its engine, versions, security options, the isolation mode its server reported, and
+    # the suffix of its check ids ("" for the first, "@<name>" for the others). Empty: the suite
+    # ran against servers the suite did not start (`checks --url`).
+    runtimes: tuple[dict[str, Any], ...] = ()
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:
@@ -105,6 +110,13 @@ class SuiteResult:
             counts["not_applicable"] = len(self.not_applicable)
         return counts
 
+    def for_runtime(self, suffix: str) -> tuple[CheckResult, ...]:
+        """The suite's checks of the runtime whose ids end in `suffix` ("" : the first runtime's,
+        which carry no `@`); the external tasks' repair checks are the first runtime's."""
+        if suffix:
+            return tuple(c for c in self.checks if c.id.endswith(suffix))
+        return tuple(c for c in self.checks if "@" not in c.id)
+
     def for_prefix(self, prefix: str) -> tuple[CheckResult, ...]:
         """Checks whose id starts with `prefix` (e.g. a case id plus "/")."""
         return tuple(c for c in self.checks if c.id.startswith(prefix))
@@ -122,6 +134,8 @@ class SuiteResult:
             "config": {"digest": self.config[0], "size": self.config[1]} if self.config else None,
             "checks": [c.to_json() for c in self.checks],
         }
+        if self.runtimes:
+            out["runtimes"] = [dict(r) for r in self.runtimes]
         if self.shard is not None:
             out["shard"] = self.shard.to_json()
         return out
@@ -136,7 +150,8 @@ class SuiteResult:
                    external=tuple(d.get("external") or ()),
                    layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()),
                    config=(d["config"]["digest"], int(d["config"]["size"])) if d.get("config") else None,
-                   shard=Shard.from_json(d["shard"]) if d.get("shard") else None)
+                   shard=Shard.from_json(d["shard"]) if d.get("shard") else None,
+                   runtimes=tuple(dict(r) for r in d.get("runtimes") or ()))
 
 
 def write(path: Path | str, result: SuiteResult) -> None:

@@ -34,6 +34,9 @@ class Target:
     # Files the base leaves root-only under the app dir (pipeline/image/inherited.py), as
     # the server sees them; empty: the base holds none, and protected-inherited does not run.
     inherited: tuple[str, ...] = ()
+    # The isolation modes this server may report in /metadata (image/isolation-mode): both,
+    # unless the runtime is known to allow user namespaces (podman), where only `namespaces` is.
+    isolation: tuple[str, ...] = ("namespaces", "unprivileged")
 
     def path(self, relative: str) -> str:
         return f"{self.app_dir.rstrip('/')}/{relative}"
@@ -54,7 +57,7 @@ class Target:
         return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,
                       task_module=self.task_module, vendored_file=self.vendored_file,
                       server_pid=self.server_pid, workspace=self.workspace, limits=self.limits,
-                      inherited=self.inherited)
+                      inherited=self.inherited, isolation=self.isolation)
 
 
 def _descendants(host_root: str) -> list[int]:

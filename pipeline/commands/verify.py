@@ -1,13 +1,14 @@
 """`setup`, `serve`, `verify`, `checks` (and `checks merge`) and `submission`.
 
 `verify <name@digest>`: anonymous pull (every blob checked), start containers of the
-pulled digest, run the whole suite, verify the external tasks, write dist/checks.json
-and print the per-family table. `checks --url URL`: the suite against servers already
-running. Both take `--shard I/N` (run shard I of the plan; a CI matrix runs the N
-shards) and `checks merge SHARD.json...` joins the shards into one checks.json and can
-sign its test-result statement. `submission`: submission.json from passing results, after
-the admission preflight passed on it. `preflight [FILE]`: the platform's admission checks
-on a request.
+pulled digest and run the whole suite under each engine of `[runtime] verify` (podman, and
+the private Docker engine with Docker's defaults; RELEASE_RUNTIME_VERIFY overrides it),
+verify the external tasks, write dist/checks.json and print the per-family table.
+`checks --url URL`: the suite against servers already running. Both take `--shard I/N`
+(run shard I of the plan; a CI matrix runs the N shards) and `checks merge SHARD.json...`
+joins the shards into one checks.json and can sign its test-result statement.
+`submission`: submission.json from passing results, after the admission preflight passed
+on it. `preflight [FILE]`: the platform's admission checks on a request.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", help="host mode: a vendored task file to serve instead of env.families")
     p.add_argument("--port", type=int, default=None,
                    help=f"the port on 127.0.0.1 (default: ${serve_mod.PORT_VARIABLE}, else release.toml's)")
+    p.add_argument("--engine", choices=("podman", "docker"), default=None,
+                   help="the container engine: podman, or docker (the pipeline's private Docker engine, "
+                        "started for this and stopped with it; Docker's defaults). Default: [runtime] engine "
+                        "(auto: podman)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
 
 
@@ -69,10 +74,13 @@ def serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     port = serve_mod.serve_port(cfg, args.port)
     if args.host_mode:
+        if args.engine:
+            raise config_mod.ConfigError("--engine serves the image in a container; --host-mode serves on this host",
+                                         expected="one of them", actual="both")
         return serve_mod.serve_host(port, args.tasks, cfg.curriculum)
     if args.image:
-        return serve_mod.serve_pulled(args.image, cfg, host_port=port)
-    return serve_mod.serve_built(args.record, cfg, host_port=port)
+        return serve_mod.serve_pulled(args.image, cfg, host_port=port, engine=args.engine)
+    return serve_mod.serve_built(args.record, cfg, host_port=port, engine=args.engine)
 
 
 def _shard_argument(p: argparse.ArgumentParser) -> None:

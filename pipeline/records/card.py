@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeline._project import bootstrap_install
 from pipeline.config import BUDGET_FIELDS, ReleaseConfig
 from pipeline.records.dataset import (
     CARD,
@@ -219,7 +220,7 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
         "",
         "```sh",
         f"git clone {cfg.source_url} && cd {cfg.source_url.rstrip('/').rsplit('/', 1)[-1]}",
-        "python3 -m pip install nox==2026.10.20 uv==0.13.9",
+        bootstrap_install(),
         "# the commit that holds these records (provenance.json's project commit, or a later records commit)",
         "nox -s audit                 # offline: signatures, every record, every file of this dataset",
         "nox -s reproduce             # rebuild the image here: the digests above come out again",
@@ -230,6 +231,27 @@ def _verify(cfg: ReleaseConfig, prov: Provenance) -> list[str]:
         "To check a downloaded copy of this dataset, place it at `dist/dataset/` of that clone and run "
         "`nox -s audit` again: a file that differs from the statement's sha256 fails `dataset/folder`.",
     ]
+
+
+def _runtimes(prov: Provenance) -> list[str]:
+    """Each runtime the check suite ran the image under (provenance.json's `runtimes`)."""
+    if not prov.runtimes:
+        return ["The records do not name the runtimes the check suite ran under."]
+    lines = ["The whole check suite ran against the image under each runtime; each server reported its "
+             "episodes' isolation mode in `GET /metadata`.", "",
+             "| runtime | engine version | client | container security | isolation | checks passed |",
+             "|---|---|---|---|---|---|"]
+    for r in prov.runtimes:
+        sec = r.get("container_security") or {}
+        added = ", ".join(sec.get("cap_add") or []) or "none"
+        security = (f"seccomp {sec.get('seccomp')}, capabilities added: {added}, "
+                    f"privileged: {'yes' if sec.get('privileged') else 'no'}, user namespace mode: "
+                    f"{sec.get('userns_mode') or 'default'}, security options: "
+                    f"{', '.join(sec.get('security_opt') or []) or 'none'}")
+        checks = r.get("checks") or {}
+        lines.append(f"| {r.get('name')} | {r.get('version')} | `{r.get('client')}` {r.get('client_version')} | "
+                     f"{security} | `{r.get('isolation')}` | {checks.get('passed')} of {checks.get('total')} |")
+    return lines
 
 
 def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[TaskLine, ...], *,
@@ -259,6 +281,7 @@ def render(cfg: ReleaseConfig, prov: Provenance, sub: Request, lines: tuple[Task
         *_images(sizes(prov), lines), "",
         "## Budgets", "", "Every task of a kind declares the same budgets (`release.toml`):", "",
         *_budgets(cfg, kinds), "",
+        "## Container runtimes", "", *_runtimes(prov), "",
         "## How to verify", "", *_verify(cfg, prov), "",
         "## Publication", "", *_publication(prov.profile, target), "",
         "## Licences", "", *_licences(cfg, prov, project_license), "",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,9 @@ class Provenance:
     tasks: tuple[TaskRecord, ...] = ()
     sizes: Sizes | None = None
     budgets: dict[str, dict[str, Any]] | None = None
+    # The container runtimes the check suite ran under (pipeline/checks/runtimes.py
+    # `provenance_runtimes`); None only in records written before the suite ran under two.
+    runtimes: tuple[dict[str, Any], ...] | None = None
 
 
 def budgets_record(budgets: dict[str, Budgets]) -> dict[str, dict[str, Any]]:
@@ -307,7 +311,8 @@ def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[Vendore
              external: tuple[ExternalRecord, ...], inputs: ImageInputs, allow_dirty: bool = False,
              image: Image | None = None, dataset: DatasetPublication | None = None,
              tasks: tuple[TaskRecord, ...] = (), sizes: Sizes | None = None,
-             budgets: dict[str, Budgets] | None = None) -> Provenance:
+             budgets: dict[str, Budgets] | None = None,
+             runtimes: Sequence[dict[str, Any]] | None = None) -> Provenance:
     """Collect the provenance of a release made from `repo_dir` with the profile named `profile`
     (`inputs`: pipeline.inputs' image-input commit of that profile)."""
     return Provenance(
@@ -316,6 +321,7 @@ def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[Vendore
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
         external=tuple(external), image=image, image_inputs=inputs, dataset=dataset, tasks=tuple(tasks),
         sizes=sizes, budgets=budgets_record(budgets) if budgets is not None else None,
+        runtimes=tuple(runtimes) if runtimes is not None else None,
     )
 
 
@@ -378,5 +384,6 @@ def load(path: Path) -> Provenance:
         dataset=_build(DatasetPublication, data["dataset"], "dataset") if data.get("dataset") is not None else None,
         tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks") or []),
         sizes=Sizes.from_json(data["sizes"]) if data.get("sizes") is not None else None,
+        runtimes=tuple(data["runtimes"]) if data.get("runtimes") is not None else None,
     )
     return _build(Provenance, fields, str(path))

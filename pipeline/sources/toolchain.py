@@ -36,6 +36,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from pipeline import _proc
 from pipeline._io import write_atomic
+from pipeline._project import pin
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, SourceError, ToolError, VerificationError
 from pipeline.progress import say
@@ -150,7 +151,7 @@ def uv() -> str:
     found = os.environ.get("UV") or shutil.which("uv")
     if not found:
         raise ToolError("uv is not installed", expected="uv on PATH (or $UV)", actual="none",
-                        hint="install it as the README's set-up does (python3 -m pip install uv==0.13.9)")
+                        hint=f"install it as the README's set-up does (python3 -m pip install {pin('uv')})")
     return found
 
 

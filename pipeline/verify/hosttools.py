@@ -14,6 +14,7 @@ from pathlib import Path
 from pipeline import _proc
 from pipeline.errors import ToolError
 from pipeline.progress import say
+from pipeline.verify import dockerd
 
 # tool on PATH -> Debian package that provides it
 TOOLS: dict[str, str] = {
@@ -38,14 +39,21 @@ TOOLS: dict[str, str] = {
 }
 # packages without a tool of their own that podman needs for rootful networking
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")
+# Files looked for by path, not on PATH -> the Debian package that provides them: the private
+# Docker engine is Debian's docker.io, engine and client (another `docker` may come first on
+# PATH: pipeline/verify/dockerd.py).
+FILES: dict[str, str] = {dockerd.DOCKERD: dockerd.PACKAGE, dockerd.DOCKER_CLIENT: dockerd.PACKAGE,
+                         dockerd.CONTAINERD: "containerd"}
 
 
 def missing_packages() -> list[str]:
-    """Debian packages whose tools are not on PATH (extras only when podman is missing)."""
+    """Debian packages whose tools are not on PATH or at their path (extras only when podman
+    is missing)."""
     missing = [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
     if "podman" in missing:
         missing += list(EXTRA_PACKAGES)
-    return missing
+    missing += [pkg for path, pkg in FILES.items() if not os.access(path, os.X_OK) and pkg not in missing]
+    return list(dict.fromkeys(missing))
 
 
 def ensure_tools() -> list[str]:

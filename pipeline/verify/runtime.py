@@ -10,25 +10,37 @@ this adapter started: nothing of another process, nor of a concurrent release; a
 `remove_orphans()` removes the containers of a run that is gone (a killed release). This
 machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
 release.toml.
+
+Two engines: podman, and docker as the pipeline's private engine (pipeline/verify/dockerd.py),
+driven through its own socket with Debian's client (`/usr/bin/docker -H unix://...`), never
+a host's default daemon. A docker container runs with Docker's defaults: no `--security-opt`,
+`--cap-add`, `--privileged` or `--userns`, only the budget's limits docker has. Its engine
+makes no bridge (no traffic to private addresses), so the container shares the host's
+network and its server is given a free loopback port: the image's command with `--host
+127.0.0.1 --port N` (`loopback_command`). `detect("auto")` is podman, always: which engine a
+session drives never depends on which daemon happens to answer.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pipeline import _proc, runs
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
 from pipeline.progress import say
 from pipeline.registry.client import is_loopback
+from pipeline.verify import dockerd
 from pipeline.verify.limits import ContainerLimits, ExternalLimits
 
 LABEL = "org.openenv-arena.release.owner"
@@ -57,36 +69,87 @@ class Container:
         return f"http://{self.host}:{self.port}"
 
 
-def detect(choice: str = "auto") -> str:
-    """The engine to drive: docker only if its daemon answers, else podman."""
-    if choice in ("docker", "podman"):
-        _proc.which(choice)
-        return choice
-    if shutil.which("docker"):
-        probe = _proc.run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False,
-                          timeout=30)
-        if probe.returncode == 0:
-            return "docker"
-    if shutil.which("podman"):
-        return "podman"
-    raise ToolError("no usable container runtime: docker has no daemon and podman is missing",
-                    hint="install podman (apt-get install podman runc) or start dockerd")
+def detect(choice: str = "auto", *, quiet: bool = False) -> str:
+    """The engine to drive: `docker` or `podman` when asked, and for `auto` podman, always (the
+    engine of a session never depends on which daemon happens to answer). Says which, and why."""
+    if choice not in ("auto", "docker", "podman"):
+        raise ToolError("unknown container engine", expected="auto, podman or docker", actual=choice)
+    engine = "podman" if choice == "auto" else choice
+    if engine == "docker":
+        dockerd.binaries()
+    else:
+        _proc.which("podman", package="podman")
+    line = f"container engine: {engine}" + (" (runtime.engine = auto: podman; the private Docker engine "
+                                            "only when asked: --engine docker)" if choice == "auto" else "")
+    if not quiet and line not in _SAID:  # once a process: an adapter is made per command and test
+        _SAID.add(line)
+        say(line)
+    return engine
+
+
+_SAID: set[str] = set()
+
+
+def loopback_command(command: Sequence[str], port: int) -> list[str]:
+    """`command` (the image's, e.g. `python -m env.server.serve --host 0.0.0.0 --port 8000`) with
+    its `--host` and `--port` values replaced by 127.0.0.1 and `port`: under host networking
+    the server must listen on loopback, on a port no other server holds."""
+    argv = list(command)
+    for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
+        if flag not in argv[:-1]:
+            raise ContainerError(f"the image's command takes no {flag} value: it cannot be given a loopback "
+                                 "port under host networking",
+                                 expected=f"a command with {flag} VALUE", actual=" ".join(argv) or "(none)",
+                                 hint="serve it with podman (--engine podman)")
+        argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def free_port() -> int:
+    """A loopback port free now (the kernel's pick)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class ContainerRuntime:
     """docker/podman CLI with this machine's flags; see the module docstring."""
 
     def __init__(self, config: RuntimeConfig | None = None, *, engine: str | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None,
+                 docker: dockerd.EngineState | None = None) -> None:
         config = config if config is not None else load().runtime
-        self.engine = engine or detect(config.engine_choice(environ))
+        self.engine = detect(engine) if engine else detect(config.engine_choice(environ))
         self.args: EngineArgs = config.args_for(self.engine, environ)
         self.health_timeout_s = config.health_timeout_s
         self.session = uuid.uuid4().hex
+        self.docker = None
+        if self.engine == "docker":
+            self.docker = docker or dockerd.status()
+            if self.docker is None:
+                raise ToolError("the private Docker engine is not running",
+                                expected=f"dockerd answering on {dockerd.default_root() / 'docker.sock'}",
+                                actual="no engine",
+                                hint="the commands that use it start it (`nox -s serve -- --engine docker`, "
+                                     "the release's verify stage); never a host's default daemon")
+            self.client: tuple[str, ...] = self.docker.client_args()
+        else:
+            self.client = (_proc.which("podman", package="podman"),)
+
+    @property
+    def host_network(self) -> bool:
+        """Whether containers share the host's network (docker: its engine makes no bridge)."""
+        return self.engine == "docker"
 
     def _cli(self, *argv: str, check: bool = True, timeout: float | None = 600):
-        return _proc.run([self.engine, *self.args.global_args, *argv], check=check,
+        return _proc.run([*self.client, *self.args.global_args, *argv], check=check,
                          timeout=timeout)
+
+    def image_command(self, image: str) -> list[str]:
+        """The image's Entrypoint and Cmd, as the engine would run them."""
+        out = self._cli("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Cmd}}", image)
+        entry, _, cmd = out.stdout.decode().strip().partition(" ")
+        return [*(json.loads(entry) or []), *(json.loads(cmd) or [])]
 
     def pull(self, reference: str) -> str:
         """Pull an image by digest (`name@sha256:...`); return that reference."""
@@ -130,6 +193,9 @@ class ContainerRuntime:
         `limits` (the release's budget) become cgroup limits, a size-limited /workspace
         and a user namespace of the container's own.
         """
+        if self.host_network:
+            return self._run_host_network(image, port=host_port, env=env, name=name, extra_args=extra_args,
+                                          command=command, limits=limits)
         argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
                 "--label", f"{SESSION_LABEL}={self.session}", "--label", f"{RUN_LABEL}={runs.current().label()}",
                 "--publish", f"127.0.0.1:{host_port or ''}:{port}", *self.args.run_args,
@@ -151,6 +217,63 @@ class ContainerRuntime:
                                  hint=f"container logs:\n{logs}")
         host, _, host_port = mapped[0].rpartition(":")
         return Container(id=cid, image=image, host=host or "127.0.0.1", port=int(host_port))
+
+    def _run_host_network(self, image: str, *, port: int | None, env: Mapping[str, str] | None,
+                          name: str | None, extra_args: Sequence[str], command: Sequence[str],
+                          limits: ContainerLimits | ExternalLimits | None) -> Container:
+        """docker: the host's network, the server's command given a free loopback port, Docker's
+        defaults otherwise (no security option, capability, privilege or user namespace added)."""
+        port = port or free_port()
+        if isinstance(limits, ContainerLimits):
+            # docker has no --uidmap: the container's IDs are the host's (docs/isolation.md).
+            limits = replace(limits, own_user_namespace=False)
+        argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
+                "--label", f"{SESSION_LABEL}={self.session}", "--network", "host", *self.args.run_args,
+                *(limits.run_args() if limits else ()), *extra_args]
+        if name:
+            argv += ["--name", name]
+        for key, value in sorted((env or {}).items()):
+            argv += ["--env", f"{key}={value}"]
+        out = self._cli(*argv, image, *loopback_command(command or self.image_command(image), port))
+        cid = out.stdout.decode().strip().splitlines()[-1]
+        return Container(id=cid, image=image, host="127.0.0.1", port=port)
+
+    def security(self, container: Container | str) -> dict[str, Any]:
+        """What the engine applied to a container: its seccomp profile, added capabilities,
+        privilege, user-namespace mode, security options, network mode (from `inspect`)."""
+        cid = container.id if isinstance(container, Container) else container
+        fmt = ("{{json .HostConfig.SecurityOpt}}\t{{json .HostConfig.CapAdd}}\t{{json .HostConfig.Privileged}}"
+               "\t{{json .HostConfig.UsernsMode}}\t{{json .HostConfig.NetworkMode}}")
+        out = self._cli("inspect", "--format", fmt, cid)
+        opts, caps, privileged, userns, network = (json.loads(x) for x in out.stdout.decode().strip().split("\t"))
+        opts = list(opts or [])
+        seccomp = next((o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")), "default")
+        return {"security_opt": opts, "seccomp": seccomp, "cap_add": list(caps or []),
+                "privileged": bool(privileged), "userns_mode": userns or "", "network_mode": network or ""}
+
+    def engine_info(self) -> dict[str, Any]:
+        """The engine as `info` reports it: name, client path, versions, security options."""
+        if self.engine == "docker":
+            out = self._cli("info", "--format", "{{json .}}")
+            info = json.loads(out.stdout)
+            client = self._cli("version", "--format", "{{.Client.Version}}").stdout.decode().strip()
+            return {"engine": "docker", "client": self.client[0], "client_version": client,
+                    "version": info.get("ServerVersion", ""),
+                    "security_options": sorted(info.get("SecurityOptions") or []),
+                    "runtime": info.get("DefaultRuntime", ""), "cgroup_version": str(info.get("CgroupVersion", "")),
+                    "private_socket": str(self.docker.socket) if self.docker else ""}
+        out = self._cli("info", "--format", "json")
+        info = json.loads(out.stdout)
+        host = info.get("host", {})
+        sec = host.get("security", {})
+        options = [f"{k}={v}" for k, v in sorted(sec.items()) if k in ("rootless", "seccompEnabled",
+                                                                       "seccompProfilePath", "selinuxEnabled",
+                                                                       "apparmorEnabled")]
+        version = info.get("version", {}).get("Version", "")
+        return {"engine": "podman", "client": self.client[0], "client_version": version,
+                "version": version, "security_options": options,
+                "runtime": host.get("ociRuntime", {}).get("name", ""),
+                "cgroup_version": str(host.get("cgroupVersion", "")), "private_socket": ""}
 
     def logs(self, container: Container | str, *, tail: int | None = None) -> str:
         """stdout and stderr of a container (the last `tail` lines if given)."""
@@ -246,6 +369,11 @@ class ContainerRuntime:
             raise ContainerError(f"cannot measure the writable layer of container {container.id[:12]}",
                                  actual=(out.stderr.decode(errors="replace") or text).strip()[-300:])
         return int(text)
+
+    def remove_image(self, name: str) -> None:
+        """Remove an image name from the engine's store (and its layers, when no other name
+        holds them); one that is already gone is fine."""
+        self._cli("image", "rm", "--force", name, check=False)
 
     def exists(self, cid: str) -> bool:
         return self._cli("inspect", "--format", "{{.Id}}", cid, check=False).returncode == 0

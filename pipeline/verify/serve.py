@@ -8,6 +8,9 @@ the engine's id of it is checked again. No registry is involved, so it works rig
 that image from its registry instead. The container runs under the procedural budget's
 limits (pipeline/verify/limits.py) with its port on 127.0.0.1:`--port` (release.toml's
 `port`, or `RELEASE_SERVE_PORT`); the URL is printed, Ctrl-C stops and removes it.
+`--engine docker` serves it with the pipeline's private Docker engine (pipeline/verify/dockerd.py)
+under Docker's defaults, on the host's network with the server on that loopback port; the
+engine is started for it and stopped with it, unless it was already running.
 `--host-mode` serves on this host instead, for development: from a root-only copy of
 env/ (so UID 2000 cannot read the code or the task module) with its own workspace under
 `.release/serve-host/`; the server lists what it changes on the host before it starts.
@@ -15,6 +18,7 @@ env/ (so UID 2000 cannot read the code or the task module) with its own workspac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pipeline import config as config_mod
@@ -35,6 +39,7 @@ from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layout import Layout
 from pipeline.progress import say
+from pipeline.verify import dockerd
 from pipeline.verify.limits import ContainerLimits
 from pipeline.verify.runtime import ContainerRuntime
 
@@ -90,7 +95,8 @@ def load_built(runtime: ContainerRuntime, record: BuildRecord) -> str:
     with tempfile.TemporaryDirectory(prefix="serve-", dir=scratch) as tmp:
         archive = Path(tmp) / "image.tar"
         try:
-            Layout.open(Path(record.layout)).write_archive(record.manifest_digest, archive, name=name)
+            Layout.open(Path(record.layout)).write_archive(record.manifest_digest, archive, name=name,
+                                                          docker=runtime.engine == "docker")
         except ReleaseError as exc:
             raise ConfigError(f"the built image {record.manifest_digest} is not intact in {record.layout}: "
                               f"{exc.what}", expected=exc.expected, actual=exc.actual,
@@ -125,18 +131,35 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def serve_built(record_path: Path, cfg: config_mod.ReleaseConfig, *, host_port: int) -> int:
+@contextlib.contextmanager
+def engine_runtime(cfg: config_mod.ReleaseConfig, engine: str | None) -> Iterator[ContainerRuntime]:
+    """The adapter for `engine` (default: [runtime] engine); for docker, the private engine runs
+    while the block does (started here and stopped on the way out, Ctrl-C included, unless it
+    was running before)."""
+    choice = engine or cfg.runtime.engine_choice()
+    if choice != "docker":
+        yield ContainerRuntime(cfg.runtime, engine=choice)
+        return
+    # The engine is stopped after the container: SIGINT/SIGTERM are ignored from the removal on.
+    with dockerd.running() as state:
+        yield ContainerRuntime(cfg.runtime, engine="docker", docker=state)
+
+
+def serve_built(record_path: Path, cfg: config_mod.ReleaseConfig, *, host_port: int,
+                engine: str | None = None) -> int:
     record = built_record(record_path)
-    runtime = ContainerRuntime(cfg.runtime)
-    image = load_built(runtime, record)
-    return serve_container(runtime, image, cfg, host_port=host_port,
-                           what=f"{record.repository}@{record.manifest_digest} (from {record.layout})")
+    check_port_free(host_port)
+    with engine_runtime(cfg, engine) as runtime:
+        image = load_built(runtime, record)
+        return serve_container(runtime, image, cfg, host_port=host_port,
+                               what=f"{record.repository}@{record.manifest_digest} (from {record.layout})")
 
 
-def serve_pulled(image: str, cfg: config_mod.ReleaseConfig, *, host_port: int) -> int:
-    runtime = ContainerRuntime(cfg.runtime)
-    runtime.pull(image)
-    return serve_container(runtime, image, cfg, host_port=host_port, what=image)
+def serve_pulled(image: str, cfg: config_mod.ReleaseConfig, *, host_port: int, engine: str | None = None) -> int:
+    check_port_free(host_port)
+    with engine_runtime(cfg, engine) as runtime:
+        runtime.pull(image)
+        return serve_container(runtime, image, cfg, host_port=host_port, what=image)
 
 
 def root_only_copy(source: Path, target: Path) -> Path:

@@ -164,8 +164,36 @@ LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
              "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
 # Checks of the image (those the admission preflight reads among them) and one of every case:
 # a case is verified by checks of its own.
-CHECKS = (("image/health", True), ("image/schema", True), ("image/openenv-validate", True),
-          *((f"{c.id}/correct", True) for c in all_cases()))
+CHECKS = (("image/health", True), ("image/isolation-mode", True), ("image/schema", True),
+          ("image/openenv-validate", True), *((f"{c.id}/correct", True) for c in all_cases()))
+# The suite ran under both engines of [runtime] verify: podman's checks carry the suite's ids,
+# docker's the suffix @docker (pipeline/checks/run.py); each server reported its isolation mode.
+RUNTIMES = (("podman", "", "namespaces"), ("docker", "@docker", "unprivileged"))
+
+
+def runtime_records() -> tuple[dict, ...]:
+    """checks.json's `runtimes` as a release under podman and the private Docker engine writes them."""
+    out = []
+    for name, suffix, mode in RUNTIMES:
+        engine = {"engine": name, "client": f"/usr/bin/{name}", "client_version": "1.0", "version": "1.0",
+                  "security_options": ["name=seccomp,profile=default"] if name == "docker" else [],
+                  "runtime": "runc", "cgroup_version": "1", "private_socket": ""}
+        security = {"security_opt": [], "seccomp": "default", "cap_add": [], "privileged": False,
+                    "userns_mode": "" if name == "docker" else "private", "network_mode": "host"}
+        out.append({"name": name, "suffix": suffix, "engine": engine, "container_security": security,
+                    "isolation": mode, "containers": 2,
+                    "summary": {"total": len(CHECKS), "passed": sum(ok for _, ok in CHECKS),
+                                "failed": sum(not ok for _, ok in CHECKS)}})
+    return tuple(out)
+
+
+def suite_checks(checks=None):
+    """CHECKS under every runtime (ids suffixed), image/isolation-mode naming each one's mode."""
+    from pipeline.checks.results import CheckResult
+
+    return tuple(CheckResult(id=i + suffix, passed=ok, seconds=0.1,
+                             detail=f"isolation: {mode}" if i == "image/isolation-mode" else "")
+                 for _, suffix, mode in RUNTIMES for i, ok in (checks or CHECKS))
 COMMAND = ("python", "-m", "pipeline", "release", "--profile", "test")
 RELEASED_ON = (2024, 1, 1)
 
@@ -322,6 +350,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     from pipeline import config as config_mod
     from pipeline import plan
     from pipeline._io import write_atomic
+    from pipeline.checks import runtimes as checks_runtimes
     from pipeline.checks import schema as release_schema
     from pipeline.checks.external import ExternalResult
     from pipeline.checks.results import CheckResult, SuiteResult
@@ -396,7 +425,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     with links.step("verify"):
         checks = SuiteResult(
             image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
-            checks=tuple(CheckResult(id=i, passed=ok, seconds=0.1) for i, ok in CHECKS), layers=layers,
+            checks=suite_checks(), runtimes=runtime_records(), layers=layers,
             config=(manifest["config"]["digest"], manifest["config"]["size"]), schema=release_schema.declared(),
             external=(ExternalResult("format-code-task-000666", EXTERNAL_IMAGE, layers=((("sha256:" + "8" * 64), 900),),
                                      config_digest="sha256:" + "6" * 64, config_size=100).to_json(),
@@ -407,8 +436,9 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     # results, which the audit must refuse: the records are then made from the same checks, all passed.
     ok = checks if checks.ok else SuiteResult(
         image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers, config=checks.config,
-        schema=checks.schema, checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1) for c in checks.checks),
-        external=checks.external)
+        schema=checks.schema, checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1, detail=c.detail)
+                                           for c in checks.checks),
+        external=checks.external, runtimes=checks.runtimes)
     tasks = verification.build(cfg, rp.external, ok, image=f"{name}@{image.digest}")
     sizes = sizes_mod.measure(sizes_mod.descriptors(ok, f"{name}@{image.digest}", cfg.external.tasks))
     src = cfg.sources[0]
@@ -432,6 +462,7 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
                                config_digest=manifest["config"]["digest"],
                                compressed_size=sum(n for _, n in layers), layer_count=len(layers), app_layers=(app,)),
         tasks=tasks, sizes=sizes, budgets=provenance.budgets_record(cfg.budgets),
+        runtimes=checks_runtimes.provenance_runtimes(checks),
     )
     t = datetime(*RELEASED_ON, tzinfo=UTC)
     subject = attest.Subject(name=name, digest=image.digest)

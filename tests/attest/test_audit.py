@@ -920,8 +920,8 @@ def test_checks_results_edited_and_resigned(records):
 @pytest.mark.parametrize("mutate,where,expected,actual", [
     (lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]), "predicate.warnedTests", "[]",
      '["format-code-task-000666/reference-repair"]'),
-    (lambda p: p["configuration"][0]["annotations"].update(total=40), "predicate.configuration[0].annotations.total",
-     "35", "40"),
+    (lambda p: p["configuration"][0]["annotations"].update(total=80), "predicate.configuration[0].annotations.total",
+     "72", "80"),
 ])
 def test_checks_statement_claims_beyond_checks_json_and_resigned(records, mutate, where, expected, actual):
     _resign_statement(records, "checks", lambda s: mutate(s["predicate"]))
@@ -942,7 +942,8 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     assert set(fails) == {"checks/passed", "provenance/tasks"}
     assert "image/uid" in fails["checks/passed"]
     assert fails["provenance/tasks"].startswith("the check suite has failures: the release stops before "
-                                                "submission.json; expected 0 failed checks, got 1 failed: image/uid")
+                                                "submission.json; expected 0 failed checks, got 2 failed: "
+                                                "image/uid, image/uid@docker")
 
 
 def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
@@ -960,7 +961,7 @@ def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
     assert fails["checks/results"] == ('checks statement predicate.result vs attestations/checks.json; '
                                        'expected "FAILED", got "PASSED"')
     assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
-                                      "expected [], got ['image/uid']")
+                                      "expected [], got ['image/uid', 'image/uid@docker']")
 
 
 def test_empty_suite_signed_as_passed(records):
@@ -974,7 +975,8 @@ def test_empty_suite_signed_as_passed(records):
         s["predicate"].update(passedTests=[], failedTests=[])))
     resign(records)
     fails = failed(records.root)
-    assert set(fails) == {"checks/passed", "checks/results", "provenance/tasks", "readme"}
+    # An empty suite ran nothing under either runtime: its isolation-mode checks are gone too.
+    assert set(fails) == {"checks/passed", "checks/results", "checks/runtimes", "provenance/tasks", "readme"}
     assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
                                       "got 0 check(s)")
 
@@ -1297,3 +1299,71 @@ def test_table_is_one_line_per_area_and_verbose_lists_every_id(records):
     assert len(table.splitlines()) < 25
     verbose = audit.render_table(rows, verbose=True)
     assert all(c.id in verbose for c in rows)
+
+
+def _resign_checks(records, mutate):
+    """checks.json changed by `mutate`, its statement re-signed over the new digest (a signer
+    who forges both): only the audit's own reading of checks.json can catch it."""
+    _edit_json(records.root / "attestations" / "checks.json", mutate)
+    digest = sha256_file(records.root / "attestations" / "checks.json")
+    _resign_statement(records, "checks", lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
+    resign(records)
+    return failed(records.root)
+
+
+def test_runtimes_named_in_checks_and_provenance_pass(records):
+    assert "checks/runtimes" not in failed(records.root)
+    prov = json.loads((records.root / "provenance.json").read_text())
+    assert [(r["name"], r["isolation"]) for r in prov["runtimes"]] == [("podman", "namespaces"),
+                                                                      ("docker", "unprivileged")]
+
+
+def test_checks_json_missing_a_runtime_fails(records):
+    def drop_docker(d):
+        d["runtimes"] = [r for r in d["runtimes"] if r["name"] != "docker"]
+        d["checks"] = [c for c in d["checks"] if not c["id"].endswith("@docker")]
+
+    fails = _resign_checks(records, drop_docker)
+    assert fails["checks/runtimes"].startswith(
+        "the runtimes attestations/checks.json names (missing docker); expected ['podman', 'docker'], got ['podman']")
+
+
+def test_runtime_without_its_checks_fails(records):
+    fails = _resign_checks(records, lambda d: d.update(
+        checks=[c for c in d["checks"] if not (c["id"].endswith("@docker") and "/correct" in c["id"])]))
+    assert "runtime docker in attestations/checks.json did not run the whole suite" in fails["checks/runtimes"]
+
+
+@pytest.mark.parametrize("mode,reported", [("none", None), ("namespaces", "unprivileged")])
+def test_forged_isolation_mode_fails(records, mode, reported):
+    def forge(d):
+        d["runtimes"][1]["isolation"] = mode
+
+    fails = _resign_checks(records, forge)
+    if reported is None:
+        assert fails["checks/runtimes"].startswith("the isolation mode of runtime docker in attestations/checks.json; "
+                                                   "expected namespaces or unprivileged, got none")
+    else:
+        assert fails["checks/runtimes"].startswith(
+            "the isolation mode of runtime docker vs what its server reported in /metadata "
+            "(image/isolation-mode@docker) in attestations/checks.json; expected unprivileged, got namespaces")
+
+
+def test_loosened_docker_container_fails(records):
+    def loosen(d):
+        d["runtimes"][1]["container_security"].update(cap_add=["SYS_ADMIN"], security_opt=["seccomp=unconfined"])
+
+    fails = _resign_checks(records, loosen)
+    assert "runtime docker in attestations/checks.json ran its containers with security loosened" \
+        in fails["checks/runtimes"]
+
+
+def test_provenance_runtimes_must_match_checks_json(records):
+    def forge(prov, replace):
+        runtimes = [dict(r) for r in prov.runtimes]
+        runtimes[1]["isolation"] = "namespaces"
+        return replace(prov, runtimes=tuple(runtimes))
+
+    _resign_provenance(records, forge)
+    fails = failed(records.root)
+    assert fails["checks/runtimes"].startswith("runtimes of provenance.json vs checks.json")

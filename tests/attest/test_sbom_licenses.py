@@ -316,18 +316,17 @@ def test_one_file_of_a_package_is_read_once():
         sbom_licenses.ReviewedTable.parse(text, "t")
 
 
-def test_the_repositorys_table_passes_the_audits_own_expression_check():
-    """Every expression of the committed table, read by the audit's license-expression check
-    (not the table's loader), and every entry keyed by a package and a file hash."""
-    from license_expression import get_spdx_licensing
-
+def test_the_repositorys_table_passes_the_audits_expression_check():
+    """Every expression of the committed table, read by the audit's licence check (the one
+    license-expression check, not the table's loader), and every entry keyed by a package
+    and a file hash."""
     table = sbom_licenses.reviewed_table()
     assert table.source == "pipeline/records/reviewed_licenses.toml"
-    licensing = get_spdx_licensing()
     entries = [e for by_hash in table.entries.values() for e in by_hash.values()]
     assert len(entries) >= 20
     for e in entries:
-        assert sbom_checks._expression_problem(licensing, e.expression) is None, e
+        doc = {"components": [{"name": e.name, "licenses": [{"expression": e.expression}]}]}
+        assert sbom_checks.licence_problems(doc) == [], e
         assert re.fullmatch(r"[0-9a-f]{64}", e.sha256) and e.quote.strip() and e.kind in ("deb", "pypi")
 
 

@@ -87,3 +87,21 @@ def test_external_repair_table_marks_failed_and_not_applicable_checks():
     assert lines[1 + REPAIR_CHECKS.index(unsolved)].split()[1] == "FAIL"
     assert lines[1 + REPAIR_CHECKS.index(reference)].split()[1:3] == ["n/a", "0.0"]
     assert lines[-1].endswith("writable layer peak 7,282,688 bytes")
+
+
+def test_each_runtime_s_checks_count_in_one_cell_and_the_runtimes_are_named():
+    from pipeline.checks.report import family_table
+    from pipeline.checks.results import CheckResult, SuiteResult
+
+    case = "software_change-d1-s101"
+    checks = tuple(CheckResult(f"{case}/correct{s}", True, 0.1) for s in ("", "@docker")) + \
+        (CheckResult("image/isolation-mode@docker", False, 0.1),)
+    runtimes = tuple({"name": n, "suffix": s, "engine": {"version": "1"}, "isolation": m,
+                      "container_security": {"seccomp": "default", "cap_add": [], "security_opt": []},
+                      "summary": {"passed": 1, "total": 1}}
+                     for n, s, m in (("podman", "", "namespaces"), ("docker", "@docker", None)))
+    table = family_table(SuiteResult(image="x", targets=(), checks=checks, seconds=1.0, runtimes=runtimes))
+    assert "2/2" in table.splitlines()[1] and "other" not in table
+    assert "FAILED: isolation-mode@docker" in table
+    assert "runtime docker 1 (check ids ...@docker): seccomp default, nothing loosened" in table
+    assert "isolation NOT REPORTED" in table and "isolation namespaces" in table

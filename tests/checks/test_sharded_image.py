@@ -78,7 +78,10 @@ def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_
         for run in runs:
             _wait(run)
     shard1 = results_mod.load(out["shard1"], shard=True)
-    assert shard1.shard.jobs == ("image/timeout",) and [c.id for c in shard1.checks] == ["image/timeout"]
+    # Every shard runs its jobs under both engines of [runtime] verify.
+    assert shard1.shard.jobs == ("image/timeout",)
+    assert [c.id for c in shard1.checks] == ["image/timeout", "image/timeout@docker"]
+    assert [r["name"] for r in shard1.runtimes] == ["podman", "docker"]
     assert shard1.external and not results_mod.load(out["shard2"], shard=True).external
 
     att = tmp_path / "att"
@@ -86,7 +89,9 @@ def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_
                     "--out", str(out["merged"]), "--sign", "key", "--attestations", str(att)))
     assert _comparable(out["merged"]) == _comparable(out["whole"])
     merged = results_mod.load(out["merged"])
-    assert merged.ok and merged.counts()["total"] > 300
+    assert merged.ok and merged.counts()["total"] > 600
+    assert [(r["name"], r["isolation"], r["containers"]) for r in merged.runtimes] == \
+        [("podman", "namespaces", 2), ("docker", "unprivileged", 2)]
 
     # The signed test-result statement is about the image and binds the merged checks.json.
     payload = signing.dsse_verify((att / "checks.dsse.json").read_bytes(), signing.load_published_key(att),

@@ -43,7 +43,8 @@ def _whole() -> SuiteResult:
 
 
 def _job_of(check_id: str) -> str:
-    """The job that reports a check: `image/timeout`, `image` or the case."""
+    """The job that reports a check: `image/timeout`, `image` or the case (of any runtime)."""
+    check_id = check_id.partition("@")[0]
     return check_id if check_id == "image/timeout" else check_id.split("/", 1)[0]
 
 
@@ -237,3 +238,48 @@ def test_a_shard_against_a_live_server_runs_exactly_its_jobs(live_server, tmp_pa
     assert "image" not in planned and "image/timeout" not in planned
     assert {c.id.split("/", 1)[0] for c in part.checks} == set(planned)
     assert part.ok
+
+
+def _two_runtimes(whole: SuiteResult, count: int) -> tuple[SuiteResult, list[SuiteResult]]:
+    """`whole` as verify records it under podman then docker, and its N shard records, each
+    shard's checks under both engines in turn (podman's, docker's, then the external ones)."""
+    suite = [c for c in whole.checks if not c.id.startswith("t/")]
+    external = [c for c in whole.checks if c.id.startswith("t/")]
+    docker = [replace(c, id=c.id + "@docker") for c in suite]
+
+    def runtime(name, suffix, checks, containers):
+        part = SuiteResult(image=IMAGE, targets=(), checks=tuple(checks), seconds=0.0)
+        return {"name": name, "suffix": suffix, "engine": {"engine": name, "version": "1"},
+                "container_security": {"seccomp": "default"}, "isolation": "namespaces" if not suffix else
+                "unprivileged", "containers": containers, "summary": part.counts()}
+
+    both = replace(whole, checks=tuple(suite + docker + external),
+                   runtimes=(runtime("podman", "", suite, count), runtime("docker", "@docker", docker, count)))
+    parts = []
+    for index, keys in enumerate(plan(job_costs(all_cases()), count), start=1):
+        mine = [c for c in suite if _job_of(c.id) in keys]
+        theirs = [replace(c, id=c.id + "@docker") for c in mine]
+        parts.append(replace(both, targets=(f"http://shard{index}",), seconds=10.0 * index,
+                             checks=tuple(mine + theirs + (external if index == 1 else [])),
+                             schema=whole.schema if "image" in keys else {},
+                             external=whole.external if index == 1 else (), shard=Shard(index, count, keys),
+                             runtimes=(runtime("podman", "", mine, 1), runtime("docker", "@docker", theirs, 1))))
+    return both, parts
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_shards_under_two_engines_merge_runtime_by_runtime(count):
+    whole, parts = _two_runtimes(_whole(), count)
+    merged = merge(list(reversed(parts)), all_cases())
+    assert _comparable(merged) == _comparable(whole)
+    assert [(r["name"], r["containers"]) for r in merged.runtimes] == [("podman", count), ("docker", count)]
+
+
+def test_shards_under_other_engines_or_modes_are_refused():
+    whole, parts = _two_runtimes(_whole(), 2)
+    other = replace(parts[1], runtimes=(parts[1].runtimes[0],))
+    with pytest.raises(VerificationError, match="the shards disagree on the runtimes they ran under"):
+        merge([parts[0], other], all_cases())
+    forged = replace(parts[1], runtimes=(parts[1].runtimes[0], {**parts[1].runtimes[1], "isolation": "namespaces"}))
+    with pytest.raises(VerificationError, match="the shards disagree on the isolation mode under docker"):
+        merge([parts[0], forged], all_cases())

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.registry import local as localregistry
+from pipeline.verify import dockerd
 
 from ..attest.test_sigstore_js import sigstore_js  # noqa: F401  (a fixture)
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
@@ -311,6 +312,7 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_
     assert "interrupted" in rest and not re.search(r"checks: (\d+)/\1 done", rest), rest[-3000:]
     assert scope.containers() == []
     assert localregistry.status(clone / ".release" / "registry") is None
+    assert dockerd.status(scope.docker_dir) is None
     assert records_digest(clone) == before
 
 
@@ -406,6 +408,12 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     assert "checks: " in released.stderr  # the suite ran in containers that carried the label
     assert localregistry.status(clone / ".release" / "registry") is None
     assert released.scope.containers() == []
+    # The suite ran under podman and the private Docker engine, which the release stopped.
+    checks = json.loads((clone / "attestations" / "checks.json").read_text())
+    assert [(r["name"], r["isolation"]) for r in checks["runtimes"]] == [("podman", "namespaces"),
+                                                                        ("docker", "unprivileged")]
+    assert "stopped the private Docker engine (its last user ended)" in released.stderr
+    assert dockerd.status(released.scope.docker_dir) is None
 
 
 def test_release_writes_the_dataset_folder_and_says_it_was_not_published(released, tmp_path):

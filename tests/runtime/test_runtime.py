@@ -40,16 +40,28 @@ def test_settings_come_from_release_toml_and_env():
     assert "nofile=1024:1024" in podman.run_args
     overridden = cfg.args_for("podman", environ={"RELEASE_RUNTIME_RUN_ARGS": "--ulimit nofile=64:64"})
     assert overridden.run_args == ("--ulimit", "nofile=64:64")
+    # One engine's own variable wins, and leaves the other engine's flags alone.
+    own = {"RELEASE_RUNTIME_DOCKER_RUN_ARGS": "--label x=1", "RELEASE_RUNTIME_RUN_ARGS": "--ulimit nofile=64:64"}
+    assert cfg.args_for("docker", environ=own).run_args == ("--label", "x=1")
+    assert cfg.args_for("podman", environ=own).run_args == ("--ulimit", "nofile=64:64")
+    assert cfg.args_for("docker", environ={"RELEASE_RUNTIME_PODMAN_RUN_ARGS": "--label y=2"}).run_args == ()
     assert cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "podman"}) == "podman"
     with pytest.raises(config.ConfigError):
         cfg.engine_choice({"RELEASE_RUNTIME_ENGINE": "lxc"})
+    # The release verifies under podman and the private Docker engine unless told otherwise.
+    assert cfg.verify_engines({}) == ("podman", "docker")
+    assert cfg.verify_engines({"RELEASE_RUNTIME_VERIFY": "docker"}) == ("docker",)
+    for wrong in ("", "podman,podman", "podman,lxc"):
+        with pytest.raises(config.ConfigError, match="the engines to verify under"):
+            cfg.verify_engines({"RELEASE_RUNTIME_VERIFY": wrong})
 
 
-def test_docker_without_a_daemon_is_not_chosen():
-    engine = runtime.detect("auto")
-    if engine == "docker":
-        pytest.skip("a docker daemon answers on this machine")
-    assert engine == "podman"
+def test_auto_is_podman_whatever_daemon_answers(monkeypatch):
+    # A daemon answering on DOCKER_HOST (or the default socket) no longer picks docker:
+    # tests/runtime/test_docker_engine.py runs this with a private engine answering.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert runtime.detect("auto") == "podman"
+    assert runtime.ContainerRuntime(config.RuntimeConfig(engine="auto")).engine == "podman"
 
 
 def test_missing_engine_binary_is_a_tool_error(monkeypatch):

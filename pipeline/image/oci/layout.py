@@ -217,9 +217,11 @@ class Layout:
             self.put_file(source.blob_path(blob.digest), blob.digest, link=True)
         return self.add_manifest(img.manifest_bytes, img.descriptor.media_type, ref_name=ref_name)
 
-    def write_archive(self, digest: str, path: Path, *, name: str) -> LayoutImage:
+    def write_archive(self, digest: str, path: Path, *, name: str, docker: bool = False) -> LayoutImage:
         """An OCI archive (a tar of a layout) holding only image `digest`, named `name` for the
-        engine that loads it; every blob is verified first."""
+        engine that loads it; every blob is verified first. With `docker`, also the
+        `manifest.json` of `docker save`, which Docker 20.10's `load` reads (it reads no OCI
+        index): the same config and layer blobs, the name as its tag."""
         img = self.verify_image(digest=digest)
         desc = Descriptor(img.descriptor.media_type, digest, img.descriptor.size,
                           annotations={REF_NAME: name, CONTAINERD_NAME: name})
@@ -233,4 +235,12 @@ class Layout:
             blobs = (digest, img.manifest.config.digest, *(l.digest for l in img.manifest.layers))
             for blob in dict.fromkeys(blobs):
                 tar.add(self.blob_path(blob), arcname=f"blobs/sha256/{_digest.hex_of(blob)}")
+            if docker:
+                saved = canonical_json([{"Config": f"blobs/sha256/{_digest.hex_of(img.manifest.config.digest)}",
+                                         "RepoTags": [name],
+                                         "Layers": [f"blobs/sha256/{_digest.hex_of(l.digest)}"
+                                                    for l in img.manifest.layers]}])
+                info = tarfile.TarInfo("manifest.json")
+                info.size = len(saved)
+                tar.addfile(info, io.BytesIO(saved))
         return img
