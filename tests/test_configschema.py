@@ -261,6 +261,8 @@ def test_the_committed_page_is_the_generated_one():
      "digest", "name@sha256:<64 hex>"),
     ("release.toml", "runtime", "engine", "lxc", "runtime.engine is not a container engine",
      "auto or podman or docker"),
+    ("release.toml", "runtime", "verify", ["podman", "podman"], "runtime.verify is not a list of the engines to "
+     "verify under", "each of podman, docker at most once, at least one"),
     ("release.toml", "profiles.arena", "signing", "gpg", "profiles.arena.signing is not a signing method",
      "key or sigstore"),
     ("release.toml", "dataset", "tags", [], "dataset.tags must not be empty", "a non-empty list of non-empty strings"),
