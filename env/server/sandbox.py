@@ -175,16 +175,21 @@ def memory_limit() -> int:
 # Past this share of the limit in use at a reset, the reset waits for the ended episodes'
 # teardown to give their memory back.
 MEMORY_WAIT_SHARE = 0.5
-MEMORY_USAGE_FILES = ("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+# The cgroup's memory.stat (v2, then v1) and the keys that count what processes and tmpfs
+# files hold: the page cache, which the kernel reclaims when it must, does not count.
+MEMORY_STAT_FILES = (("/sys/fs/cgroup/memory.stat", ("anon", "shmem")),
+                     ("/sys/fs/cgroup/memory/memory.stat", ("total_rss", "total_shmem")))
 
 
 def memory_in_use() -> int:
-    """Bytes the container's cgroup holds now (0 where it cannot be read)."""
-    for name in MEMORY_USAGE_FILES:
+    """Bytes the container's processes and tmpfs files hold now (0 where it cannot be read)."""
+    for name, keys in MEMORY_STAT_FILES:
         try:
-            return int(Path(name).read_text())
-        except (OSError, ValueError):
+            with open(name) as stat:
+                fields = dict(line.split() for line in stat if line.count(" ") == 1)
+        except OSError:
             continue
+        return sum(int(fields.get(key, 0)) for key in keys)
     return 0
 
 
@@ -314,6 +319,8 @@ class Zygote:
     def kill_uid(self, uid: int) -> None:
         """Kill every process of ``uid`` and wait until none is left (SandboxError if some
         still are after TEARDOWN_S): the unprivileged mode's end of an episode."""
+        if not nsinit.processes_of(uid):
+            return  # the usual end of an episode: its commands have all exited
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
@@ -541,7 +548,11 @@ class Sandbox:
         # pidfd turns readable then (the zygote reaps it).
         poller = select.poll()
         poller.register(self.first_pidfd, select.POLLIN)
-        gone = poller.poll(TEARDOWN_S * 1000)
+        self.finish_reap(bool(poller.poll(TEARDOWN_S * 1000)))
+
+    def finish_reap(self, gone: bool) -> None:
+        """After waiting on `first_pidfd`: reap it if it came to this process, close it, and
+        raise SandboxError if it was not ``gone`` (it is killed then)."""
         if not gone:
             try:
                 signal.pidfd_send_signal(self.first_pidfd, signal.SIGKILL)
@@ -568,15 +579,16 @@ def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:
     raise SandboxError("the sandbox's PID 1 sent no credentials")
 
 
-# Ended sandboxes being reaped in the background at once, at most: a reset past this waits
-# for the oldest, so an agent resetting in a loop cannot pile up dying namespaces.
+# Ended sandboxes not yet reaped, at most: a reset past this waits for one of them to go,
+# so an agent resetting in a loop cannot pile up dying namespaces.
 MAX_RETIRING = 2
 
 
 class SandboxFactory:
     """Makes the sandboxes of one server, the next one always ready ahead of time, and
     reaps the ended ones in the background: two threads of its own, started once (a
-    thread started per reset costs more than the rest of the reset on a busy machine)."""
+    thread started per reset costs more than the rest of the reset on a busy machine); the
+    reaper waits on every ended sandbox at once."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -605,6 +617,7 @@ class SandboxFactory:
         self._dying: list[Sandbox] = []  # killed, waiting for the reaper
         self._unreaped = 0  # killed and not yet reaped (queued or being reaped)
         self._teardown_failure: SandboxError | None = None
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # wakes the reaper
         self._threads = [threading.Thread(target=loop, name=name, daemon=True)
                          for loop, name in ((self._prepare_loop, "arena-next-sandbox"),
                                             (self._reap_loop, "arena-reaper"))]
@@ -614,7 +627,7 @@ class SandboxFactory:
     def retire(self, sandbox: Sandbox) -> None:
         """End an episode's sandbox: kill it now (every process of the episode with it), and
         reap it in the background. A teardown that failed is raised by the next `take`.
-        Past MAX_RETIRING sandboxes not yet reaped, it waits for the oldest.
+        Past MAX_RETIRING sandboxes not yet reaped, it waits for one of them to go.
 
         Without namespaces (`kill_by_uid`), the episode's processes are killed by their UID
         and gone before this returns, and its directories are renamed away."""
@@ -625,24 +638,46 @@ class SandboxFactory:
         with self._state:
             self._dying.append(sandbox)
             self._unreaped += 1
-            self._state.notify_all()
+            os.write(self._wake_w, b"x")
             self._state.wait_for(lambda: self._unreaped <= MAX_RETIRING)
 
     def _reap_loop(self) -> None:
+        """Wait on every killed sandbox's first process at once (a slow teardown holds up no
+        other), and reap each as it goes, or give it up after TEARDOWN_S."""
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        watching: dict[int, tuple[Sandbox, float]] = {}
         while True:
             with self._state:
-                self._state.wait_for(lambda: self._dying or self._closed)
-                if not self._dying:
+                dying, self._dying = self._dying, []
+                if self._closed and not dying and not watching:
                     return
-                sandbox = self._dying.pop(0)
-            try:
-                sandbox.reap()
-            except SandboxError as exc:
-                print(f"arena: {exc}", file=sys.stderr, flush=True)
-                self._teardown_failure = exc
-            with self._state:
-                self._unreaped -= 1
-                self._state.notify_all()
+            for sandbox in dying:
+                if sandbox.first_pidfd < 0:  # reaped already
+                    with self._state:
+                        self._unreaped -= 1
+                        self._state.notify_all()
+                    continue
+                watching[sandbox.first_pidfd] = (sandbox, time.monotonic() + TEARDOWN_S)
+                poller.register(sandbox.first_pidfd, select.POLLIN)
+            first_deadline = min((deadline for _, deadline in watching.values()), default=None)
+            wait_ms = None if first_deadline is None else max(0, int((first_deadline - time.monotonic()) * 1000))
+            ready = {fd for fd, _ in poller.poll(wait_ms)}
+            if self._wake_r in ready:
+                _drain(self._wake_r)
+            now = time.monotonic()
+            for fd, (sandbox, deadline) in list(watching.items()):
+                if fd in ready or deadline <= now:
+                    del watching[fd]
+                    poller.unregister(fd)
+                    try:
+                        sandbox.finish_reap(fd in ready)
+                    except SandboxError as exc:
+                        print(f"arena: {exc}", file=sys.stderr, flush=True)
+                        self._teardown_failure = exc
+                    with self._state:
+                        self._unreaped -= 1
+                        self._state.notify_all()
 
     def wait_retired(self) -> None:
         """Wait until every ended sandbox is reaped."""
@@ -751,11 +786,14 @@ class SandboxFactory:
             self._state.wait_for(lambda: not self._preparing)
             self._closed = True
             self._state.notify_all()
+            os.write(self._wake_w, b"x")
             sandbox, self._ready = self._ready, None
         if sandbox is not None:
             sandbox.destroy()
         for thread in self._threads:
             thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         self._zygote.close()
         if self._files is not None:
             self._files.close()
@@ -798,3 +836,12 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
         + ". The namespaces mode needs user, PID, network, mount and IPC namespaces; the "
         "unprivileged mode needs root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and "
         "seccomp filters (prctl PR_SET_SECCOMP)")
+
+
+def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 512):
+                return
+        except BlockingIOError:
+            return

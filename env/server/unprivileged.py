@@ -27,8 +27,10 @@ from env.server.sandbox import SandboxError
 # The episode's own directories under the workspace, and their modes.
 EPISODE_DIRS = (("repo", 0o755), ("home", 0o700), ("tmp", 0o700))
 RETIRED = ".retired"
-# Retired batches waiting for removal, at most.
+# Retired batches waiting for removal, at most; and how long after a reset the removal
+# starts.
 MAX_REMOVING = 8
+REMOVE_AFTER_S = 0.5
 # Pointed at the episode's tmp where possible; otherwise, like the rest, locked.
 LINKED_TO_TMP = ("/tmp", "/var/tmp")
 # Shared beyond the scratch directories: a file made in an mqueue filesystem is a queue.
@@ -129,6 +131,10 @@ class EpisodeFiles:
                 self._pending.wait_for(lambda: self._waiting > 0 or self._closed)
                 if self._closed and not self._waiting:
                     return
+                if not self._closed and self._waiting < MAX_REMOVING:
+                    # Off the reset's path: the next episode starts now, and a burst of
+                    # resets leaves one removal for all of them.
+                    self._pending.wait(REMOVE_AFTER_S)
                 taken = self._waiting
             paths = [str(self._retired / name) for name in self._leftovers()]
             if paths:

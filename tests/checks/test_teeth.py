@@ -30,7 +30,8 @@ def _failed(target) -> set[str]:
     ("follows-symlinks", {"image/answer-symlink"}, {"image/answer-fifo", *(f"{c.id}/correct" for c in CASES)}),
     ("no-output-cap", {"image/output-cap"}, {"image/uid", *(f"{c.id}/correct" for c in CASES)}),
     ("no-uid-drop", {"image/uid", "image/protected-server-code", "image/protected-task-module",
-                     "image/protected-proc-environ", "image/protected-write"}, {"image/output-cap"}),
+                     "image/protected-proc-environ", "image/protected-write", "image/isolation-writable"},
+     {"image/output-cap"}),
     ("reset-leaves-files", {"image/reset-isolation", *(f"{c.id}/reset" for c in CASES)}, {"image/uid"}),
     ("runs-after-done", {f"{c.id}/cached-terminal" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
     ("two-sessions", {"image/one-session"}, {"image/reset-isolation"}),
@@ -54,9 +55,7 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     ("no-network-namespace", {"image/isolation-network"}),
     ("keyrings-allowed", {"image/isolation-keyring"}),
     # The hopper's marker files, and the planted ones, stay in the shared /tmp too.
-    # With every mount writable, so are the world-writable files of the filesystem below.
-    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers",
-                         "image/isolation-writable"}),
+    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers"}),
     # Plain uvicorn keeps every trickling connection too.
     ("no-connection-guard", {"image/connection-flood", "image/slow-headers"}),
     ("slow-clients-unguarded", {"image/slow-headers"}),

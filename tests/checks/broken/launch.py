@@ -280,7 +280,8 @@ def build(fault: str):
     if routes == "standard":
         app_mod.serve_standard_routes(app, environments)
     elif routes == "no-mcp":
-        app_mod.keep_served_routes(app)
+        app_mod.serve_standard_routes(app, environments)
+        app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/mcp"]
     if fault != "fragile-messages":
         app.add_middleware(MessageGuard)
     return app
