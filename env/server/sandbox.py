@@ -322,19 +322,22 @@ class Zygote:
         if not nsinit.processes_of(uid):
             return  # the usual end of an episode: its commands have all exited
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
-            assert self._control is not None and self._process is not None
-            try:
-                self._control.send(json.dumps({"op": "killuid", "uid": uid}).encode())
-                self._control.settimeout(HANDSHAKE_S)
-                data = self._control.recv(PACKET)
-            except OSError as exc:
-                self._stop()
-                raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes: {exc}") from exc
-            if not data:
-                self._stop()
-                raise SandboxError(f"{NSINIT} (the zygote) exited while it killed UID {uid}'s processes")
+            for attempt in (1, 2):  # a zygote that died (killed, say) is started again, once
+                if self._process is None or self._process.poll() is not None:
+                    self._start()
+                assert self._control is not None and self._process is not None
+                try:
+                    self._control.send(json.dumps({"op": "killuid", "uid": uid}).encode())
+                    self._control.settimeout(HANDSHAKE_S)
+                    data = self._control.recv(PACKET)
+                    if not data:
+                        raise ConnectionResetError("the zygote exited")
+                    break
+                except OSError as exc:
+                    self._stop()
+                    if attempt == 2:
+                        raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes, "
+                                           f"twice: {exc}") from exc
             zygote = self._process.pid
         # Their orphans come to this process (the sandbox's PID 1, their subreaper, was
         # killed first) and are reaped here.

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,10 +89,24 @@ class EngineState:
         return (DOCKER_CLIENT, "-H", self.host)
 
 
+# Where the sockets and the exec root go when `root` is too deep for them (a checkout in a
+# test's temporary directory, say): a short directory of the engine's own, named by root.
+SHORT_DIR = Path("/run/arena-docker")
+
+
+def _socket_dir(root: Path) -> Path:
+    """`root`, or, where its sockets' paths would not fit a unix socket address, the short
+    directory of this engine (one per root)."""
+    if len(os.fsencode(root / "exec" / _CONTAINERD_SOCKET)) <= _MAX_SOCKET_PATH:
+        return root
+    return SHORT_DIR / namespace_of(root)
+
+
 def _paths(root: Path) -> dict[str, Path]:
-    return {"socket": root / "docker.sock", "data": root / "data", "exec": root / "exec",
+    short = _socket_dir(root)
+    return {"socket": short / "docker.sock", "data": root / "data", "exec": short / "exec",
             "pidfile": root / "docker.pid", "log": root / "dockerd.log", "state": root / "state.json",
-            "containerd": root / "exec" / "containerd" / "containerd.sock",
+            "containerd": short / "exec" / "containerd" / "containerd.sock",
             "containerd_config": root / "containerd.toml", "containerd_log": root / "containerd.log"}
 
 
@@ -244,6 +259,7 @@ def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
                         hint=f"set {ROOT_VARIABLE} to a shorter path")
     for key in ("data", "exec"):
         paths[key].mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths["socket"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     paths["containerd"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     for sock in (paths["socket"], paths["containerd"]):
         sock.unlink(missing_ok=True)
@@ -316,6 +332,9 @@ def _stop_unlocked(root: Path) -> bool:
         running.append(state.containerd_pid)
         _terminate(state.containerd_pid, "containerd")
     _unmount_under(root)
+    if paths["exec"].parent != root:  # the short directory: the engine's alone, gone with it
+        _unmount_under(paths["exec"].parent)
+        shutil.rmtree(paths["exec"].parent, ignore_errors=True)
     paths["state"].unlink(missing_ok=True)
     paths["socket"].unlink(missing_ok=True)
     paths["containerd"].unlink(missing_ok=True)

@@ -25,7 +25,10 @@ TOOLS = ("reprotest", "disorderfs", "sudo", "faketime")
 PYTHON311 = Path("/usr/bin/python3.11")
 ARTIFACT = "base-out/oci/index.json"
 # The build's third-party imports (pipeline.image.build's closure outside the stdlib).
-PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer", "packaging")
+# What `python -m pipeline build` imports beyond the standard library (config.py's model:
+# pydantic and what it needs), copied for Debian's CPython 3.11 (the same ABI).
+PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer", "packaging",
+            "pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions")
 SUDO_SHIM = """#!/bin/sh
 if [ "$1" = "-h" ]; then shift 2; fi
 exec /usr/bin/sudo "$@"
@@ -49,8 +52,12 @@ def build_world() -> Path:
         root.chmod(0o755)
         fresh_clone(REPO, root / "src")
         for name in PACKAGES:
-            shutil.copytree(Path(importlib.import_module(name).__file__).parent, root / "site" / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            source = Path(importlib.import_module(name).__file__)
+            if source.name == "__init__.py":
+                shutil.copytree(source.parent, root / "site" / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:  # a module of one file
+                (root / "site").mkdir(exist_ok=True)
+                shutil.copy2(source, root / "site" / source.name)
         (root / "bin").mkdir()
         (root / "bin" / "sudo").write_text(SUDO_SHIM)
         (root / "bin" / "sudo").chmod(0o755)
