@@ -602,6 +602,7 @@ class SandboxFactory:
 
             self.lockdown = unprivileged.lock_scratch(
                 (*(path for path, *_ in spec.scratch), *unprivileged.ALSO_LOCKED), spec.workspace)
+            self.lockdown += unprivileged.lock_home(spec.uid, spec.gid, spec.workspace)
         if not spec.namespaces:
             from env.server.unprivileged import EpisodeFiles
 

@@ -17,6 +17,7 @@ default seccomp profile), an episode shares the container's filesystem. So:
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import subprocess
 import threading
@@ -69,6 +70,34 @@ def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
                                    "the episode's files would outlive its reset") from exc
             done.append(f"{path} mode {mode:o} -> {mode & ~0o1022:o}")
     return done
+
+
+def lock_home(uid: int, gid: int, workspace: Path) -> list[str]:
+    """Take the sandbox user's home directory of the system (its passwd entry's, when it is
+    outside the workspace: a base image's user, say) away from it, with everything below:
+    owned by root, writable by nobody else. Its files would otherwise outlive every reset.
+    What was done, one line each."""
+    try:
+        home = Path(pwd.getpwuid(uid).pw_dir)
+    except KeyError:
+        return []
+    if not home.is_dir() or home.is_symlink() or home == workspace or workspace in home.parents:
+        return []
+    changed = 0
+    for directory, dirs, files in os.walk(home):
+        for path in [directory, *(os.path.join(directory, name) for name in dirs + files)]:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                if info.st_uid == uid or info.st_gid == gid:
+                    os.lchown(path, 0, 0)
+                    changed += 1
+                continue
+            mode = stat.S_IMODE(info.st_mode)
+            if info.st_uid == uid or info.st_gid == gid or mode & 0o022:
+                os.lchown(path, 0, 0)
+                os.chmod(path, mode & ~0o7022)
+                changed += 1
+    return [f"{home} (the sandbox user's home: {changed} entries now root's)"] if changed else []
 
 
 class EpisodeFiles:
