@@ -261,7 +261,7 @@ class ContainerRuntime:
                     "version": info.get("ServerVersion", ""),
                     "security_options": sorted(info.get("SecurityOptions") or []),
                     "runtime": info.get("DefaultRuntime", ""), "cgroup_version": str(info.get("CgroupVersion", "")),
-                    "private_socket": str(self.docker.socket) if self.docker else ""}
+                    "private_engine": self.docker is not None}
         out = self._cli("info", "--format", "json")
         info = json.loads(out.stdout)
         host = info.get("host", {})
@@ -273,7 +273,7 @@ class ContainerRuntime:
         return {"engine": "podman", "client": self.client[0], "client_version": version,
                 "version": version, "security_options": options,
                 "runtime": host.get("ociRuntime", {}).get("name", ""),
-                "cgroup_version": str(host.get("cgroupVersion", "")), "private_socket": ""}
+                "cgroup_version": str(host.get("cgroupVersion", "")), "private_engine": False}
 
     def logs(self, container: Container | str, *, tail: int | None = None) -> str:
         """stdout and stderr of a container (the last `tail` lines if given)."""

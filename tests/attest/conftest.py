@@ -177,7 +177,7 @@ def runtime_records() -> tuple[dict, ...]:
     for name, suffix, mode in RUNTIMES:
         engine = {"engine": name, "client": f"/usr/bin/{name}", "client_version": "1.0", "version": "1.0",
                   "security_options": ["name=seccomp,profile=default"] if name == "docker" else [],
-                  "runtime": "runc", "cgroup_version": "1", "private_socket": ""}
+                  "runtime": "runc", "cgroup_version": "1", "private_engine": False}
         security = {"security_opt": [], "seccomp": "default", "cap_add": [], "privileged": False,
                     "userns_mode": "" if name == "docker" else "private", "network_mode": "host"}
         out.append({"name": name, "suffix": suffix, "engine": engine, "container_security": security,
