@@ -121,6 +121,9 @@ class ArenaMetadata(EnvironmentMetadata):
     isolation: str = Field(description="how each episode is contained: namespaces (its own user, PID, "
                            "network, mount and IPC namespaces) or unprivileged (the container's, with "
                            "the agent's system calls filtered and its processes killed by UID at reset)")
+    proc: str = Field(default="container", description="the /proc an episode sees: episode (one of its "
+                      "own PID namespace, showing only its processes) or container (the container's: "
+                      "its PID counter crosses a reset, docs/isolation.md)")
 
 
 class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
@@ -297,6 +300,7 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         """Name, description and isolation mode served at /metadata."""
         return ArenaMetadata(
             isolation=self._sandboxes.spec.mode if self._sandboxes is not None else "none",
+            proc=self._sandboxes.proc if self._sandboxes is not None else "container",
             name="openenv-arena",
             description=(
                 "Procedural data-workflow cases: read three JSON files in /workspace/repo with a "

@@ -35,6 +35,7 @@ Standard library only and no imports from the server: it starts with ``python -I
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -48,7 +49,7 @@ import sys
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
@@ -244,9 +245,26 @@ def _own_oom_score_adj(read_only_soon: bool) -> int:
         os.close(tree)
 
 
-def prepare(setup: dict) -> None:
+def _episode_proc() -> str:
+    """Mount a /proc of this PID namespace over the container's, showing only the
+    episode's processes: its PIDs then start afresh each episode, and no counter of the
+    container (PIDs, fork totals) is read through it. The kernel allows it only where the
+    container's /proc hides nothing (docs/isolation.md); else the container's stays.
+    Which /proc the episode has: "episode" or "container"."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
+    if _libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(flags), b"subset=pid") == 0:
+        return "episode"
+    err = ctypes.get_errno()
+    if err in (errno.EPERM, errno.EINVAL):  # masked paths; a kernel without subset=pid
+        return "container"
+    raise OSError(err, f"mount -t proc /proc: {os.strerror(err)}")
+
+
+def prepare(setup: dict) -> dict:
     """Make this mount namespace the sandbox's filesystem view (with namespaces of its own),
-    then lock this process, and so everything it starts, down."""
+    then lock this process, and so everything it starts, down. What the server is told
+    beside "ok": which /proc the episode sees."""
+    proc = "container"
     # The OOM killer's order: the agent's commands first (oom_score_adj 1000, set per
     # command), then this PID 1 (half that: its own memory is small, so any command
     # outranks it), the server last. Raising the value needs no privilege.
@@ -275,6 +293,8 @@ def prepare(setup: dict) -> None:
             _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         if setup["network"]:
             _named("bringing the loopback interface up", _loopback_up)
+        if setup["own_proc"]:
+            proc = _episode_proc()
         if setup["session_keyring"]:
             _new_session_keyring()
     else:
@@ -285,6 +305,7 @@ def prepare(setup: dict) -> None:
         _drop_bounding_set()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _install_filter(setup)
+    return {"proc": proc}
 
 
 def _start(run: dict, out: int, setup: dict) -> int:
@@ -336,7 +357,7 @@ def serve(ctl: socket.socket, setup: dict) -> None:
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
         if wake_r in ready:
-            _drain(wake_r)
+            drain(wake_r)
         _reap(ctl, leaders)
         if ctl not in ready:
             continue
@@ -382,7 +403,8 @@ def _reap(ctl: socket.socket, leaders: set[int]) -> None:
             _send(ctl, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _drain(fd: int) -> None:
+def drain(fd: int) -> None:
+    """Read a non-blocking descriptor (a wake-up pipe) until it is empty."""
     while True:
         try:
             if not os.read(fd, 512):
@@ -399,9 +421,7 @@ def kill_uid(uid: int) -> None:
     parent has a fatal signal pending. The dying processes' orphans come to the server
     (PID 1 of the episode's sandbox, their subreaper, died first), which reaps them while
     it waits until /proc lists none (`processes_of`)."""
-    _reap_all()
-    if not processes_of(uid):
-        return  # the usual end of an episode: its commands have all exited
+    _reap_all()  # the server asks only when /proc lists some of them (Zygote.kill_uid)
     killer = os.fork()
     if killer == 0:
         try:
@@ -452,7 +472,7 @@ def zygote(ctl: socket.socket) -> int:
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
         if wake_r in ready:
-            _drain(wake_r)
+            drain(wake_r)
         _reap(ctl, set())  # no command leaders here: every child is reaped, nothing is said
         if ctl not in ready:
             continue
@@ -514,11 +534,11 @@ def sandbox(ctl: socket.socket, namespaces: str) -> int:
         return os.waitstatus_to_exitcode(status)
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     try:
-        prepare(setup)
+        facts = prepare(setup)
     except OSError as exc:
         _send(ctl, {"error": str(exc)})
         return 1
-    _send(ctl, {"ok": True})
+    _send(ctl, {"ok": True, **facts})
     serve(ctl, setup)
     return 0
 

@@ -108,6 +108,8 @@ class SandboxSpec:
     deny_sockets: bool = False
     deny_mqueue: bool = False
     drop_bounding_set: bool = True
+    # A /proc of the episode's PID namespace over the container's, where the kernel allows it.
+    own_proc: bool = True
     # The unprivileged mode's defences (no namespaces to end the episode with): kill the
     # episode's processes by their UID, and rename its directories away, at reset.
     kill_by_uid: bool = False
@@ -139,6 +141,7 @@ class SandboxSpec:
             "deny_sockets": self.deny_sockets,
             "deny_mqueue": self.deny_mqueue,
             "drop_bounding_set": self.drop_bounding_set,
+            "own_proc": self.own_proc and "pid" in self.namespaces and "mount" in self.namespaces,
         }
 
 
@@ -408,6 +411,8 @@ class Sandbox:
     control: socket.socket
     init_pid: int | None = None
     pidfd: int | None = None
+    # The /proc the episode sees: its PID namespace's ("episode") or the container's.
+    proc: str = "container"
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -442,6 +447,7 @@ class Sandbox:
         reply = json.loads(data) if data else {"error": "PID 1 exited"}
         if not reply.get("ok"):
             raise SandboxError(f"the episode's namespaces could not be set up: {reply.get('error')}")
+        self.proc = "episode" if reply.get("proc") == "episode" else "container"
         self.init_pid = _sender_pid(ancillary)
         self.pidfd = os.pidfd_open(self.init_pid)
 
@@ -596,6 +602,8 @@ class SandboxFactory:
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
         self.lockdown: list[str] = []
+        # The /proc the last episode handed out sees: "episode" or "container".
+        self.proc = "container"
         self._files = None
         if spec.lock_scratch:
             from env.server import unprivileged
@@ -668,7 +676,7 @@ class SandboxFactory:
             wait_ms = None if first_deadline is None else max(0, int((first_deadline - time.monotonic()) * 1000))
             ready = {fd for fd, _ in poller.poll(wait_ms)}
             if self._wake_r in ready:
-                _drain(self._wake_r)
+                nsinit.drain(self._wake_r)
             now = time.monotonic()
             for fd, (sandbox, deadline) in list(watching.items()):
                 if fd in ready or deadline <= now:
@@ -753,6 +761,7 @@ class SandboxFactory:
                     raise failure
                 raise SandboxError(f"the episode's sandbox could not be made: {failure}") from failure
         self.prepare()
+        self.proc = sandbox.proc
         if not self.spec.namespaces:
             with self._swap:
                 # One episode at a time shares the UID and the workspace: one whose session
@@ -830,7 +839,8 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
             refused.append(f"{candidate.mode}: {exc}")
             continue
         why = f" (namespaces refused: {refused[0].split(': ', 1)[1]})" if refused else ""
-        print(f"arena: isolation: {candidate.mode}{why}", file=sys.stderr, flush=True)
+        print(f"arena: isolation: {candidate.mode}{why}; /proc: the {factory.proc}'s", file=sys.stderr,
+              flush=True)
         for line in factory.lockdown:
             print(f"arena: locked {line}", file=sys.stderr, flush=True)
         return factory
@@ -841,11 +851,3 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
         "unprivileged mode needs root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and "
         "seccomp filters (prctl PR_SET_SECCOMP)")
 
-
-def _drain(fd: int) -> None:
-    while True:
-        try:
-            if not os.read(fd, 512):
-                return
-        except BlockingIOError:
-            return

@@ -21,6 +21,11 @@ and passes only if the next episode, or the server, shows nothing of it:
 - `isolation-nested`: the agent can make no namespace of its own (`unshare`, `clone` with
   a CLONE_NEW* flag, `clone3`), whose teardown it could make outlast a reset, and holds no
   capability, not even in its bounding set;
+- `isolation-pid-counter`: an episode forks until the PID counter encodes a message, the
+  next reads its own PID: with namespaces, whose episodes see a /proc of their own PID
+  namespace, every episode's first command reads the same PID whatever the last one
+  forked; in the unprivileged mode the container's /proc is shared, as /metadata's `proc`
+  and docs/isolation.md say;
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
@@ -56,7 +61,8 @@ from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "isolation-leftovers", "isolation-nested", "isolation-writable", "connection-flood",
+                    "isolation-leftovers", "isolation-nested", "isolation-writable", "isolation-pid-counter",
+                    "connection-flood",
                     "malformed-input",
                     "slow-headers")
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
@@ -412,6 +418,36 @@ def writable_check(session: Session, case: Case, seed: int, rec: Recorder, mode:
         rec.error("isolation-writable", exc)
 
 
+# isolation-pid-counter: what each episode forks before the next one starts (a message
+# an agent would encode in the counter), and the first command of every episode.
+PID_MESSAGES = (0, 300, 7)
+PID_PROBE = "readlink /proc/self"
+
+
+def pid_counter_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder,
+                      mode: str) -> None:
+    """No episode's first PID depends on what the last one forked (module doc)."""
+    try:
+        firsts = []
+        for forks in PID_MESSAGES:
+            session.reset(case.id, seed=seed)
+            firsts.append(session.shell(PID_PROBE).output.strip())
+            session.shell(f"for i in $(seq {forks}); do /bin/true; done")
+        status, body = http_get(target.url, "/metadata")  # the /proc of the episode handed out last
+        proc = body.get("proc") if status == 200 and isinstance(body, dict) else None
+        independent = len(set(firsts)) == 1 and firsts[0].isdigit()
+        if mode == NAMESPACES_MODE:
+            ok, want = proc == "episode" and independent, {"proc": "episode", "first_pids": "all equal"}
+        else:  # the container's /proc: the channel docs/isolation.md measures, as reported
+            ok, want = proc == "container" and not independent, {"proc": "container",
+                                                                 "first_pids": "the container's counter"}
+        rec.add("isolation-pid-counter", ok,
+                observed={"mode": mode, "proc": proc, "forked": list(PID_MESSAGES), "first_pids": firsts},
+                expected=want)
+    except ServerError as exc:
+        rec.error("isolation-pid-counter", exc)
+
+
 def isolation_mode(target: Target) -> str:
     """The mode the server reports at /metadata (`isolation`), or what it said instead."""
     status, body = http_get(target.url, "/metadata")
@@ -635,6 +671,7 @@ def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, r
     leftovers_check(session, case, next(seeds), rec)
     nested_check(session, case, next(seeds), rec)
     writable_check(session, case, next(seeds), rec, mode)
+    pid_counter_check(session, target, case, next(seeds), rec, mode)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)
     slow_headers_check(session, target, case, next(seeds), rec)

@@ -247,6 +247,10 @@ class ContainerRuntime:
         out = self._cli("inspect", "--format", fmt, cid)
         opts, caps, privileged, userns, network = (json.loads(x) for x in out.stdout.decode().strip().split("\t"))
         opts = list(opts or [])
+        if self.engine == "podman":  # podman's inspect leaves `unmask=` out of SecurityOpt
+            made = json.loads(self._cli("inspect", "--format", "{{json .Config.CreateCommand}}", cid).stdout or b"[]")
+            opts += [value for flag, value in zip(made or [], (made or [])[1:])
+                     if flag == "--security-opt" and value not in opts]
         seccomp = next((o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")), "default")
         return {"security_opt": opts, "seccomp": seccomp, "cap_add": list(caps or []),
                 "privileged": bool(privileged), "userns_mode": userns or "", "network_mode": network or ""}

@@ -1358,6 +1358,17 @@ def test_loosened_docker_container_fails(records):
         in fails["checks/runtimes"]
 
 
+def test_podman_with_proc_unmasked_outside_a_user_namespace_fails(records):
+    # /proc's masks lifted for a container whose root is the host's: its /proc/sys and
+    # /proc/sysrq-trigger would be writable (docs/isolation.md).
+    def unmask(d):
+        d["runtimes"][0]["container_security"].update(security_opt=["unmask=/proc/*"], userns_mode="")
+
+    fails = _resign_checks(records, unmask)
+    assert "runtime podman in attestations/checks.json ran its containers with security loosened" \
+        in fails["checks/runtimes"] and "a user namespace of its own" in fails["checks/runtimes"]
+
+
 def test_provenance_runtimes_must_match_checks_json(records):
     def forge(prov, replace):
         runtimes = [dict(r) for r in prov.runtimes]

@@ -245,3 +245,22 @@ def test_a_killed_zygote_is_started_again_and_episodes_go_on(server):
             assert run(env, "echo works")["output"] == "works\n"
         replaced = _zygote(server)
         assert replaced not in (None, zygote)
+
+
+PID_PROBE = "readlink /proc/self; ls /proc | grep -c '^[0-9]'"
+
+
+def test_the_pid_counter_carries_nothing_to_the_next_episode(server):
+    # An episode forks until the PID counter encodes a message; the next one reads its own
+    # PID. With a /proc of the episode's own PID namespace, the next one's first PID is the
+    # same whatever the last episode forked, and /proc lists only the episode's processes.
+    assert server.get("/metadata")[1]["proc"] == "episode"
+    firsts = []
+    with server.session(message_timeout_s=60) as env:
+        for forks in (0, 300, 7):
+            env.reset(task_id=CASE)
+            pid, listed = run(env, PID_PROBE)["output"].split()
+            firsts.append(pid)
+            assert int(listed) <= 4, listed  # PID 1, the shell, ls, grep
+            run(env, f"for i in $(seq {forks}); do /bin/true; done; echo forked")
+    assert len(set(firsts)) == 1, firsts
