@@ -26,6 +26,10 @@ and passes only if the next episode, or the server, shows nothing of it:
   namespace, every episode's first command reads the same PID whatever the last one
   forked; in the unprivileged mode the container's /proc is shared, as /metadata's `proc`
   and docs/isolation.md say;
+- `isolation-oom-order`: the OOM killer's order, read from /proc as the agent: its
+  commands' `oom_score_adj` is the highest there is (1000), the sandbox's PID 1 (which
+  holds the episode) below it, so a memory flood kills the agent's commands, never the
+  episode (the flood itself, in a container of 1 GiB: tests/runtime/test_memory_in_container.py);
 - `connection-flood`: more idle connections than the server has file descriptors, held
   open, do not stop /health from answering, nor a session from starting;
 - `malformed-input`: a lone surrogate, deep nesting, an oversized episode id, non-JSON,
@@ -62,7 +66,7 @@ from pipeline.curriculum import Case
 
 ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
                     "isolation-leftovers", "isolation-nested", "isolation-writable", "isolation-pid-counter",
-                    "connection-flood",
+                    "isolation-oom-order", "connection-flood",
                     "malformed-input",
                     "slow-headers")
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
@@ -448,6 +452,36 @@ def pid_counter_check(session: Session, target: Target, case: Case, seed: int, r
         rec.error("isolation-pid-counter", exc)
 
 
+# isolation-oom-order: from the probe's own process up through its parents, the first
+# that is not the agent's is the sandbox's PID 1 (its parent is never the agent's).
+OOM_PROBE = r"""
+def field(pid, name):
+    for line in open("/proc/%s/status" % pid):
+        if line.startswith(name + ":"):
+            return line.split()[1]
+own = open("/proc/self/oom_score_adj").read().strip()
+pid = "self"
+while field(pid, "Uid") == "2000":
+    pid = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[1]
+print("OOM", own, open("/proc/%s/oom_score_adj" % pid).read().strip(), field(pid, "Uid"))
+"""
+OOM_MAX = 1000
+
+
+def oom_order_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
+    """The agent's commands first in the OOM killer's order, the sandbox's PID 1 after them."""
+    try:
+        session.reset(case.id, seed=seed)
+        out = session.shell(_script("oom.py", OOM_PROBE))
+        found = re.search(r"^OOM (-?\d+) (-?\d+) (\d+)$", out.output, re.MULTILINE)
+        command, init = (int(found.group(1)), int(found.group(2))) if found else (None, None)
+        rec.add("isolation-oom-order", command == OOM_MAX and init is not None and init < command,
+                observed={"command": command, "sandbox_pid_1": init, "output": out.output[-300:]},
+                expected={"command": OOM_MAX, "sandbox_pid_1": f"below {OOM_MAX}"})
+    except ServerError as exc:
+        rec.error("isolation-oom-order", exc)
+
+
 def isolation_mode(target: Target) -> str:
     """The mode the server reports at /metadata (`isolation`), or what it said instead."""
     status, body = http_get(target.url, "/metadata")
@@ -672,6 +706,7 @@ def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, r
     nested_check(session, case, next(seeds), rec)
     writable_check(session, case, next(seeds), rec, mode)
     pid_counter_check(session, target, case, next(seeds), rec, mode)
+    oom_order_check(session, case, next(seeds), rec)
     connection_flood_check(session, target, case, next(seeds), rec)
     malformed_input_check(session, target, case, next(seeds), rec)
     slow_headers_check(session, target, case, next(seeds), rec)

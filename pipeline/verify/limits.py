@@ -58,6 +58,10 @@ class ContainerLimits:
         if self.own_user_namespace:
             base = (_USERNS_FIRST_BLOCK + secrets.randbelow(_USERNS_BLOCKS)) * _USERNS_SIZE
             args += ["--uidmap", f"0:{base}:{_USERNS_SIZE}", "--gidmap", f"0:{base}:{_USERNS_SIZE}"]
+            # Its root is no host root, so /proc's masks can be lifted without giving it
+            # anything of the host's: the server can then give each episode a /proc of its
+            # own PID namespace (docs/isolation.md). Never without the user namespace.
+            args += ["--security-opt", "unmask=/proc/*"]
         return args
 
     def expected(self) -> dict[str, int | float]:

@@ -54,6 +54,7 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     # Without a PID namespace there is no /proc of the episode's own either.
     ("no-pid-namespace", {"image/isolation-hopper", "image/isolation-pid-counter"}),
     ("container-proc", {"image/isolation-pid-counter"}),
+    ("oom-order-flat", {"image/isolation-oom-order"}),
     ("no-network-namespace", {"image/isolation-network"}),
     ("keyrings-allowed", {"image/isolation-keyring"}),
     # The hopper's marker files, and the planted ones, stay in the shared /tmp too.

@@ -8,6 +8,8 @@ pushes against is in force: without it the test fails before pushing.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.checks._record import Recorder
@@ -37,6 +39,9 @@ def test_budgets_become_run_arguments():
     assert f"/workspace:rw,size={10 * GIB},mode=0755" in args
     uidmap = args[args.index("--uidmap") + 1].split(":")
     assert uidmap[0] == "0" and int(uidmap[1]) >= 1 << 22 and uidmap[2] == "65536"
+    # /proc unmasked only with that user namespace (docs/isolation.md).
+    assert args[args.index("--security-opt") + 1] == "unmask=/proc/*"
+    assert "--security-opt" not in replace(limits, own_user_namespace=False).run_args()
     assert limits.expected() == {"memory_bytes": 16 * GIB, "pids": 1024, "cpus": 2.0,
                                  "workspace_bytes": 10 * GIB}
 

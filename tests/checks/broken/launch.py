@@ -224,6 +224,8 @@ SPECS = {
     # As before issue 47: the agent may make namespaces of its own and keeps a full bounding set.
     "nested-namespaces-allowed": lambda spec: dataclasses.replace(
         spec, deny_namespaces=False, drop_bounding_set=False),
+    # PID 1 as likely an OOM victim as the agent's commands (as before issue 47).
+    "oom-order-flat": lambda spec: dataclasses.replace(spec, init_oom_score_adj=spec.oom_score_adj),
     # The container's /proc in the namespaces mode: its PID counter crosses a reset.
     "container-proc": lambda spec: dataclasses.replace(spec, own_proc=False),
     # The unprivileged mode (no namespaces of the episode's own), each defence removed alone.
