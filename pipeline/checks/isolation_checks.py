@@ -123,7 +123,11 @@ if sys.argv[1] == "plant":
     for ring in (-4, -3):  # the user and the session keyring
         made = libc.syscall(248, b"keyring", sys.argv[2].encode(), None, 0, ring)  # add_key
         print("planted" if made > 0 else "refused-%d" % ctypes.get_errno())
-try:
+for ring in (-4, -5, -3):  # the user, user-session and session keyrings, searched by name
+    found = libc.syscall(250, 10, ring, b"keyring", sys.argv[2].encode(), 0)  # keyctl(KEYCTL_SEARCH)
+    if found > 0:
+        print("found", sys.argv[2])
+try:  # where /proc is the container's, every key the UID may view
     print(open("/proc/keys").read())
 except OSError as exc:
     print("no /proc/keys:", exc)

@@ -75,7 +75,8 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     # next episodes share: what they run fails too.
     ("unprivileged-no-kill-by-uid", {"image/isolation-hopper", "image/isolation-keyring",
                                      "image/isolation-leftovers", "image/isolation-nested",
-                                     "image/isolation-network", "image/isolation-scratch"}),
+                                     "image/isolation-network", "image/isolation-scratch",
+                                     "image/isolation-oom-order"}),
     ("unprivileged-scratch-shared", {"image/isolation-leftovers", "image/isolation-scratch",
                                      "image/isolation-hopper"}),
     ("unprivileged-ipc-allowed", {"image/isolation-leftovers"}),
