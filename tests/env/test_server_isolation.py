@@ -267,3 +267,14 @@ def test_the_pid_counter_carries_nothing_to_the_next_episode(server):
             assert int(listed) <= 4, listed  # PID 1, the shell, ls, grep
             run(env, f"for i in $(seq {forks}); do /bin/true; done; echo forked")
     assert len(set(firsts)) == 1, firsts
+
+
+def test_the_oom_killer_takes_the_agents_commands_before_the_episodes_pid_1(server):
+    # The check suite's probe: the command's oom_score_adj, then its first ancestor that is
+    # not the agent's (the sandbox's PID 1). The flood itself: tests/runtime/test_memory_in_container.py.
+    from pipeline.checks.isolation_checks import OOM_PROBE
+    with server.session() as env:
+        env.reset(task_id=CASE)
+        out = run(env, server.write_command("/workspace/home/oom.py", OOM_PROBE) + f"\n{PYTHON} /workspace/home/oom.py")
+        _, command, init, uid = out["output"].split()
+        assert (int(command), int(init), uid) == (1000, 500, "0"), out["output"]
