@@ -189,8 +189,8 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
 
             # Past the check suite, one release is held at each boundary up to the self-audit
             # (what a kill there leaves is on disk while it waits: its staging only, the
-            # records as committed), then killed there: its records written, signed and
-            # attached to the image, never self-audited, so never installed.
+            # records as committed), then killed at the install, before its journal: its
+            # records written, signed, attached and self-audited, never installed.
             held = []
 
             def as_a_kill_there_leaves_it(point: str) -> None:
@@ -199,11 +199,11 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
                 assert len(staged) == 1 and not install.journaled(clone, staged[0]), (point, staged)
                 held.append((point, staged[0]))
 
-            err = _release(clone, scope, pause=("admission", "records", "attach", "self-audit"),
+            err = _release(clone, scope, pause=("admission", "records", "attach", "self-audit", "install"),
                            on_the_way=as_a_kill_there_leaves_it)
-            assert [p for p, _ in held] == ["admission", "records", "attach"]
+            assert [p for p, _ in held] == ["admission", "records", "attach", "self-audit"]
             assert f"removed {len(left)} check container(s) of releases that are gone" in err
-            assert "==> attach" in err and "audit of the records PASSED" not in err
+            assert "audit of the records PASSED" in err and not (clone / install.JOURNAL).exists()
             assert (held[-1][1] / "attestations" / "release.dsse.json").exists()
             assert _tracked_as_committed(clone) and records_digest(clone) == committed
             assert scope.containers() == []
