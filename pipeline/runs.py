@@ -6,9 +6,11 @@ directory, a check container's label) with its owner: its PID and the PID's star
 for the run that died. The next release removes or stops what an owner that is gone left
 behind, and says so.
 
-`pause_at(point)` is the one place that reads `RELEASE_TEST_PAUSE_AT`: when it names
-`point`, the process says so on stderr and waits to be killed, so tests can SIGKILL a
-release at each stage boundary and inside the install of its records.
+`pause_at(point)` is the one place that reads `RELEASE_TEST_PAUSE_AT` (a point, or several
+separated by commas): when it names `point`, the process says so on stderr and waits, so
+tests can SIGKILL a release at each stage boundary and inside the install of its records.
+SIGUSR1 lets it go on to the next point: what a kill leaves on disk is what is there while it
+waits, so one release can be looked at in several such states before it is killed in the last.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +77,20 @@ def current() -> Owner:
 
 
 def pause_at(point: str) -> None:
-    """Wait here for SIGKILL when RELEASE_TEST_PAUSE_AT names `point` (tests only)."""
-    if os.environ.get(PAUSE_ENV) != point:
+    """Wait here for SIGKILL, or SIGUSR1 to go on, when RELEASE_TEST_PAUSE_AT names `point`
+    (tests only)."""
+    if point not in os.environ.get(PAUSE_ENV, "").split(","):
         return
-    say(f"paused at {point} ({PAUSE_ENV}): waiting for SIGKILL")
-    while True:
-        signal.pause()
+    resumed = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: resumed.append(True))
+    try:
+        say(f"paused at {point} ({PAUSE_ENV}): waiting for SIGKILL, or SIGUSR1 to go on")
+        # A short sleep, not signal.pause(): the signal may reach another thread, and the
+        # main thread runs the handler only once it wakes.
+        while not resumed:
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 # What a process names by its PID while it writes, and removes when it is done: a layer

@@ -11,6 +11,7 @@ from pipeline import config as config_mod
 from pipeline import inputs as image_inputs
 from pipeline.image import base as base_mod
 from pipeline.image import build as build_mod
+from pipeline.image import rootfscache
 from pipeline.records import provenance
 from pipeline.registry import local as localregistry
 from pipeline.registry.basesource import BaseSource
@@ -37,11 +38,17 @@ def base_arguments(p: argparse.ArgumentParser) -> None:
 def base(args: argparse.Namespace) -> int:
     spec = base_mod.BaseSpec(mirror=args.mirror, source_date_epoch=args.source_date_epoch)
     if args.oci_layout:
+        rootfs_cache = args.cache_dir / "rootfs" if args.cache_dir else Path(args.oci_layout) / "rootfs"
+        key = spec.cache_key(base_mod.mmdebstrap_version())
+        if not args.no_cache:  # as basestage.ensure does: a cached tree is checked before it is reused
+            rootfscache.check(rootfs_cache, key)
         built = base_mod.build(spec, runtime_lock.load_lock(), python=config_mod.load().python,
-                               state_dir=args.oci_layout, use_cache=not args.no_cache,
-                               rootfs_cache=args.cache_dir / "rootfs" if args.cache_dir else None,
+                               state_dir=args.oci_layout, use_cache=not args.no_cache, rootfs_cache=rootfs_cache,
                                wheel_cache=args.cache_dir / "wheels" if args.cache_dir else
                                runtime_lock.WHEEL_CACHE)
+        pinned = base_mod.load_record()
+        if not args.no_cache and pinned is not None and built.manifest_digest == pinned.digest:
+            rootfscache.record(rootfs_cache, key)
         print(f"{base_mod.REPOSITORY}@{built.manifest_digest}")
         return 0
     if args.registry:

@@ -76,6 +76,12 @@ _REF = re.compile(
 )
 
 
+# What clears a corrupt blob: the registry's copy is pushed again. The local registry's own
+# storage is checked blob by blob when it is started and when a release begins.
+CORRUPT_HINT = ("the registry's copy is corrupt: push it again; for the local registry, run the release "
+                "again, which removes corrupt blobs from its storage (.release/registry/storage) and pushes "
+                "them again")
+
 class RegistryUnavailable(RegistryError):
     """The registry could not be reached, or kept answering 5xx: worth a later retry."""
 
@@ -405,7 +411,7 @@ class RegistryClient:
         actual = _digest.of_bytes(data)
         if actual != digest:
             raise DigestMismatch(f"blob {digest} from {self.registry}/{repository} does not match its digest",
-                                 expected=digest, actual=actual, hint="the registry's copy is corrupt")
+                                 expected=digest, actual=actual, hint=CORRUPT_HINT)
         return data
 
     def get_blob(self, repository: str, digest: str, dest: Path, *, size: int | None = None,
@@ -453,7 +459,7 @@ class RegistryClient:
             raise DigestMismatch(
                 f"blob {digest} from {self.registry}/{repository} does not match its descriptor",
                 expected=f"{digest} ({size if size is not None else '?'} bytes)",
-                actual=f"{actual} ({count} bytes)", hint="the registry's copy is corrupt")
+                actual=f"{actual} ({count} bytes)", hint=CORRUPT_HINT)
         os.replace(tmp, dest)
         return count
 

@@ -49,6 +49,7 @@ from pipeline._io import write_atomic, write_json_atomic
 from pipeline._proc import run, which
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ToolError
+from pipeline.progress import say
 from pipeline.registry.client import Credentials, RegistryClient
 
 log = logging.getLogger("pipeline.registry.local")
@@ -540,6 +541,14 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
                     owner: runs.Owner | None = None) -> RegistryState:
     registry_bin = which("docker-registry", package="docker-registry")
     storage.mkdir(parents=True, exist_ok=True)
+    # A storage an earlier registry left is a cache like the others: checked before anything
+    # is served from it, whichever command starts the registry (a release checks one that
+    # already runs in its registry stage). docker-registry trusts the bytes it stored.
+    corrupt = corrupt_blobs(storage=storage)
+    if corrupt:
+        say(f"removed {len(corrupt)} corrupt blob(s) from the local registry's storage "
+            f"({', '.join(d[:19] for d in corrupt)}) before serving it from {storage}; the next push "
+            "sends them again")
     user, password, pw_file = _credentials(root)
     previous = _ports(root)
     worker = _worker_identity()

@@ -98,3 +98,39 @@ def test_a_registry_whose_release_is_gone_is_stopped_and_one_started_by_hand_is_
     finally:
         for root in (by_hand, ours, orphan):
             localregistry.stop(root)
+
+
+def test_a_corrupt_blob_in_the_storage_is_removed_before_a_registry_serves_it_again(tmp_path, capsys):
+    import hashlib
+
+    root = tmp_path / "reg"
+    good, bad = b"a blob that stays whole\n", b"a blob whose stored bytes rot\n"
+    digests = {data: "sha256:" + hashlib.sha256(data).hexdigest() for data in (good, bad)}
+    state = localregistry.start(root)
+    try:
+        client = state.client()
+        for data, digest in digests.items():
+            client.upload_blob("t/blobs", digest, data)
+    finally:
+        localregistry.stop(root)
+    stored = state.storage / "docker" / "registry" / "v2" / "blobs" / "sha256"
+    rotten = stored / digests[bad][7:9] / digests[bad][7:] / "data"
+    rotten.write_bytes(bad.replace(b"rot", b"ROT"))
+    capsys.readouterr()
+    state = localregistry.start(root)
+    try:
+        said = capsys.readouterr().err
+        assert said == (f"removed 1 corrupt blob(s) from the local registry's storage ({digests[bad][:19]}) "
+                        f"before serving it from {state.storage}; the next push sends them again\n")
+        assert not rotten.parent.exists()
+        client = state.client()
+        assert client.get_blob_bytes("t/blobs", digests[good]) == good
+        assert not client.has_blob("t/blobs", digests[bad])
+        client.upload_blob("t/blobs", digests[bad], bad)
+        assert client.get_blob_bytes("t/blobs", digests[bad]) == bad
+    finally:
+        localregistry.stop(root)
+    # A storage that is whole is started on without a word.
+    localregistry.start(root)
+    localregistry.stop(root)
+    assert capsys.readouterr().err == ""
