@@ -11,7 +11,8 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
                                        its admission preflight, sizes, VSA, the dataset folder (card,
                                        tasks.jsonl) and its Hub publication
     checks/                            the functional suite and its independent solvers
-    verify/                            container runtime adapter, limits, serve, host tools
+    runtime/                           container runtime adapter, the private Docker engine, limits,
+                                       serve, host tools
     registry/                          client (HTTP API), local registry, push, pull, base source
     image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline.sources",),
     ("pipeline.image",),
     ("pipeline.registry",),
-    ("pipeline.verify",),
+    ("pipeline.runtime",),
     ("pipeline.checks",),
     ("pipeline.records",),
     ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",

@@ -74,11 +74,11 @@ from pipeline.records import sizes as image_sizes
 from pipeline.records import statement as release_statement
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_layout
+from pipeline.runtime.runtime import ContainerRuntime
 from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources import vendor as sources
 from pipeline.sources.references import reference_scripts
-from pipeline.verify.runtime import ContainerRuntime
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 

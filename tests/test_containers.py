@@ -13,7 +13,7 @@ import pytest
 from pipeline.errors import ToolError
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_image
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 from . import containers
 from .registry.conftest import _build_image
@@ -128,7 +128,7 @@ def test_a_store_that_cannot_be_listed_is_an_error_not_an_empty_store():
 @pytest.mark.root
 @pytest.mark.container
 def test_a_scope_s_private_docker_engine_goes_with_the_scope():
-    from pipeline.verify import dockerd
+    from pipeline.runtime import dockerd
 
     scope = containers.ContainerScope.new()
     env = scope.env()

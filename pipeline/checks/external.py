@@ -32,7 +32,7 @@ from pipeline.image.oci.image import Index, parse, parse_config
 from pipeline.progress import say
 from pipeline.registry.client import Reference, RegistryClient
 from pipeline.registry.pull import pull
-from pipeline.verify.limits import ExternalLimits
+from pipeline.runtime.limits import ExternalLimits
 
 
 @dataclass(frozen=True)

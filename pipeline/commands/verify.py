@@ -30,10 +30,10 @@ from pipeline.records import attest, signing
 from pipeline.records import preflight as preflight_mod
 from pipeline.records import submission as submission_mod
 from pipeline.registry import local as localregistry
+from pipeline.runtime import hosttools
+from pipeline.runtime import serve as serve_mod
 from pipeline.sources.git import head_commit
 from pipeline.sources.references import reference_scripts
-from pipeline.verify import hosttools
-from pipeline.verify import serve as serve_mod
 
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,8 +25,8 @@ from pipeline.config import ExternalPolicy
 from pipeline.errors import CheckFailure
 from pipeline.image.oci.image import DOCKER, parse_config, parse_manifest
 from pipeline.registry.client import Reference, RegistryClient
-from pipeline.verify.limits import ExternalLimits
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.limits import ExternalLimits
+from pipeline.runtime.runtime import ContainerRuntime
 
 from ..base.basefixtures import base_image  # noqa: F401
 from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins

@@ -25,7 +25,7 @@ from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import Reference, RegistryClient
 from pipeline.registry.pull import pull
 from pipeline.registry.push import push_image
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 from tests.curriculum import all_cases
 
 from ..base.basefixtures import base_image  # noqa: F401

@@ -1,4 +1,4 @@
-"""The private Docker engine (pipeline/verify/dockerd.py) and the adapter driving it, for real:
+"""The private Docker engine (pipeline/runtime/dockerd.py) and the adapter driving it, for real:
 Debian's dockerd started on a socket of its own and stopped by its PID, a container run with
 Docker's defaults (nothing loosened: read back from `docker inspect`), and `auto` podman
 while that engine answers.
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import config
-from pipeline.verify import dockerd, runtime
-from pipeline.verify.limits import ContainerLimits
+from pipeline.runtime import dockerd, runtime
+from pipeline.runtime.limits import ContainerLimits
 
 pytestmark = [pytest.mark.root, pytest.mark.container,
               pytest.mark.skipif(not os.access(dockerd.DOCKERD, os.X_OK), reason="docker.io is not installed")]
@@ -163,7 +163,7 @@ def test_loopback_command():
 
 
 def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
-    from pipeline.verify.runtime import ContainerError
+    from pipeline.runtime.runtime import ContainerError
 
     from .test_serve import _layout
 
@@ -180,7 +180,7 @@ def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
 
 
 def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
-    from pipeline.verify import serve
+    from pipeline.runtime import serve
 
     root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
     monkeypatch.setenv(dockerd.ROOT_VARIABLE, str(root))
@@ -196,7 +196,7 @@ def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
 
 
 def test_setup_installs_docker_io_when_its_engine_or_client_is_missing(monkeypatch):
-    from pipeline.verify import hosttools
+    from pipeline.runtime import hosttools
 
     present = os.access
     # Another docker first on PATH does not count: the engine and the client are looked for by path.

@@ -11,7 +11,7 @@ this adapter started: nothing of another process, nor of a concurrent release; a
 machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
 release.toml.
 
-Two engines: podman, and docker as the pipeline's private engine (pipeline/verify/dockerd.py),
+Two engines: podman, and docker as the pipeline's private engine (pipeline/runtime/dockerd.py),
 driven through its own socket with Debian's client (`/usr/bin/docker -H unix://...`), never
 a host's default daemon. A docker container runs with Docker's defaults: no `--security-opt`,
 `--cap-add`, `--privileged` or `--userns`, only the budget's limits docker has. Its engine
@@ -40,8 +40,8 @@ from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
 from pipeline.progress import say
 from pipeline.registry.client import is_loopback
-from pipeline.verify import dockerd
-from pipeline.verify.limits import ContainerLimits, ExternalLimits
+from pipeline.runtime import dockerd
+from pipeline.runtime.limits import ContainerLimits, ExternalLimits
 
 LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"
