@@ -601,3 +601,9 @@ def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> Regis
                             hint="run `python -m pipeline registry start`")
         state = start(root)
     return state
+
+
+def running_address(root: Path | None = None) -> str:
+    """The running local registry's `host:port` ("" when it is not running)."""
+    state = status(root)
+    return state.address if state is not None else ""
