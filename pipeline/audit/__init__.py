@@ -108,7 +108,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline.audit.content import (
+from pipeline.audit.provenance import (
     audit_checks,
     audit_external,
     audit_provenance,
