@@ -16,7 +16,8 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     registry/                          client (HTTP API), local registry, push, pull, base source
     image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
-    image/oci/                         OCI formats: digests, layers, config/manifest, layouts
+    image/oci/                         OCI formats: digests, layers, config/manifest, layouts, an image's
+                                       files read from its layers
     config, configschema, curriculum,  shared by every floor (config: the one typed model of
     errors, formats, progress, runs,   release.toml and trust.toml; configschema: its page;
     _io, _proc                         curriculum: [curriculum] and its cases in request order;

@@ -13,6 +13,7 @@ from pipeline._io import canonical_json, sha256_bytes
 from pipeline.audit import sbom_checks
 from pipeline.audit.rows import Rows, State, equal
 from pipeline.errors import VerificationError
+from pipeline.image.oci.files import FileView, LayoutImage, open_image_by_digest, read_view
 from pipeline.records import attest, sbom_licenses
 from pipeline.records import sbom as sbom_mod
 
@@ -87,11 +88,11 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
         return sbom_mod.wanted(path, rel_app)
 
     @functools.cache
-    def layers(layout: Path) -> tuple[sbom_mod.ImageRef, sbom_mod.FileView]:
+    def layers(layout: Path) -> tuple[LayoutImage, FileView]:
         # Read (decompressed and parsed) once for both rows; each narrows the files to
         # the ones it reads, as its own reading would have kept them.
-        image = sbom_mod.open_image_by_digest(layout, s.image.digest)
-        return image, sbom_mod.read_view(image, app_dir, keep=lambda path: sbom_paths(path) or coverage_paths(path))
+        image = open_image_by_digest(layout, s.image.digest)
+        return image, read_view(image, lambda path: sbom_paths(path) or coverage_paths(path))
 
     def covered(layout: Path) -> None:
         image, files = layers(layout)
