@@ -19,8 +19,9 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
     image/oci/                         OCI formats: digests, layers, config/manifest, layouts, an image's
                                        files read from its layers
     config, configschema, curriculum,  shared by every floor (config: the one typed model of
-    errors, formats, progress, runs,   release.toml and trust.toml; configschema: its page;
-    _io, _proc                         curriculum: [curriculum] and its cases in request order;
+    errors, formats, imageref,         release.toml and trust.toml; configschema: its page;
+    progress, runs, _io, _proc         curriculum: [curriculum] and its cases in request order;
+                                       imageref: image references and the sha256 pattern;
                                        runs: who owns what a run left, the test pause hook)
 """
 
@@ -31,7 +32,7 @@ __version__ = VERSION  # pyproject.toml's
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
-     "pipeline.formats", "pipeline.progress", "pipeline.runs",
+     "pipeline.formats", "pipeline.imageref", "pipeline.progress", "pipeline.runs",
      "pipeline._io", "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from pipeline._io import sha256_file
 from pipeline.audit.rows import Rows, State, equal, first_path_difference
 from pipeline.errors import VerificationError
+from pipeline.imageref import ImageRef
 from pipeline.records import attest
 
 if TYPE_CHECKING:
@@ -87,4 +88,4 @@ def audit_checks(r: Rows, s: State) -> None:
     if s.image is not None:
         r.run("checks/image", srec, lambda: equal(
             "digest of the image the check suite ran on", s.image.digest,
-            str(conf().get("annotations", {}).get("image", "")).rpartition("@")[2]))
+            ImageRef.parse(str(conf().get("annotations", {}).get("image", ""))).digest))

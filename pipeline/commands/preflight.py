@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pipeline import config as config_mod
+from pipeline.imageref import ImageRef
 from pipeline.records import preflight as preflight_mod
 from pipeline.registry import local as localregistry
 
@@ -33,8 +34,8 @@ def preflight(args: argparse.Namespace) -> int:
     records = (args.records or args.file.resolve().parent).resolve()
     evidence = preflight_mod.evidence_from(records)
     registry = args.registry if args.registry is not None else localregistry.running_address()
-    name = data.get("image", "").partition("@")[0] if isinstance(data, dict) and isinstance(data.get("image"), str) \
-        else ""
+    image = data.get("image") if isinstance(data, dict) else None
+    name = ImageRef.parse(image).name if isinstance(image, str) and ImageRef.is_pinned(image) else ""
     report = preflight_mod.run(data, evidence=evidence, admission=cfg.admission,
                                resolve=preflight_mod.resolver({name: registry} if registry and name else None))
     print(report.render())

@@ -38,6 +38,7 @@ from typing import Any
 from pipeline import _proc, runs
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
+from pipeline.imageref import PINNED_FORM, ImageRef
 from pipeline.progress import say
 from pipeline.registry.client import is_loopback
 from pipeline.runtime import dockerd
@@ -153,11 +154,10 @@ class ContainerRuntime:
 
     def pull(self, reference: str) -> str:
         """Pull an image by digest (`name@sha256:...`); return that reference."""
-        if "@sha256:" not in reference:
-            raise ContainerError("images are pulled by digest only",
-                                 expected="name@sha256:<64 hex>", actual=reference)
+        if not ImageRef.is_pinned(reference):
+            raise ContainerError("images are pulled by digest only", expected=PINNED_FORM, actual=reference)
         argv = ["pull", "--quiet"]
-        registry = reference.split("/", 1)[0]
+        registry = ImageRef.parse(reference).registry
         # A loopback registry speaks plain HTTP: docker allows 127.0.0.0/8 by itself,
         # podman has to be told.
         if self.engine == "podman" and is_loopback(registry):
