@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError
+from pipeline.imageref import is_sha256
 
 # The copyright file of an installed package, relative to the image root.
 COPYRIGHT = "usr/share/doc/{package}/copyright"
@@ -61,7 +62,6 @@ CLASSIFIER_SPDX = {
 }
 # SPDX's references to licences outside its list (SPDX 2.3, annex D).
 _LICENSE_REF = re.compile(r"(?:DocumentRef-[A-Za-z0-9.-]+:)?LicenseRef-[A-Za-z0-9.-]+")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # A reviewed quote is a short passage, not a licence text.
 QUOTE_MAX = 240
 
@@ -217,7 +217,7 @@ class ReviewedTable:
                     raise ConfigError(f"{where} has unknown keys", actual=", ".join(sorted(raw)))
                 if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
                     raise ConfigError(f"{where}: `names` is not a list of package names", actual=repr(names))
-                if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+                if not is_sha256(sha):
                     raise ConfigError(f"{where}: `sha256` is not a sha256 hex digest", actual=repr(sha))
                 problem = expression_problem(expr)
                 if problem is not None:
