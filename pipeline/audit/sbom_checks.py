@@ -24,11 +24,12 @@ import email.parser
 import posixpath
 from collections.abc import Callable, Iterator
 
+from packaging.utils import canonicalize_name
+
 from pipeline.errors import VerificationError
 from pipeline.formats import deb822_paragraphs, dpkg_installed
 from pipeline.image.oci.files import FileView, LayoutImage, read_view
 from pipeline.records.sbom_licenses import expression_problem
-from pipeline.sources.lock import normalize_name
 
 _STATUS = "var/lib/dpkg/status"
 _STATUS_D = "var/lib/dpkg/status.d/"
@@ -133,7 +134,7 @@ def installed(view: FileView, app_dir: str) -> set[tuple[str, str, str]]:
         elif path.endswith(("/METADATA", "/PKG-INFO", ".egg-info")):
             meta = email.parser.BytesHeaderParser().parsebytes(data)
             name = (meta.get("Name") or posixpath.basename(posixpath.dirname(path))).strip()
-            found.add(("pypi", normalize_name(name), (meta.get("Version") or "").strip()))
+            found.add(("pypi", canonicalize_name(name), (meta.get("Version") or "").strip()))
     return found
 
 
@@ -150,7 +151,7 @@ def listed(doc: dict) -> set[tuple[str, str, str]]:
         if not purl:
             continue
         parsed = PackageURL.from_string(purl)
-        name = normalize_name(parsed.name) if parsed.type == "pypi" else parsed.name
+        name = canonicalize_name(parsed.name) if parsed.type == "pypi" else parsed.name
         found.add((parsed.type, name, parsed.version or ""))
     return found
 

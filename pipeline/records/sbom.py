@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from pipeline import __version__
 from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, Source
@@ -34,7 +36,7 @@ from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.files import FileView, LayoutImage, open_image, read_view
 from pipeline.progress import say
 from pipeline.records import sbom_licenses
-from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
+from pipeline.sources.lock import LOCK, allowed_hashes
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -130,7 +132,7 @@ def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = 
         for rel in sbom_licenses.license_files(meta) if lic is None and reviewed is not None else ():
             text = view.files.get(f"{location}/{rel}")
             if text is not None:
-                lic = reviewed.licence("pypi", normalize_name(name), text, where=f"/{location}/{rel}",
+                lic = reviewed.licence("pypi", canonicalize_name(name), text, where=f"/{location}/{rel}",
                                        changed=changed)
             if lic is not None:
                 break
@@ -266,13 +268,13 @@ def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, ep
     dists = python_dists(view, reviewed, changed.append)
     counts: dict[str, int] = {}
     for d in dists:
-        counts[normalize_name(d.name) + d.version] = counts.get(normalize_name(d.name) + d.version, 0) + 1
+        counts[canonicalize_name(d.name) + d.version] = counts.get(canonicalize_name(d.name) + d.version, 0) + 1
     for d in dists:
-        purl = PackageURL(type="pypi", name=normalize_name(d.name), version=d.version)
+        purl = PackageURL(type="pypi", name=canonicalize_name(d.name), version=d.version)
         ref = purl.to_string()
-        if counts[normalize_name(d.name) + d.version] > 1:
+        if counts[canonicalize_name(d.name) + d.version] > 1:
             ref += "#" + d.location  # the same distribution installed in two prefixes
-        wheels = locked.get((normalize_name(d.name), d.version), ())
+        wheels = locked.get((canonicalize_name(d.name), d.version), ())
         # The component's hash is the wheel's, as the lock pins it: what a consumer
         # matches against PyPI. Installed files have no single hash; the sha256 of the
         # dist-info RECORD (which lists each installed file's hash) is kept under its own

@@ -31,6 +31,8 @@ from email.message import Message
 from functools import cache
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError
 from pipeline.imageref import is_sha256
@@ -227,7 +229,7 @@ class ReviewedTable:
                     raise ConfigError(f"{where} ({', '.join(names)}): `quote` is not a short passage",
                                       expected=f"1 to {QUOTE_MAX} characters of the file", actual=repr(quote))
                 if kind == "pypi":  # compared by normalized name (PEP 503)
-                    names = [re.sub(r"[-_.]+", "-", n).lower() for n in names]
+                    names = [canonicalize_name(n) for n in names]
                 entries += [Reviewed(kind=kind, name=n, sha256=sha, expression=expr.strip(), quote=quote,
                                      note=str(note)) for n in names]
         return cls(entries, source)
