@@ -20,7 +20,8 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
                                        files read from its layers
     config, configschema, curriculum,  shared by every floor (config: the one typed model of
     errors, formats, imageref,         release.toml and trust.toml; configschema: its page;
-    progress, runs, _io, _proc         curriculum: [curriculum] and its cases in request order;
+    progress, runs, _daemon, _io,      curriculum: [curriculum] and its cases in request order;
+    _proc                              _daemon: servers started and stopped by PID;
                                        imageref: image references and the sha256 pattern;
                                        runs: who owns what a run left, the test pause hook)
 """
@@ -33,7 +34,7 @@ __version__ = VERSION  # pyproject.toml's
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
      "pipeline.formats", "pipeline.imageref", "pipeline.progress", "pipeline.runs",
-     "pipeline._io", "pipeline._proc"),
+     "pipeline._daemon", "pipeline._io", "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),
     ("pipeline.image",),

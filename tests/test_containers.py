@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import _daemon
 from pipeline.errors import ToolError
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_image
@@ -137,7 +138,7 @@ def test_a_scope_s_private_docker_engine_goes_with_the_scope():
     state = dockerd.start(scope.docker_dir)
     try:
         scope.remove()
-        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+        assert not _daemon.alive(state.pid, "dockerd") and not _daemon.alive(state.containerd_pid, "containerd")
         assert not scope.docker_dir.exists()
     finally:
         dockerd.stop(scope.docker_dir)

@@ -30,15 +30,11 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from pipeline import _proc
+from pipeline import _daemon, _proc
 from pipeline._io import write_json_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ToolError
@@ -125,23 +121,6 @@ def binaries() -> tuple[str, str]:
     return DOCKERD, DOCKER_CLIENT
 
 
-def _alive(pid: int, name: str = "dockerd") -> bool:
-    """True when `pid` runs `name` (its kernel comm), so a reused PID is ignored."""
-    if pid <= 0:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
-    return comm == name[:15] and rest.split()[0] != "Z"
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
 def _load_state(root: Path) -> EngineState | None:
     path = _paths(root)["state"]
     if not path.exists():
@@ -160,20 +139,8 @@ def _server_version(sock: Path, timeout: float = 10) -> str | None:
 
 
 def _healthy(state: EngineState) -> bool:
-    return (_alive(state.pid) and _alive(state.containerd_pid, "containerd")
+    return (_daemon.alive(state.pid, "dockerd") and _daemon.alive(state.containerd_pid, "containerd")
             and _server_version(state.socket) is not None)
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """Serialise start/stop between processes sharing one engine directory."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def status(root: Path | None = None) -> EngineState | None:
@@ -182,17 +149,11 @@ def status(root: Path | None = None) -> EngineState | None:
     return state if state is not None and _healthy(state) else None
 
 
-def _tail(path: Path, lines: int = 5) -> str:
-    if not path.exists():
-        return "(no log)"
-    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
-
-
 def start(root: Path | None = None, *, keep: bool = False) -> EngineState:
     """Start (or reuse) the private engine under `root`; its state. With `keep` (the
     `docker-engine start` command), no run that uses it stops it when it ends."""
     root = Path(root or default_root()).resolve()
-    with _locked(root):
+    with _daemon.locked(root):
         current = _load_state(root)
         if current is not None and _healthy(current):
             if keep and not current.kept:
@@ -226,27 +187,7 @@ def _containerd_config(paths: dict[str, Path]) -> Path:
 
 
 def _spawn(argv: list[str], log_path: Path) -> int:
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-    proc.returncode = 0  # stopped by PID (stop()), not through this object
-    return proc.pid
-
-
-def _wait(pid: int, name: str, log: Path, ready) -> None:
-    """Until `ready()`; a ToolError naming the log if `name` exits or does not get ready."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not _alive(pid, name):
-            _reap(pid)
-            raise ToolError(f"{name} exited while starting", expected="a running engine", actual="exited",
-                            hint=f"log {log}: {_tail(log)}")
-        if ready():
-            return
-        time.sleep(0.2)
-    raise ToolError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s", expected="an answer", actual="none",
-                    hint=f"log {log}: {_tail(log)}")
+    return _daemon.spawn(argv, log_path, env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
 
 
 def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
@@ -269,7 +210,9 @@ def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
     pid = 0
     version = None
     try:
-        _wait(containerd_pid, "containerd", paths["containerd_log"], lambda: answers(paths["containerd"]))
+        _daemon.wait_ready(containerd_pid, "containerd", paths["containerd_log"],
+                           lambda: None if _daemon.answers(paths["containerd"]) else "no answer",
+                           timeout_s=START_TIMEOUT_S, expected="containerd answering", interval_s=0.2)
         pid = _spawn([dockerd, "--host", f"unix://{paths['socket']}", "--data-root", str(paths["data"]),
                       "--exec-root", str(paths["exec"]), "--pidfile", str(paths["pidfile"]),
                       "--containerd", str(paths["containerd"]),
@@ -277,16 +220,17 @@ def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
                       "--bridge", "none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
                       "--userland-proxy=false", "--group", "root", "--log-level", "warn"], paths["log"])
 
-        def ready() -> bool:
+        def ready() -> str | None:
             nonlocal version
             version = _server_version(paths["socket"]) if paths["socket"].exists() else None
-            return version is not None
+            return None if version is not None else "no answer"
 
-        _wait(pid, "dockerd", paths["log"], ready)
+        _daemon.wait_ready(pid, "dockerd", paths["log"], ready, timeout_s=START_TIMEOUT_S,
+                           expected="dockerd answering `docker version`", interval_s=0.2)
     except BaseException:
         if pid:
-            _terminate(pid)
-        _terminate(containerd_pid, "containerd")
+            _daemon.terminate(pid, "dockerd", timeout_s=STOP_TIMEOUT_S)
+        _daemon.terminate(containerd_pid, "containerd", timeout_s=STOP_TIMEOUT_S)
         raise
     state = EngineState(root=root, socket=paths["socket"], pid=pid, namespace=namespace, version=str(version),
                         containerd_pid=containerd_pid, kept=keep)
@@ -294,28 +238,10 @@ def _start_unlocked(root: Path, *, keep: bool = False) -> EngineState:
     return state
 
 
-def _terminate(pid: int, name: str = "dockerd") -> None:
-    if not _alive(pid, name):
-        _reap(pid)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        _reap(pid)
-        if not _alive(pid, name):
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.2)
-    _reap(pid)
-
-
 def stop(root: Path | None = None) -> bool:
     """Stop the engine under `root` by its PID; True if it was running. Idempotent."""
     root = Path(root or default_root()).resolve()
-    with _locked(root):
+    with _daemon.locked(root):
         return _stop_unlocked(root)
 
 
@@ -325,12 +251,12 @@ def _stop_unlocked(root: Path) -> bool:
     pids = {state.pid} if state is not None else set()
     with contextlib.suppress(OSError, ValueError):
         pids.add(int(paths["pidfile"].read_text().strip()))
-    running = [pid for pid in pids if _alive(pid)]
-    for pid in running:
-        _terminate(pid)  # dockerd first: it stops its containers through containerd
-    if state is not None and _alive(state.containerd_pid, "containerd"):
+    running = [pid for pid in pids if _daemon.alive(pid, "dockerd")]
+    for pid in running:  # dockerd first: it stops its containers through containerd
+        _daemon.terminate(pid, "dockerd", timeout_s=STOP_TIMEOUT_S)
+    if state is not None and _daemon.alive(state.containerd_pid, "containerd"):
         running.append(state.containerd_pid)
-        _terminate(state.containerd_pid, "containerd")
+        _daemon.terminate(state.containerd_pid, "containerd", timeout_s=STOP_TIMEOUT_S)
     _unmount_under(root)
     if paths["exec"].parent != root:  # the short directory: the engine's alone, gone with it
         _unmount_under(paths["exec"].parent)
@@ -361,16 +287,6 @@ def _unmount_under(root: Path) -> None:
         _proc.run(["umount", "--lazy", point], check=False, timeout=60)
 
 
-def answers(sock: Path) -> bool:
-    """Whether something accepts connections on the unix socket `sock`."""
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(sock))
-        except OSError:
-            return False
-    return True
-
-
 @contextlib.contextmanager
 def running(root: Path | None = None) -> Iterator[EngineState]:
     """The engine under `root` for the duration of the block, shared with every other process
@@ -397,7 +313,7 @@ def running(root: Path | None = None) -> Iterator[EngineState]:
 def _leave(root: Path) -> bool:
     """Stop the engine under `root` if no process uses it any more and it is not kept; True if
     it was stopped."""
-    with _locked(root), open(root / ".users", "a") as users:
+    with _daemon.locked(root), open(root / ".users", "a") as users:
         try:
             fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
