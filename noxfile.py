@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 
 import nox
 
@@ -15,7 +16,11 @@ nox.needs_version = ">=2024.3.2"
 # nox). Without it nothing is made: a venv-made virtualenv failed late (setuptools is not in
 # uv.lock) and, reused, kept failing after uv was installed. Each session stops at once, in
 # `_install`, saying what to install.
-UV_MISSING = ("uv is not installed; install it beside nox (`python3 -m pip install uv==0.13.9`, "
+# The uv pin is pyproject.toml's (tool.openenv-arena.bootstrap, tests/test_bootstrap_pins.py).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyproject.toml"), "rb") as _pyproject:
+    UV_PIN = next(spec for spec in tomllib.load(_pyproject)["tool"]["openenv-arena"]["bootstrap"]
+                  if spec.startswith("uv=="))
+UV_MISSING = (f"uv is not installed; install it beside nox (`python3 -m pip install {UV_PIN}`, "
               "README, Set-up), then run nox again")
 nox.options.default_venv_backend = "uv" if nox.virtualenv.HAS_UV else "none"
 # uv checks TLS against this machine's trust store, as pip does (a proxy's CA may be there).

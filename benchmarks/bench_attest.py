@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import audit, config, plan
 from pipeline.checks.results import CheckResult, SuiteResult
+from pipeline.image.oci.files import open_image
 from pipeline.image.oci.image import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
 from pipeline.image.oci.layer import FileEntry, parents_of, write_layer
 from pipeline.image.oci.layout import Layout
@@ -88,7 +89,7 @@ def main() -> int:
             layout, what = args.layout, f"built image in {args.layout}"
         else:
             layout, what = synthetic_image(tmp_path / "oci"), "synthetic image (no dist/oci: run `nox -s build`)"
-        image = sbom.open_image(layout)
+        image = open_image(layout)
         size = sum(p.stat().st_size for _, p in image.layers)
         print(f"image: {what}: {image.digest}, {len(image.layers)} layers, {size / 1e6:.1f} MB compressed")
 

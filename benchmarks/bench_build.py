@@ -29,7 +29,7 @@ from pipeline.records import provenance
 from pipeline.registry import basesource, pull
 from pipeline.registry import local as localregistry
 from pipeline.registry import push as publish
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 DOCKERFILE = """FROM {base}
 COPY env /opt/arena/env

@@ -37,7 +37,7 @@ from pipeline.image.oci.image import parse_config  # noqa: E402
 from pipeline.image.oci.layout import Layout  # noqa: E402
 from pipeline.registry import local as localregistry  # noqa: E402
 from pipeline.registry.pull import pull  # noqa: E402
-from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
+from pipeline.runtime.runtime import ContainerRuntime  # noqa: E402
 
 GOAL_S = 300.0
 

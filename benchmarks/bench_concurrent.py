@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.config import REPO_ROOT
 from pipeline.image.base import mounts_under
-from pipeline.verify.runtime import LABEL, OWNER, ContainerRuntime
+from pipeline.runtime.runtime import LABEL, OWNER, ContainerRuntime
 
 RUNS = ("a", "b")
 SCRATCH = Path("/dev/shm")

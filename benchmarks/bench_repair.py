@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from pipeline import config  # noqa: E402
 from pipeline.checks import client, conformance, external, repair  # noqa: E402
 from pipeline.registry import local as localregistry  # noqa: E402
-from pipeline.verify.limits import ExternalLimits  # noqa: E402
-from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
+from pipeline.runtime.limits import ExternalLimits  # noqa: E402
+from pipeline.runtime.runtime import ContainerRuntime  # noqa: E402
 
 GOAL_S = 60.0
 TASK = "format-code-task-000666"

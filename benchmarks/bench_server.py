@@ -36,7 +36,7 @@ from tests.curriculum import serve_the_declared_curriculum  # noqa: E402
 serve_the_declared_curriculum()  # before anything imports env
 
 from pipeline.checks.isolation_checks import FLOOD_SCRIPT, HOPPER_SCRIPT  # noqa: E402
-from pipeline.verify.serve import root_only_copy  # noqa: E402
+from pipeline.runtime.serve import root_only_copy  # noqa: E402
 from tests.contained import ContainedProcess, contained_argv  # noqa: E402
 from tests.env.test_server_reset_attacks import DEEP  # noqa: E402
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from pipeline import config  # noqa: E402
 from pipeline.errors import ReleaseError  # noqa: E402
-from pipeline.verify.limits import ContainerLimits  # noqa: E402
-from pipeline.verify.runtime import ContainerRuntime  # noqa: E402
-from pipeline.verify.serve import built_record, load_built  # noqa: E402
+from pipeline.runtime.limits import ContainerLimits  # noqa: E402
+from pipeline.runtime.runtime import ContainerRuntime  # noqa: E402
+from pipeline.runtime.serve import built_record, load_built  # noqa: E402
 
 ACTION = "import json, csv, subprocess"
 

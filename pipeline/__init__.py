@@ -11,14 +11,18 @@ only from its own floor or the floors below (tests/test_layers.py enforces it).
                                        its admission preflight, sizes, VSA, the dataset folder (card,
                                        tasks.jsonl) and its Hub publication
     checks/                            the functional suite and its independent solvers
-    verify/                            container runtime adapter, limits, serve, host tools
+    runtime/                           container runtime adapter, the private Docker engine, limits,
+                                       serve, host tools
     registry/                          client (HTTP API), local registry, push, pull, base source
     image/                             base, payload, config, build, layer diff (into layouts)
     sources/                           git, vendored files, dataset records, wheel lock
-    image/oci/                         OCI formats: digests, layers, config/manifest, layouts
+    image/oci/                         OCI formats: digests, layers, config/manifest, layouts, an image's
+                                       files read from its layers
     config, configschema, curriculum,  shared by every floor (config: the one typed model of
-    errors, formats, progress, runs,   release.toml and trust.toml; configschema: its page;
-    _io, _proc                         curriculum: [curriculum] and its cases in request order;
+    errors, formats, imageref,         release.toml and trust.toml; configschema: its page;
+    progress, runs, _daemon, _io,      curriculum: [curriculum] and its cases in request order;
+    _proc                              _daemon: servers started and stopped by PID;
+                                       imageref: image references and the sha256 pattern;
                                        runs: who owns what a run left, the test pause hook)
 """
 
@@ -29,13 +33,13 @@ __version__ = VERSION  # pyproject.toml's
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
-     "pipeline.formats", "pipeline.progress", "pipeline.runs",
-     "pipeline._io", "pipeline._proc"),
+     "pipeline.formats", "pipeline.imageref", "pipeline.progress", "pipeline.runs",
+     "pipeline._daemon", "pipeline._io", "pipeline._proc"),
     ("pipeline.image.oci",),
     ("pipeline.sources",),
     ("pipeline.image",),
     ("pipeline.registry",),
-    ("pipeline.verify",),
+    ("pipeline.runtime",),
     ("pipeline.checks",),
     ("pipeline.records",),
     ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",

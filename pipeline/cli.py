@@ -27,7 +27,7 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("setup", "verify", "install the host tools a release needs (apt, as root)"),
+    Command("setup", "setup", "install the host tools a release needs (apt, as root)"),
     Command("registry", "registry", "start, stop or show the local loopback registry"),
     Command("docker-engine", "engine", "start, stop or show the pipeline's private Docker engine"),
     Command("lock", "sources", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
@@ -36,15 +36,15 @@ COMMANDS: tuple[Command, ...] = (
     Command("vendor", "sources", "fetch, verify and vendor pinned upstream files and external task records"),
     Command("base", "image", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),
-    Command("serve", "verify", "serve the built image in a container (or, with --host-mode, on this host)"),
+    Command("serve", "serve", "serve the built image in a container (or, with --host-mode, on this host)"),
     Command("verify", "verify", "pull an image anonymously, start it and run every check of "
             "docs/spec/verification.md"),
     Command("repair-checks", "repair", "pull any MiMo repair image anonymously, start it under the external "
                                        "budget and run the seed's twelve repair checks and ours"),
     Command("checks", "verify", "the check suite against running servers (--url), one shard of it "
                                 "(--shard I/N), or `checks merge` of the shards"),
-    Command("submission", "verify", "write submission.json from passing check results"),
-    Command("preflight", "verify", "the platform's admission checks on a request (default submission.json)"),
+    Command("submission", "submission", "write submission.json from passing check results"),
+    Command("preflight", "preflight", "the platform's admission checks on a request (default submission.json)"),
     Command("sbom", "records", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
     Command("attest", "records", "sign provenance, SBOM and check-result statements into attestations/"),
     Command("key", "records", "show (creating if missing) the release key, its keyid and the trust.toml pin"),

@@ -47,6 +47,7 @@ from pipeline import curriculum as curriculum_mod
 from pipeline.curriculum import Curriculum
 from pipeline.errors import ConfigError
 from pipeline.formats import SHORT_COMMIT, is_commit
+from pipeline.imageref import PINNED_FORM, ImageRef, is_sha256
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "release.toml"
@@ -58,8 +59,6 @@ RUNTIME_ENGINES = ("auto", "podman", "docker")
 # The engines a release verifies its image under, each with the whole check suite.
 VERIFY_ENGINES = ("podman", "docker")
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_IMAGE_BY_DIGEST = re.compile(r"^(?P<name>[a-z0-9.\-:/_]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -80,14 +79,14 @@ class Invalid(ValueError):
 # ------------------------------------------------------------------ value types
 
 def _sha256(value: str) -> str:
-    if not _SHA256.match(value):
+    if not is_sha256(value):
         raise Invalid("is not a sha256", expected="64 lowercase hex digits", actual=value,
                       hint="paste the file's sha256 (`sha256sum FILE`)")
     return value
 
 
 def _sha256_or_unpinned(value: str) -> str:
-    if value and not _SHA256.match(value):
+    if value and not is_sha256(value):
         raise Invalid("is not a sha256", expected='64 lowercase hex or "" (unpinned)', actual=value,
                       hint='paste the sha256 the first fetch reports, or "" to leave it unpinned')
     return value
@@ -102,8 +101,8 @@ def _commit(value: str) -> str:
 
 
 def _by_digest(value: str) -> str:
-    if not _IMAGE_BY_DIGEST.match(value):
-        raise Invalid("must be pinned by digest", expected="name@sha256:<64 hex>", actual=value,
+    if not ImageRef.is_pinned(value):
+        raise Invalid("must be pinned by digest", expected=PINNED_FORM, actual=value,
                       hint="pin the image by its manifest digest")
     return value
 
@@ -153,7 +152,7 @@ KeyId = Annotated[str, Strict(), AfterValidator(lambda v: _keyid(v))]
 
 
 def _keyid(value: str) -> str:
-    if not _SHA256.match(value):
+    if not is_sha256(value):
         raise Invalid("holds a value that is not a keyid", expected="64 lowercase hex digits", actual=value,
                       hint="`python -m pipeline key` prints the keyids line to pin")
     return value
@@ -345,9 +344,9 @@ class Profile(Table):
 
     @model_validator(mode="after")
     def _values(self) -> Profile:
-        if self.base != "local" and not _IMAGE_BY_DIGEST.match(self.base):
+        if self.base != "local" and not ImageRef.is_pinned(self.base):
             raise Invalid("must be 'local' or an image pinned by digest", key="base",
-                          expected="name@sha256:<64 hex>", actual=self.base)
+                          expected=PINNED_FORM, actual=self.base)
         if self.signing not in ("key", "sigstore"):
             raise Invalid("is not a signing method", key="signing", expected="key or sigstore",
                           actual=self.signing)
@@ -468,11 +467,11 @@ class ExternalTask(Table):
 
     @property
     def image_name(self) -> str:
-        return self.image.split("@", 1)[0]
+        return ImageRef.parse(self.image).name
 
     @property
     def digest(self) -> str:
-        return self.image.split("@", 1)[1]
+        return str(ImageRef.parse(self.image).digest)
 
 
 class ExternalRepair(Table):

@@ -35,6 +35,7 @@ from typing import Any
 
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, ReleaseError, VerificationError
+from pipeline.imageref import ImageRef
 from pipeline.records import provenance as provenance_mod
 from pipeline.records import submission as submission_mod
 from pipeline.records.attest import SBOM_FILE
@@ -355,7 +356,7 @@ def _sizes(old: Release, new: Release) -> list[Change]:
     def keyed(sizes) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for img in (sizes.images if sizes else ()):
-            repo = img.image.partition("@")[0]
+            repo = ImageRef.parse(img.image).name
             n = sum(k.startswith(repo + "#") for k in out)
             out[f"{repo}#{n + 1}"] = img
         return out

@@ -22,10 +22,11 @@ from pipeline.config import ExternalPolicy, RequestIdentity, Source
 from pipeline.errors import ConfigError
 from pipeline.image import base as _base
 from pipeline.image.payload import VendoredTaskFile
+from pipeline.imageref import ImageRef
 from pipeline.records.hub import HubTarget
 from pipeline.registry import local as localregistry
 from pipeline.registry.basesource import BaseSource
-from pipeline.registry.client import Credentials, Reference, RegistryClient
+from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.sources.vendor import check_vendored
 
 if TYPE_CHECKING:  # the signing libraries load only for the commands that sign or check signers
@@ -64,7 +65,7 @@ class BaseChoice:
     def pin(self) -> tuple[str, str]:
         """The recorded name and digest of the base (release.toml's pin or locks/base.json)."""
         if self.pinned is not None:
-            ref = Reference.parse(self.pinned)
+            ref = ImageRef.parse(self.pinned, registry=True)
             return ref.name, ref.digest or ""
         record = _base.load_record()
         if record is None:
@@ -79,7 +80,7 @@ class BaseChoice:
         if layout is not None:
             return BaseSource.from_layout(layout, *self.pin())
         if self.pinned is not None:
-            return BaseSource.from_registry(self.pinned, name=Reference.parse(self.pinned).name)
+            return BaseSource.from_registry(self.pinned, name=ImageRef.parse(self.pinned, registry=True).name)
         name, digest = self.pin()
         return BaseSource(name=name, digest=digest, repository=name,
                           registry=registry or localregistry.endpoint().address)

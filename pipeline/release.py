@@ -54,6 +54,7 @@ from pipeline.errors import (
     is_no_space,
 )
 from pipeline.image import base, build
+from pipeline.imageref import ImageRef
 from pipeline.progress import say
 from pipeline.records import (
     attest,
@@ -74,11 +75,11 @@ from pipeline.records import sizes as image_sizes
 from pipeline.records import statement as release_statement
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_layout
+from pipeline.runtime.runtime import ContainerRuntime
 from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources import vendor as sources
 from pipeline.sources.references import reference_scripts
-from pipeline.verify.runtime import ContainerRuntime
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
@@ -189,7 +190,7 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += [f"| {l.name} | `{l.digest}` | `{l.diff_id}` | {l.size:,} |" for l in record.app_layers]
     lines += ["", "## Checks", "", "```", checks_report.summary(suite), "```", "",
               "## Tasks", "", "| task | image | status | passed | failed |", "|---|---|---|---|---|"]
-    lines += [f"| {t.task_id} | `{t.image.split('@')[1][:19]}` | {t.verification.status} | "
+    lines += [f"| {t.task_id} | `{str(ImageRef.parse(t.image).digest)[:19]}` | {t.verification.status} | "
               f"{t.verification.passed} | {t.verification.failed} |" for t in admitted.tasks]
     lines += ["", "## External repair checks", "", checks_report.external_markdown(suite)]
     lines += ["", "## Dataset", "", f"- `{dataset.FOLDER}/`: {published.files} files"]

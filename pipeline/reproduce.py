@@ -39,11 +39,12 @@ from pipeline.image.layerdiff import AppLayer, explain, members_of_blob
 from pipeline.image.oci.layer import write_layer, zlib_version
 from pipeline.image.oci.layout import Layout
 from pipeline.image.payload import VendoredTaskFile, app_layers
+from pipeline.imageref import ImageRef
 from pipeline.progress import say
 from pipeline.records import provenance
 from pipeline.registry import local as localregistry
 from pipeline.registry.basesource import BaseSource
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.registry.client import RegistryClient
 from pipeline.sources import git
 from pipeline.sources import lock as runtime_lock
 
@@ -206,7 +207,7 @@ def _registry_of(name: str, target: plan.Target, registry: str | None) -> tuple[
     if target.local:
         state = None if registry else localregistry.status()
         return registry or (state.address if state else None), name
-    ref = Reference.parse(name)
+    ref = ImageRef.parse(name, registry=True)
     return registry or ref.registry, ref.repository
 
 

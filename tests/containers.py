@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import ToolError
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 SCOPE_LABEL = "org.openenv-arena.test.scope"
 
@@ -53,7 +53,7 @@ class ContainerScope:
         """Environment for a pipeline process whose containers must carry this scope's label, and
         whose private Docker engine is the scope's."""
         from pipeline.config import load
-        from pipeline.verify import dockerd
+        from pipeline.runtime import dockerd
 
         runtime = load().runtime
         return {**{f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
@@ -70,7 +70,7 @@ class ContainerScope:
     def remove(self) -> list[str]:
         """Remove every container that carries this scope's label, and the scope's private Docker
         engine (stopped by its PIDs: dockerd stops its containers first); the podman IDs."""
-        from pipeline.verify import dockerd
+        from pipeline.runtime import dockerd
 
         found = self.containers()
         if found:

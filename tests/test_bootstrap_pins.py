@@ -14,7 +14,7 @@ PIN = re.compile(r"\b(nox|uv)==([0-9][\w.]*)")
 
 
 def _places() -> list[Path]:
-    return sorted({REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / ".ci" / "run",
+    return sorted({REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / ".ci" / "run", REPO / "noxfile.py",
                    *(REPO / "docs").rglob("*.md"), *(REPO / ".github").rglob("*.yml"),
                    *(REPO / "pipeline").rglob("*.py")})
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import _daemon
 from pipeline.errors import ToolError
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_image
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 from . import containers
 from .registry.conftest import _build_image
@@ -128,7 +129,7 @@ def test_a_store_that_cannot_be_listed_is_an_error_not_an_empty_store():
 @pytest.mark.root
 @pytest.mark.container
 def test_a_scope_s_private_docker_engine_goes_with_the_scope():
-    from pipeline.verify import dockerd
+    from pipeline.runtime import dockerd
 
     scope = containers.ContainerScope.new()
     env = scope.env()
@@ -137,7 +138,7 @@ def test_a_scope_s_private_docker_engine_goes_with_the_scope():
     state = dockerd.start(scope.docker_dir)
     try:
         scope.remove()
-        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+        assert not _daemon.alive(state.pid, "dockerd") and not _daemon.alive(state.containerd_pid, "containerd")
         assert not scope.docker_dir.exists()
     finally:
         dockerd.stop(scope.docker_dir)

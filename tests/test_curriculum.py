@@ -46,7 +46,7 @@ def test_the_default_is_the_seed_requests_32_cases_and_34_tasks_in_its_order():
     assert cases[-1] == "media_timeline-d2-s307"
     # The request's order: each block, then the external tasks after it (verification.build's,
     # the audit's): the committed submission.json's order, task for task.
-    from pipeline.audit.content import expected_task_order
+    from pipeline.audit.submission import expected_task_order
 
     committed = [t["task_id"] for t in json.loads((REPO / "submission.json").read_text())["tasks"]]
     assert [task for task, _ in expected_task_order(cfg)] == committed and len(committed) == 34

@@ -108,7 +108,7 @@ def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
 
 # The floors below the orchestration: they receive a resolved plan's values (pipeline.plan)
 # and never name a profile, look one up or read release.toml's profile tables.
-STAGES = ("pipeline.sources", "pipeline.image", "pipeline.registry", "pipeline.verify",
+STAGES = ("pipeline.sources", "pipeline.image", "pipeline.registry", "pipeline.runtime",
           "pipeline.checks", "pipeline.records")
 PROFILE_LOOKUPS = {"profile", "profiles", "sources_for", "Profile"}
 

@@ -108,18 +108,15 @@ from datetime import datetime
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline.audit.content import (
-    audit_checks,
-    audit_external,
-    audit_provenance,
-    audit_request_records,
-    audit_sbom,
-    audit_submission,
-)
+from pipeline.audit.checks import audit_checks
 from pipeline.audit.dataset import audit_dataset
+from pipeline.audit.external import audit_external
+from pipeline.audit.provenance import audit_provenance
 from pipeline.audit.registry import audit_registry, image_location
 from pipeline.audit.rows import FAIL, INFO, PASS, SKIPPED, Check, Rows, State
+from pipeline.audit.sbom import audit_sbom
 from pipeline.audit.signatures import audit_intoto, audit_release, audit_statements
+from pipeline.audit.submission import audit_request_records, audit_submission
 from pipeline.errors import ReleaseError
 from pipeline.records import attest, trust
 from pipeline.records import provenance as provenance_mod

@@ -22,17 +22,17 @@ def image_location(name: str):
     """Where `--registry` reads the image `name` (submission.json's, without its digest): the
     registry the name starts with, or, for a name without one (the local profile records no
     machine's address), the local registry running on this machine."""
+    from pipeline.imageref import ImageRef
     from pipeline.registry import local
-    from pipeline.registry.client import Reference
 
     if "." in name.partition("/")[0] or ":" in name.partition("/")[0]:
-        return Reference.parse(name)
+        return ImageRef.parse(name, registry=True)
     running = local.status()
     if running is None:
         raise VerificationError(f"the image {name} names no registry, and no local registry is running",
                                 hint="start the one the release pushed to (`nox -s registry -- start`), "
                                      "or audit without --registry")
-    return Reference.parse(f"{running.address}/{name}")
+    return ImageRef.parse(f"{running.address}/{name}", registry=True)
 
 
 def audit_registry(r: Rows, s: State) -> None:

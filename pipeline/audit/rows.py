@@ -131,4 +131,4 @@ class State:
     sub: Any = None
     prov: Any = None
     statements: dict[str, dict[str, Any]] | None = None
-    registry: Any = None  # --registry: where the image is read (a pipeline.registry.client.Reference)
+    registry: Any = None  # --registry: where the image is read (a pipeline.imageref.ImageRef)

@@ -24,11 +24,12 @@ import email.parser
 import posixpath
 from collections.abc import Callable, Iterator
 
+from packaging.utils import canonicalize_name
+
 from pipeline.errors import VerificationError
 from pipeline.formats import deb822_paragraphs, dpkg_installed
-from pipeline.records import sbom as sbom_mod
+from pipeline.image.oci.files import FileView, LayoutImage, read_view
 from pipeline.records.sbom_licenses import expression_problem
-from pipeline.sources.lock import normalize_name
 
 _STATUS = "var/lib/dpkg/status"
 _STATUS_D = "var/lib/dpkg/status.d/"
@@ -117,7 +118,7 @@ def coverage_paths(app_dir: str) -> Callable[[str], bool]:
     return keep
 
 
-def installed(view: sbom_mod.FileView, app_dir: str) -> set[tuple[str, str, str]]:
+def installed(view: FileView, app_dir: str) -> set[tuple[str, str, str]]:
     """(kind, name, version) of everything the image's files say is installed: `deb`
     packages, `pypi` distributions (normalized names) and the application's `file`s."""
     found: set[tuple[str, str, str]] = set()
@@ -133,7 +134,7 @@ def installed(view: sbom_mod.FileView, app_dir: str) -> set[tuple[str, str, str]
         elif path.endswith(("/METADATA", "/PKG-INFO", ".egg-info")):
             meta = email.parser.BytesHeaderParser().parsebytes(data)
             name = (meta.get("Name") or posixpath.basename(posixpath.dirname(path))).strip()
-            found.add(("pypi", normalize_name(name), (meta.get("Version") or "").strip()))
+            found.add(("pypi", canonicalize_name(name), (meta.get("Version") or "").strip()))
     return found
 
 
@@ -150,7 +151,7 @@ def listed(doc: dict) -> set[tuple[str, str, str]]:
         if not purl:
             continue
         parsed = PackageURL.from_string(purl)
-        name = normalize_name(parsed.name) if parsed.type == "pypi" else parsed.name
+        name = canonicalize_name(parsed.name) if parsed.type == "pypi" else parsed.name
         found.add((parsed.type, name, parsed.version or ""))
     return found
 
@@ -161,13 +162,13 @@ def _names(items: set[tuple[str, str, str]]) -> str:
     return text + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
 
 
-def check_coverage(doc: dict, image: sbom_mod.ImageRef, app_dir: str,
-                   read: sbom_mod.FileView | None = None) -> None:
+def check_coverage(doc: dict, image: LayoutImage, app_dir: str,
+                   read: FileView | None = None) -> None:
     """Raise unless the SBOM has a component for everything installed in the image, and
     none for anything the image does not hold. `read`: the image's files already read
     with a keep that holds `coverage_paths` (else the layers are read here)."""
     keep = coverage_paths(app_dir)
-    view = read.only(keep) if read is not None else sbom_mod.read_view(image, app_dir, keep=keep)
+    view = read.only(keep) if read is not None else read_view(image, keep)
     want, have = installed(view, app_dir), listed(doc)
     missing, extra = want - have, {x for x in have - want if x[0] in ("deb", "pypi", "file")}
     if missing:

@@ -29,10 +29,11 @@ from pipeline.checks.results import CheckResult
 from pipeline.config import ExternalPolicy, ExternalTask
 from pipeline.errors import CheckFailure, ReleaseError
 from pipeline.image.oci.image import Index, parse, parse_config
+from pipeline.imageref import ImageRef
 from pipeline.progress import say
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.registry.client import RegistryClient
 from pipeline.registry.pull import pull
-from pipeline.verify.limits import ExternalLimits
+from pipeline.runtime.limits import ExternalLimits
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class ExternalResult:
 
 def registry_facts(image: str, task_id: str, client: RegistryClient | None = None) -> ExternalResult:
     """Manifest and config of `image` fetched anonymously by digest, every layer present."""
-    ref = Reference.parse(image)
+    ref = ImageRef.parse(image, registry=True)
     if ref.digest is None:
         raise ReleaseError("external images are checked by digest", expected="name@sha256:<hex>",
                            actual=image)
@@ -230,7 +231,7 @@ def verify_all(tasks: Sequence[ExternalTask], *, client_for: Any = None,
     """Verify every external task; `client_for(registry)` may supply registry clients."""
     results = []
     for task in tasks:
-        client = client_for(Reference.parse(task.image).registry) if client_for else None
+        client = client_for(ImageRef.parse(task.image, registry=True).registry) if client_for else None
         result = verify_task(task, client=client, start=start)
         size = f"{result.compressed_bytes:,} bytes in {len(result.layers)} layers" if result.layers else ""
         ran = result.outcomes()

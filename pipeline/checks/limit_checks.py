@@ -1,6 +1,6 @@
 """image/limit-*: the budget's container limits are in force, seen from inside as UID 2000.
 
-The container runtime applies them (pipeline/verify/limits.py); these checks read what the
+The container runtime applies them (pipeline/runtime/limits.py); these checks read what the
 kernel enforces (the cgroup the shell runs in, the size of the /workspace filesystem)
 through the server's own shell, so they see what an agent's processes are held to.
 A limit that cannot be read or is not set fails with the reason (for example a

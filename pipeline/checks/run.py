@@ -83,9 +83,9 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
     from pipeline.image.oci.image import parse_config
     from pipeline.image.oci.layout import Layout
     from pipeline.registry.pull import pull
-    from pipeline.verify import dockerd
-    from pipeline.verify.limits import ExternalLimits
-    from pipeline.verify.runtime import ContainerRuntime
+    from pipeline.runtime import dockerd
+    from pipeline.runtime.limits import ExternalLimits
+    from pipeline.runtime.runtime import ContainerRuntime
 
     if parallel < 1:
         raise ConfigError("--parallel must be at least 1", actual=parallel)
@@ -165,7 +165,7 @@ def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env
     """The suite against `parallel` containers of `image` under `runtime` (pulled by the engine,
     or brought in by `local`, which returns the engine's name of it), its check ids suffixed
     with `suffix`, its runtime recorded."""
-    from pipeline.verify.limits import ContainerLimits
+    from pipeline.runtime.limits import ContainerLimits
 
     name = local() if local is not None else runtime.pull(image)
     # The containers run under the procedural budget, and the suite checks it is in force.

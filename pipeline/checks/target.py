@@ -28,7 +28,7 @@ class Target:
     server_pid: int = 1
     workspace: str = "/workspace/repo"
     host_root: str | None = None
-    # The container limits the runtime applied (pipeline/verify/limits.py `expected()`), as
+    # The container limits the runtime applied (pipeline/runtime/limits.py `expected()`), as
     # sorted pairs; empty: none were applied, and the limit-* checks do not run.
     limits: tuple[tuple[str, float], ...] = ()
     # Files the base leaves root-only under the app dir (pipeline/image/inherited.py), as

@@ -1,11 +1,11 @@
-"""`docker-engine start|stop|status`: the pipeline's private Docker engine (pipeline/verify/dockerd.py)."""
+"""`docker-engine start|stop|status`: the pipeline's private Docker engine (pipeline/runtime/dockerd.py)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from pipeline.verify import dockerd
+from pipeline.runtime import dockerd
 
 
 def docker_engine_arguments(p: argparse.ArgumentParser) -> None:

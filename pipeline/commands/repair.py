@@ -19,8 +19,8 @@ from pipeline.checks import external, report
 from pipeline.checks.repair import ReferenceRepair
 from pipeline.checks.results import SuiteResult, write
 from pipeline.errors import CheckFailure
-from pipeline.verify.limits import ExternalLimits
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.limits import ExternalLimits
+from pipeline.runtime.runtime import ContainerRuntime
 
 DEFAULT_OUT = config_mod.REPO_ROOT / "dist" / "repair-checks.json"
 

@@ -9,7 +9,7 @@ image (`image/protected-inherited`).
 
 The build's own layers are the trailing ones whose history line starts with
 `build.HISTORY_PREFIX`; every layer before them is the base's. Each layer is applied onto
-the ones below it as the SBOM reader applies it (`listing.hidden`: whiteouts and
+the ones below it as the image file reader (oci/files.py) applies it (`listing.hidden`: whiteouts and
 replacements hide only what lower layers hold); a file the build's layers replace or
 delete is not inherited.
 """

@@ -26,9 +26,10 @@ from typing import Any
 from pipeline._io import canonical_json, sha256_bytes, sha256_file, write_atomic
 from pipeline.checks.results import SuiteResult
 from pipeline.config import REPO_ROOT, ReleaseConfig
-from pipeline.errors import ConfigError, VerificationError
+from pipeline.errors import VerificationError
 from pipeline.formats import utc_time
 from pipeline.image.oci import digest as oci_digest
+from pipeline.imageref import ImageRef
 from pipeline.records import provenance as provenance_record
 from pipeline.records.provenance import Provenance
 from pipeline.sources.lock import allowed_hashes
@@ -65,10 +66,8 @@ class Subject:
     @classmethod
     def from_image_ref(cls, ref: str) -> Subject:
         """`name@sha256:<hex>` (the form submission.json uses)."""
-        name, sep, dig = ref.partition("@")
-        if not sep:
-            raise ConfigError("image reference is not pinned by digest", expected="name@sha256:<hex>", actual=ref)
-        return cls(name=name, digest=oci_digest.parse(dig, what=f"digest of {ref}"))
+        parsed = ImageRef.parse(ref, pinned=True)
+        return cls(name=parsed.name, digest=str(parsed.digest))
 
 
 def statement(subject: Subject, predicate_type: str, predicate: Mapping[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pipeline._project import bootstrap_install
 from pipeline.config import BUDGET_FIELDS, ReleaseConfig
+from pipeline.imageref import ImageRef
 from pipeline.records.dataset import (
     CARD,
     FEATURES,
@@ -83,8 +84,10 @@ def _n(value: int | None) -> str:
 
 
 def _short(image: str) -> str:
-    name, _, digest = image.partition("@")
-    return f"`{name}@{digest[:19]}…`" if digest else f"`{image}`"
+    if not ImageRef.is_pinned(image):
+        return f"`{image}`"
+    ref = ImageRef.parse(image)
+    return f"`{ref.name}@{str(ref.digest)[:19]}…`"
 
 
 def _tasks(lines: tuple[TaskLine, ...]) -> list[str]:

@@ -39,10 +39,11 @@ from pipeline.checks.external import ExternalResult
 from pipeline.checks.results import SuiteResult
 from pipeline.config import Admission
 from pipeline.errors import CheckFailure, ConfigError, ReleaseError, VerificationError
+from pipeline.imageref import ImageRef
 from pipeline.records import submission
 from pipeline.records.sizes import ImageSize, Sizes
 from pipeline.records.verification import EXTERNAL, TaskRecord
-from pipeline.registry.client import Reference, RegistryClient, RegistryUnavailable
+from pipeline.registry.client import RegistryClient, RegistryUnavailable
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
 GIB = 1 << 30
@@ -129,22 +130,31 @@ class Report:
 Resolver = Callable[[str], None]
 
 
-def _names_a_host(image: str) -> bool:
-    host = image.partition("/")[0]
-    return "." in host or ":" in host or host == "localhost"
-
-
 def resolver(registries: dict[str, str] | None = None) -> Resolver:
     """Anonymous resolution by digest; `registries` maps an image name without a registry host
     (the local profile's) to the host:port that serves it (a name with its host is resolved there)."""
 
     def resolve(image: str) -> None:
-        name, _, digest = image.partition("@")
-        host = None if _names_a_host(image) else (registries or {}).get(name)
-        ref = Reference.parse(f"{host}/{image}" if host else image)
-        RegistryClient(ref.registry, attempts=1).get_manifest(ref.repository, digest)
+        ref = ImageRef.parse(image, pinned=True)
+        if not ref.registry and (registries or {}).get(ref.repository):
+            ref = ref.in_registry((registries or {})[ref.repository])
+        ref = ImageRef.parse(str(ref), registry=True)  # a name no registry serves stops here
+        RegistryClient(ref.registry, attempts=1).get_manifest(ref.repository, str(ref.digest))
 
     return resolve
+
+
+def _hostless(image: str) -> bool:
+    """Whether `image` is a well-formed reference that names no registry host."""
+    try:
+        return not ImageRef.parse(image).registry
+    except ConfigError:
+        return False
+
+
+def _digest_of(image: str) -> str | None:
+    """The digest `image` is pinned by; None when it is not a pinned reference."""
+    return ImageRef.parse(image).digest if ImageRef.is_pinned(image) else None
 
 
 def _resolved(image: str, resolve: Resolver) -> Outcome:
@@ -153,7 +163,7 @@ def _resolved(image: str, resolve: Resolver) -> Outcome:
     except RegistryUnavailable as exc:
         return Outcome("image_resolved", image, NOT_CHECKED, f"registry not reachable: {exc.one_line()}")
     except ReleaseError as exc:
-        if isinstance(exc, ConfigError) and not _names_a_host(image):
+        if isinstance(exc, ConfigError) and _hostless(image):
             # The local profile names its image without the loopback registry's address.
             return Outcome("image_resolved", image, NOT_CHECKED,
                            "the name has no registry host (a local-profile image: its registry is not running)")
@@ -278,7 +288,8 @@ def _per_task(task: dict[str, Any], evidence: Evidence, requested_schema: Any) -
 
         # The suite records the reference it pulled (the registry's address included): the same
         # image is the same digest.
-        if not isinstance(image, str) or image.partition("@")[2] != evidence.checks.image.partition("@")[2]:
+        digest = _digest_of(image) if isinstance(image, str) else None
+        if digest is None or digest != _digest_of(evidence.checks.image):
             return [Outcome(n, task_id, FAIL, f"the check suite ran on {evidence.checks.image}") for n in TASK_CHECKS]
         schema = passed("native_schema", PROCEDURAL_SCHEMA_CHECK)
         served = release_schema.served_parts(evidence.checks.schema) if evidence.checks.schema else None

@@ -1,8 +1,8 @@
 """CycloneDX 1.6 SBOM of a built image, read from the image's own layers.
 
 Nothing here looks at the build host: the layers of the image in an OCI layout are
-applied in order (whiteouts included) to an in-memory view that keeps only the
-files an SBOM needs: the dpkg status database, os-release, the packages' copyright
+applied in order (whiteouts included, pipeline.image.oci.files) to an in-memory view
+that keeps only the files an SBOM needs (`wanted`): the dpkg status database, os-release, the packages' copyright
 files under /usr/share/doc (and the links between those directories), every
 dist-info's METADATA, RECORD and licence files, and every file under the app directory. Licences
 are read from those files (pipeline.records.sbom_licenses). The document is a
@@ -14,30 +14,29 @@ timestamp is SOURCE_DATE_EPOCH, components are sorted by the library.
 from __future__ import annotations
 
 import email.parser
-import hashlib
 import json
 import os
 import posixpath
 import re
-import tarfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+
+from packaging.utils import canonicalize_name
 
 from pipeline import __version__
 from pipeline._io import sha256_bytes
 from pipeline.config import REPO_ROOT, Source
-from pipeline.errors import ConfigError, DigestMismatch, ReleaseError
+from pipeline.errors import ConfigError, ReleaseError
 from pipeline.formats import dpkg_installed
 from pipeline.image.oci import digest as oci_digest
-from pipeline.image.oci import listing
+from pipeline.image.oci.files import FileView, LayoutImage, open_image, read_view
 from pipeline.progress import say
 from pipeline.records import sbom_licenses
-from pipeline.sources.lock import LOCK, allowed_hashes, normalize_name
+from pipeline.sources.lock import LOCK, allowed_hashes
 
 SPEC_VERSION = "1.6"
 DEFAULT_OUT = REPO_ROOT / "attestations" / "sbom.cdx.json"
@@ -57,42 +56,7 @@ _STATUS_FILES = ("var/lib/dpkg/status",)
 _OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 
 
-# ------------------------------------------------------------------ reading the image
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """The image an SBOM describes: manifest digest, parsed manifest and config."""
-
-    digest: str
-    manifest: dict
-    config: dict
-    layers: tuple[tuple[str, Path], ...]  # (layer digest, blob path), bottom first
-
-
-def open_image(layout: Path, ref: str | None = None) -> ImageRef:
-    """The image in an OCI layout (by ref name when it holds several): manifest and config verified."""
-    from pipeline.image.oci.layout import Layout
-
-    lay = Layout.open(Path(layout))
-    img = lay.image(ref)
-    return ImageRef(
-        digest=img.descriptor.digest,
-        manifest=json.loads(img.manifest_bytes),
-        config=json.loads(img.config_bytes),
-        layers=tuple((d.digest, lay.blob_path(d.digest)) for d in img.manifest.layers),
-    )
-
-
-def open_image_by_digest(layout: Path, digest: str) -> ImageRef:
-    """The image with manifest `digest` in an OCI layout (the audit's way in: no ref names)."""
-    from pipeline.image.oci.layout import Layout
-
-    lay = Layout.open(Path(layout))
-    manifest = json.loads(lay.read_blob(digest))
-    config = json.loads(lay.read_blob(manifest["config"]["digest"], size=manifest["config"]["size"]))
-    return ImageRef(digest=digest, manifest=manifest, config=config,
-                    layers=tuple((d["digest"], lay.blob_path(d["digest"])) for d in manifest["layers"]))
+# ------------------------------------------------------------------ which files it reads
 
 
 def wanted(path: str, app_dir: str) -> bool:
@@ -101,125 +65,10 @@ def wanted(path: str, app_dir: str) -> bool:
             or bool(_DIST_INFO.search(path)) or _DOC.fullmatch(path) is not None)
 
 
-class _HashingReader:
-    """Read-through wrapper that hashes every byte it hands out."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.hash = raw, hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n)
-        self.hash.update(data)
-        return data
-
-
-@dataclass
-class FileView:
-    """Regular files (bytes) and symlinks (targets) at the wanted paths of an image."""
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    links: dict[str, str] = field(default_factory=dict)
-
-    def paths(self) -> set[str]:
-        return self.files.keys() | self.links.keys()
-
-    def drop(self, paths: set[str]) -> None:
-        for path in paths:
-            self.files.pop(path, None)
-            self.links.pop(path, None)
-
-    def only(self, keep: Callable[[str], bool]) -> FileView:
-        """The view of the paths `keep` names: what `read_view` with `keep` gives, from a
-        view read with a wider one (the audit reads the layers once for two checks)."""
-        return FileView(files={p: d for p, d in self.files.items() if keep(p)},
-                        links={p: t for p, t in self.links.items() if keep(p)})
-
-    def read(self, path: str) -> bytes | None:
-        """File content at `path`, following symlinks inside the view."""
-        resolved = self.resolve(path)
-        return None if resolved is None else self.files[resolved]
-
-    def resolve(self, path: str) -> str | None:
-        """The path of the regular file `path` names, following symlinks inside the view
-        (the file's own and its parent directories'); None when the view has no such file."""
-        for _ in range(16):
-            if path in self.files:
-                return path
-            link, rest = self._first_link(path)
-            if link is None:
-                return None
-            target = self.links[link]
-            joined = target if target.startswith("/") else posixpath.join("/", posixpath.dirname(link), target)
-            path = posixpath.normpath(posixpath.join(joined, rest) if rest else joined).lstrip("/")
-        return None
-
-    def _first_link(self, path: str) -> tuple[str | None, str]:
-        """The first prefix of `path` that is a symlink in the view, and the rest after it."""
-        parts = path.split("/")
-        for i in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:i])
-            if prefix in self.links:
-                return prefix, "/".join(parts[i:])
-        return None, ""
-
-
-def _apply_layer(view: FileView, blob: Path, layer_digest: str, keep: Callable[[str], bool]) -> None:
-    """Apply one layer: what it hides of the lower layers goes (listing.hidden: its
-    whiteouts and replacements), then its own files are added. What the layer lists is
-    recorded under its digest once its bytes match it (listing)."""
-    listed: list[listing.Entry] = []
-    added: dict[str, bytes] = {}
-    links: dict[str, str] = {}
-    hardlinks: dict[str, str] = {}
-    try:
-        raw = open(blob, "rb")
-    except FileNotFoundError:
-        raise ReleaseError(f"layer blob {layer_digest} is missing", hint="rebuild or re-pull the image") from None
-    with raw:
-        reader = _HashingReader(raw)
-        with tarfile.open(fileobj=reader, mode="r|*") as tar:  # type: ignore[call-overload]
-            for m in tar:
-                entry = listing.member(m)
-                name = entry.path
-                if not name:
-                    continue
-                listed.append(entry)
-                if listing.is_whiteout(name) or not keep(name):
-                    continue
-                if m.isreg():
-                    f = tar.extractfile(m)
-                    added[name] = f.read() if f is not None else b""
-                elif m.issym():
-                    links[name] = m.linkname
-                elif m.islnk():
-                    hardlinks[name] = listing.clean(m.linkname)
-        while reader.read(1 << 20):
-            pass  # hash any trailing padding too
-    actual = "sha256:" + reader.hash.hexdigest()
-    if actual != layer_digest:
-        raise DigestMismatch(f"layer blob {blob.name} does not match its digest", expected=layer_digest,
-                             actual=actual, hint="the OCI layout is corrupt; rebuild the image")
-    listing.record(layer_digest, listed)
-    view.drop(listing.hidden(view.paths(), listed))
-    view.files.update(added)
-    view.links.update(links)
-    for name, target in hardlinks.items():
-        content = added.get(target, view.files.get(target))
-        if content is None:
-            raise ReleaseError(f"hard link {name} in layer {layer_digest} points outside the files read",
-                               actual=target, hint="the SBOM reader keeps only the files it describes")
-        view.files[name] = content
-
-
-def read_view(image: ImageRef, app_dir: str, keep: Callable[[str], bool] | None = None) -> FileView:
-    """The wanted files of the image (or those `keep` names: a relative path, no leading
-    slash), after applying every layer bottom-up."""
-    view = FileView()
+def read_sbom_view(image: LayoutImage, app_dir: str) -> FileView:
+    """The files of the image an SBOM needs (`wanted`), after applying every layer."""
     rel_app = app_dir.strip("/")
-    chosen = keep if keep is not None else (lambda path: wanted(path, rel_app))
-    for layer_digest, blob in image.layers:
-        _apply_layer(view, blob, layer_digest, chosen)
-    return view
+    return read_view(image, lambda path: wanted(path, rel_app))
 
 
 # ------------------------------------------------------------------ what the files say
@@ -283,7 +132,7 @@ def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = 
         for rel in sbom_licenses.license_files(meta) if lic is None and reviewed is not None else ():
             text = view.files.get(f"{location}/{rel}")
             if text is not None:
-                lic = reviewed.licence("pypi", normalize_name(name), text, where=f"/{location}/{rel}",
+                lic = reviewed.licence("pypi", canonicalize_name(name), text, where=f"/{location}/{rel}",
                                        changed=changed)
             if lic is not None:
                 break
@@ -358,7 +207,7 @@ def _licence_file_licence(path: str, app_dir: str, sources: Iterable[Source],
     return None
 
 
-def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch: int,
+def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, epoch: int,
               sources: Iterable[Source] = (), first_party_license: str | None = None,
               lock_text: str = "", reviewed: sbom_licenses.ReviewedTable | None = None):
     """The cyclonedx Bom object for an image whose wanted files are in `view`. Licences of
@@ -419,13 +268,13 @@ def build_bom(image: ImageRef, view: FileView, *, name: str, app_dir: str, epoch
     dists = python_dists(view, reviewed, changed.append)
     counts: dict[str, int] = {}
     for d in dists:
-        counts[normalize_name(d.name) + d.version] = counts.get(normalize_name(d.name) + d.version, 0) + 1
+        counts[canonicalize_name(d.name) + d.version] = counts.get(canonicalize_name(d.name) + d.version, 0) + 1
     for d in dists:
-        purl = PackageURL(type="pypi", name=normalize_name(d.name), version=d.version)
+        purl = PackageURL(type="pypi", name=canonicalize_name(d.name), version=d.version)
         ref = purl.to_string()
-        if counts[normalize_name(d.name) + d.version] > 1:
+        if counts[canonicalize_name(d.name) + d.version] > 1:
             ref += "#" + d.location  # the same distribution installed in two prefixes
-        wheels = locked.get((normalize_name(d.name), d.version), ())
+        wheels = locked.get((canonicalize_name(d.name), d.version), ())
         # The component's hash is the wheel's, as the lock pins it: what a consumer
         # matches against PyPI. Installed files have no single hash; the sha256 of the
         # dist-info RECORD (which lists each installed file's hash) is kept under its own
@@ -499,7 +348,7 @@ def generate(layout: Path, *, name: str, app_dir: str, ref: str | None = None, s
              reviewed: sbom_licenses.ReviewedTable | None = None) -> bytes:
     """SBOM bytes of the image in an OCI layout (validated, deterministic)."""
     image = open_image(layout, ref)
-    view = read_view(image, app_dir)
+    view = read_sbom_view(image, app_dir)
     bom = build_bom(image, view, name=name, app_dir=app_dir, epoch=source_date_epoch(image.config),
                     sources=sources, first_party_license=first_party_license, lock_text=lock_text,
                     reviewed=reviewed)

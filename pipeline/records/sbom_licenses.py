@@ -31,8 +31,11 @@ from email.message import Message
 from functools import cache
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError
+from pipeline.imageref import is_sha256
 
 # The copyright file of an installed package, relative to the image root.
 COPYRIGHT = "usr/share/doc/{package}/copyright"
@@ -61,7 +64,6 @@ CLASSIFIER_SPDX = {
 }
 # SPDX's references to licences outside its list (SPDX 2.3, annex D).
 _LICENSE_REF = re.compile(r"(?:DocumentRef-[A-Za-z0-9.-]+:)?LicenseRef-[A-Za-z0-9.-]+")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # A reviewed quote is a short passage, not a licence text.
 QUOTE_MAX = 240
 
@@ -217,7 +219,7 @@ class ReviewedTable:
                     raise ConfigError(f"{where} has unknown keys", actual=", ".join(sorted(raw)))
                 if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
                     raise ConfigError(f"{where}: `names` is not a list of package names", actual=repr(names))
-                if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+                if not is_sha256(sha):
                     raise ConfigError(f"{where}: `sha256` is not a sha256 hex digest", actual=repr(sha))
                 problem = expression_problem(expr)
                 if problem is not None:
@@ -227,7 +229,7 @@ class ReviewedTable:
                     raise ConfigError(f"{where} ({', '.join(names)}): `quote` is not a short passage",
                                       expected=f"1 to {QUOTE_MAX} characters of the file", actual=repr(quote))
                 if kind == "pypi":  # compared by normalized name (PEP 503)
-                    names = [re.sub(r"[-_.]+", "-", n).lower() for n in names]
+                    names = [canonicalize_name(n) for n in names]
                 entries += [Reviewed(kind=kind, name=n, sha256=sha, expression=expr.strip(), quote=quote,
                                      note=str(note)) for n in names]
         return cls(entries, source)

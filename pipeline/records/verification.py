@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import ExternalPolicy, ReleaseConfig
 from pipeline.errors import CheckFailure, ConfigError
+from pipeline.imageref import ImageRef
 
 if TYPE_CHECKING:  # the check suite's modules load the OpenEnv client: only `build` needs them
     from pipeline.checks.external import ExternalResult
@@ -97,8 +98,7 @@ def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *,
         raise CheckFailure("the check suite has failures: the release stops before submission.json",
                            expected="0 failed checks", actual=f"{len(failed)} failed: {', '.join(failed[:8])}",
                            hint="fix the image and run `python -m pipeline verify` again")
-    if "@sha256:" not in image:
-        raise ConfigError("the submitted image must be pinned by digest", actual=image)
+    ImageRef.parse(image, pinned=True)  # the submitted image is pinned by digest
     externals = {e["task_id"]: ExternalResult.from_json(e) for e in checks.external}
     unverified = [t.task_id for t in cfg.external.tasks
                   if t.task_id not in externals or not externals[t.task_id].fully_checked]

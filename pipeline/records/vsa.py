@@ -21,6 +21,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline._io import pretty_json, sha256_file, write_atomic
 from pipeline.formats import utc_time
+from pipeline.imageref import ImageRef
 from pipeline.records import attest, signing
 
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
@@ -73,8 +74,8 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime, self_ch
 
 def statement(rows, *, records: Path, image: str | None, verified_on: datetime | None = None,
               self_check: bool = False) -> bytes:
-    subject = attest.Subject.from_image_ref(image) if image and "@" in image else attest.Subject("unknown",
-                                                                                                 "sha256:" + "0" * 64)
+    subject = (attest.Subject.from_image_ref(image) if image and ImageRef.parse(image).digest
+               else attest.Subject("unknown", "sha256:" + "0" * 64))
     return attest.statement(subject, PREDICATE_TYPE, predicate(
         rows, records=records, image=f"{subject.name}@{subject.digest}",
         verified_on=verified_on or datetime.now(UTC), self_check=self_check))

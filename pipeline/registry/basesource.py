@@ -24,8 +24,9 @@ from pipeline.image.oci.image import (
     parse_manifest,
 )
 from pipeline.image.oci.layout import Layout
+from pipeline.imageref import ImageRef
 from pipeline.progress import Progress, say
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.registry.client import RegistryClient
 
 # Base layer blobs, content-addressed and shared by every build of this checkout.
 BLOB_CACHE = REPO_ROOT / ".release" / "cache" / "blobs"
@@ -42,7 +43,7 @@ def _loopback(registry: str) -> bool:
         return False
 
 
-def stable_name(ref: Reference) -> str:
+def stable_name(ref: ImageRef) -> str:
     """The name a base is recorded under: a loopback registry's address is this machine's
     (another rebuilder's port differs), so only the repository; otherwise host/repository."""
     return ref.repository if _loopback(ref.registry) else ref.name
@@ -64,11 +65,8 @@ class BaseSource:
 
     @classmethod
     def from_registry(cls, reference: str, name: str | None = None) -> BaseSource:
-        ref = Reference.parse(reference)
-        if ref.digest is None:
-            raise ConfigError(f"base {ref} must be pinned by digest", expected="name@sha256:...",
-                              actual=str(ref))
-        return cls(name=name or stable_name(ref), digest=ref.digest, registry=ref.registry,
+        ref = ImageRef.parse(reference, registry=True, pinned=True)
+        return cls(name=name or stable_name(ref), digest=str(ref.digest), registry=ref.registry,
                    repository=ref.repository)
 
     @classmethod
@@ -87,8 +85,7 @@ class BaseSource:
 def read_base(source: BaseSource, layout: Layout) -> BaseImage:
     """The base's manifest and config, its layer blobs linked into `layout`."""
     if source.layout is None:
-        ref = Reference(source.registry or "", source.repository or source.name, None,
-                        source.digest)
+        ref = ImageRef(source.registry or "", source.repository or source.name, None, source.digest)
         # The base is read anonymously, as anyone rebuilding the image would read it.
         return fetch_base(RegistryClient(ref.registry), ref, layout)
     return base_from_layout(Layout.open(source.layout), source.digest, layout)
@@ -111,7 +108,7 @@ def base_from_layout(src: Layout, digest: str, layout: Layout) -> BaseImage:
     return BaseImage(manifest=manifest, config_bytes=config_bytes)
 
 
-def fetch_base(client: RegistryClient, ref: Reference, layout: Layout) -> BaseImage:
+def fetch_base(client: RegistryClient, ref: ImageRef, layout: Layout) -> BaseImage:
     """The base's manifest and config by digest; its layer blobs into `layout`.
 
     Blobs already in the layout (verified when written) are not fetched again, so a
@@ -170,7 +167,7 @@ def _intact(path: Path, digest: str, whose: str) -> bool:
     return False
 
 
-def _fetch(client: RegistryClient, ref: Reference, layers: list) -> None:
+def _fetch(client: RegistryClient, ref: ImageRef, layers: list) -> None:
     if not layers:
         return
     BLOB_CACHE.mkdir(parents=True, exist_ok=True)

@@ -69,11 +69,6 @@ def summarise_body(text: str) -> str:
         title = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m.group(1))).strip() if m else ""
         return f"an HTML page{': ' + title[:80] if title else ''}"
     return re.sub(r"\s+", " ", text)[:120]
-_REF = re.compile(
-    r"^(?P<repo>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 
 
 # What clears a corrupt blob: the registry's copy is pushed again. The local registry's own
@@ -82,52 +77,9 @@ CORRUPT_HINT = ("the registry's copy is corrupt: push it again; for the local re
                 "again, which removes corrupt blobs from its storage (.release/registry/storage) and pushes "
                 "them again")
 
+
 class RegistryUnavailable(RegistryError):
     """The registry could not be reached, or kept answering 5xx: worth a later retry."""
-
-
-@dataclass(frozen=True)
-class Reference:
-    """`host[:port]/repository[:tag][@digest]`."""
-
-    registry: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Reference:
-        host, sep, rest = text.partition("/")
-        if not sep or not ("." in host or ":" in host or host == "localhost"):
-            raise ConfigError(f"image reference {text!r} names no registry host",
-                              expected="host[:port]/repository[:tag|@digest]", actual=text)
-        m = _REF.match(rest)
-        if not m:
-            raise ConfigError(f"image reference {text!r} is malformed",
-                              expected="host[:port]/repository[:tag|@digest] (lowercase repository)",
-                              actual=text)
-        return cls(host, m["repo"], m["tag"], m["digest"])
-
-    @property
-    def name(self) -> str:
-        """`host/repository`, without tag or digest."""
-        return f"{self.registry}/{self.repository}"
-
-    @property
-    def ref(self) -> str:
-        """What to ask the registry for: the digest if there is one, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    def with_digest(self, digest: str) -> Reference:
-        return Reference(self.registry, self.repository, None, digest)
-
-    def __str__(self) -> str:
-        out = self.name
-        if self.tag:
-            out += f":{self.tag}"
-        if self.digest:
-            out += f"@{self.digest}"
-        return out
 
 
 @dataclass(frozen=True)

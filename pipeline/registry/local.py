@@ -24,35 +24,25 @@ token auth (`token_auth=`): this is how ghcr.io answers anonymous pulls.
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import hashlib
 import json
-import logging
 import os
 import secrets
-import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import requests
 
-from pipeline import runs
+from pipeline import _daemon, runs
 from pipeline._io import write_atomic, write_json_atomic
 from pipeline._proc import run, which
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ToolError
 from pipeline.progress import say
 from pipeline.registry.client import Credentials, RegistryClient
-
-log = logging.getLogger("pipeline.registry.local")
 
 DEFAULT_USER = "release"
 START_TIMEOUT_S = 20.0
@@ -131,18 +121,6 @@ def _write_state(state: RegistryState) -> None:
     raw = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(state).items()}
     raw["owner"] = state.owner.to_json() if state.owner else None
     write_json_atomic(_state_path(state.root), raw)
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """Serialise start/stop between processes sharing one registry directory."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _secret(path: Path, nbytes: int = 24) -> str:
@@ -245,22 +223,11 @@ def _remove_runtime_dir(state: RegistryState) -> None:
 
 def _wait_socket(sock: Path, pid: int, logfile: Path, worker: tuple[str, int, int] | None) -> None:
     """Wait until docker-registry accepts on ``sock``; then let the workers' group connect."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not _alive(pid, "docker-registry"):
-            raise ToolError("docker-registry exited while starting", hint=f"log: {_tail(logfile)}")
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(str(sock))
-            except OSError:
-                time.sleep(0.1)
-                continue
-        os.chmod(sock, 0o660)
-        if worker is not None:
-            os.chown(sock, 0, worker[2])
-        return
-    raise ToolError(f"docker-registry did not listen on {sock} within {START_TIMEOUT_S:.0f} s",
-                    hint=f"log: {_tail(logfile)}")
+    _daemon.wait_ready(pid, "docker-registry", logfile, lambda: None if _daemon.answers(sock) else "no answer",
+                       timeout_s=START_TIMEOUT_S, expected=f"docker-registry listening on {sock}")
+    os.chmod(sock, 0o660)
+    if worker is not None:
+        os.chown(sock, 0, worker[2])
 
 
 def _registry_config(root: Path, storage: Path, listen: tuple[str, str], token_auth: TokenAuth | None) -> Path:
@@ -366,84 +333,22 @@ def grp_name(gid: int) -> str:
 # ------------------------------------------------------------------ processes
 
 
-def _spawn(argv: list[str], logfile: Path) -> int:
-    """Start a long-running server detached from our session; return its pid."""
-    log.info("$ %s", shlex.join(argv))
-    with open(logfile, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    # The server outlives this Popen object (the CLI exits while it runs); stop() reaps it
-    # by pid, so tell Popen not to track it.
-    proc.returncode = 0
-    return proc.pid
-
-
-def _alive(pid: int, name: str) -> bool:
-    """True when pid runs the program `name` (its kernel comm), so a reused pid is ignored."""
-    if pid <= 0:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    # comm, not cmdline: nginx rewrites its argv area (process title) while starting.
-    comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
-    # A zombie (our own unreaped child) has exited.
-    return comm == name[:15] and rest.split()[0] != "Z"
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _terminate(pid: int, marker: str) -> None:
-    if not _alive(pid, marker):
-        _reap(pid)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not _alive(pid, marker):
-            _reap(pid)
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.1)
-    _reap(pid)
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    if not path.exists():
-        return "(no log)"
-    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
-
-
 def _wait_healthy(url: str, pid: int, marker: str, logfile: Path, auth: tuple[str, str] | None,
                   ok: tuple[int, ...] = (200,)) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if not _alive(pid, marker):
-            raise ToolError(f"{marker} exited while starting", hint=f"log: {_tail(logfile)}")
+    def answer() -> str | None:
         try:
             resp = requests.get(url, auth=auth, timeout=2)
-            if resp.status_code in ok:
-                return
-            last = f"HTTP {resp.status_code}"
         except requests.RequestException as exc:
-            last = type(exc).__name__
-        time.sleep(0.1)
-    raise ToolError(f"{url} did not become healthy within {START_TIMEOUT_S:.0f} s",
-                    expected="HTTP 200", actual=last, hint=f"log: {_tail(logfile)}")
+            return type(exc).__name__
+        return None if resp.status_code in ok else f"HTTP {resp.status_code}"
+
+    _daemon.wait_ready(pid, marker, logfile, answer, timeout_s=START_TIMEOUT_S, expected=f"{url} answering HTTP 200")
 
 
 def _healthy(state: RegistryState) -> bool:
-    if not _alive(state.registry_pid, "docker-registry"):
+    if not _daemon.alive(state.registry_pid, "docker-registry"):
         return False
-    if state.nginx_pid and not _alive(state.nginx_pid, "nginx"):
+    if state.nginx_pid and not _daemon.alive(state.nginx_pid, "nginx"):
         return False
     auth = (state.user, state.password) if state.nginx_pid else None
     try:
@@ -466,7 +371,7 @@ def status(root: Path | None = None) -> RegistryState | None:
 def stop(root: Path | None = None) -> bool:
     """Stop the registry under `root`; True if something was running. Idempotent."""
     root = Path(root or default_root())
-    with _locked(root):
+    with _daemon.locked(root):
         return _stop_unlocked(root)
 
 
@@ -474,10 +379,10 @@ def _stop_unlocked(root: Path) -> bool:
     state = _load_state(root)
     if state is None:
         return False
-    was_running = _alive(state.registry_pid, "docker-registry") or _alive(state.nginx_pid, "nginx")
+    was_running = _daemon.alive(state.registry_pid, "docker-registry") or _daemon.alive(state.nginx_pid, "nginx")
     # nginx first: no client should reach a half-stopped backend.
-    _terminate(state.nginx_pid, "nginx")
-    _terminate(state.registry_pid, "docker-registry")
+    _daemon.terminate(state.nginx_pid, "nginx", timeout_s=STOP_TIMEOUT_S)
+    _daemon.terminate(state.registry_pid, "docker-registry", timeout_s=STOP_TIMEOUT_S)
     _remove_runtime_dir(state)
     _state_path(root).unlink(missing_ok=True)
     return was_running
@@ -489,7 +394,7 @@ def stop_orphaned(root: Path | None = None) -> str | None:
     root = Path(root or default_root())
     if not _state_path(root).exists():
         return None
-    with _locked(root):
+    with _daemon.locked(root):
         state = _load_state(root)
         if state is None or state.owner is None or state.owner.alive:
             return None
@@ -529,7 +434,7 @@ def start(root: Path | None = None, *, storage: Path | None = None,
     (a registry already running keeps the owner it had).
     """
     root = Path(root or default_root()).resolve()
-    with _locked(root):
+    with _daemon.locked(root):
         current = _load_state(root)
         if current is not None and _healthy(current):
             return current
@@ -569,7 +474,7 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
 
     reg_log = root / "registry.log"
     reg_conf = _registry_config(root, storage, listen, token_auth)
-    reg_pid = _spawn([registry_bin, "serve", str(reg_conf)], reg_log)
+    reg_pid = _daemon.spawn([registry_bin, "serve", str(reg_conf)], reg_log)
     try:
         nginx_pid = 0
         if token_auth is not None:
@@ -583,13 +488,13 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
             err_log = root / "nginx-error.log"
             base = [nginx_bin, "-p", str(root), "-c", str(conf), "-e", str(err_log)]
             run(base + ["-t"])
-            nginx_pid = _spawn(base, err_log)
+            nginx_pid = _daemon.spawn(base, err_log)
             address = f"127.0.0.1:{front}"
             _wait_healthy(f"http://{address}/v2/", nginx_pid, "nginx", err_log, (user, password))
     except BaseException:
-        _terminate(reg_pid, "docker-registry")
+        _daemon.terminate(reg_pid, "docker-registry", timeout_s=STOP_TIMEOUT_S)
         if "nginx_pid" in locals() and nginx_pid:
-            _terminate(nginx_pid, "nginx")
+            _daemon.terminate(nginx_pid, "nginx", timeout_s=STOP_TIMEOUT_S)
         if token_auth is None:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
@@ -610,3 +515,9 @@ def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> Regis
                             hint="run `python -m pipeline registry start`")
         state = start(root)
     return state
+
+
+def running_address(root: Path | None = None) -> str:
+    """The running local registry's `host:port` ("" when it is not running)."""
+    state = status(root)
+    return state.address if state is not None else ""

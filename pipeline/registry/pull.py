@@ -15,8 +15,9 @@ from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.image.oci import digest as _digest
 from pipeline.image.oci.image import Descriptor, Index, ManifestError, parse, parse_config
 from pipeline.image.oci.layout import Layout
+from pipeline.imageref import ImageRef
 from pipeline.progress import Progress, say
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.registry.client import RegistryClient
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class PullResult:
         return len(self.layers)
 
 
-def pull(reference: str | Reference, dest: Path, *,
+def pull(reference: str | ImageRef, dest: Path, *,
          client: RegistryClient | None = None) -> PullResult:
     """Pull `host/repo@sha256:...` anonymously into the empty directory `dest`.
 
@@ -46,7 +47,7 @@ def pull(reference: str | Reference, dest: Path, *,
     `manifest_digest` is that of the image manifest (the index digest, if any, is
     kept separately).
     """
-    ref = reference if isinstance(reference, Reference) else Reference.parse(reference)
+    ref = reference if isinstance(reference, ImageRef) else ImageRef.parse(reference, registry=True)
     if ref.digest is None:
         raise ConfigError(f"pull {ref} by digest, not by tag",
                           expected="host/repository@sha256:<hex>", actual=str(ref))

@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.audit import sbom_checks
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.image.oci.files import open_image
 from pipeline.records import sbom, sbom_licenses
 
 from .conftest import BASE_FILES_COPYRIGHT, LIBC6_COPYRIGHT, SITE, make_image
@@ -185,14 +186,14 @@ def test_the_audit_accepts_license_refs_and_names():
 
 def test_the_audit_finds_every_installed_package_in_the_sbom(small_image, monkeypatch):
     doc = _generate(small_image, monkeypatch)
-    sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
+    sbom_checks.check_coverage(doc, open_image(small_image.layout), "/opt/arena")
 
 
 def test_the_audit_refuses_an_sbom_missing_a_debian_package(small_image, monkeypatch):
     doc = _generate(small_image, monkeypatch)
     doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
     with pytest.raises(VerificationError) as exc:
-        sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
+        sbom_checks.check_coverage(doc, open_image(small_image.layout), "/opt/arena")
     assert exc.value.one_line().startswith(
         "the SBOM has no component for 1 package(s) or file(s) installed in the image; expected a component "
         "for every dpkg package, Python distribution and application file, got deb libc6 2.36-9+deb12u4")
@@ -205,7 +206,7 @@ def test_the_audit_finds_a_distribution_the_sbom_writer_does_not_look_for(tmp_pa
     img = make_image(tmp_path, base_files={"opt/tool/hidden_tool-1.0.dist-info/METADATA": meta})
     doc = _generate(img, monkeypatch)
     with pytest.raises(VerificationError, match="got pypi hidden-tool 1.0"):
-        sbom_checks.check_coverage(doc, sbom.open_image(img.layout), "/opt/arena")
+        sbom_checks.check_coverage(doc, open_image(img.layout), "/opt/arena")
 
 
 def test_the_audit_refuses_a_component_the_image_does_not_hold(small_image, monkeypatch):
@@ -214,7 +215,7 @@ def test_the_audit_refuses_a_component_the_image_does_not_hold(small_image, monk
                               "purl": "pkg:deb/debian/ghost@1?arch=amd64", "bom-ref": "ghost"})
     with pytest.raises(VerificationError, match="the SBOM lists 1 component.s. the image does not hold; "
                                                 "expected only what the image's layers install, got deb ghost 1"):
-        sbom_checks.check_coverage(doc, sbom.open_image(small_image.layout), "/opt/arena")
+        sbom_checks.check_coverage(doc, open_image(small_image.layout), "/opt/arena")
 
 
 # ------------------------------------------------------------------ the reviewed table

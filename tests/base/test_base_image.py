@@ -14,7 +14,7 @@ from pipeline import basestage
 from pipeline.image import base
 from pipeline.image.oci.layout import Layout
 from pipeline.registry import local as localregistry
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 from ..reproduce.reprotestfixtures import base_reprotest, build_world, built_indexes  # noqa: F401
 from .basefixtures import REBUILT_LOCK, TEST_STATE, registry_client

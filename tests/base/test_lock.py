@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from pipeline.errors import ConfigError, DigestMismatch
 from pipeline.sources import lock
@@ -24,10 +25,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _key(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +56,13 @@ def probe_server(lock_venv):
 def test_every_line_is_hash_pinned_and_matches_runtime_in():
     locked = lock.load_lock()
     pins = lock.read_pins()
-    assert {(_key(w.name), w.version) for w in locked.wheels} == {(p.key, p.version) for p in pins}
+    assert {(canonicalize_name(w.name), w.version) for w in locked.wheels} == {(p.key, p.version) for p in pins}
     assert all(re.fullmatch(r"[0-9a-f]{64}", w.sha256) for w in locked.wheels)
-    assert "openenv-core" in {_key(w.name) for w in locked.wheels}
+    assert "openenv-core" in {canonicalize_name(w.name) for w in locked.wheels}
 
 
 def test_ui_and_llm_libraries_are_not_in_the_lock():
-    names = {_key(w.name) for w in lock.load_lock().wheels}
+    names = {canonicalize_name(w.name) for w in lock.load_lock().wheels}
     assert not names & {"gradio", "openai", "huggingface-hub", "typer", "tomli-w", "pyyaml"}
 
 
@@ -93,8 +90,8 @@ def test_lock_is_minimal_every_wheel_is_imported(lock_venv, probe_server):
     used = set(json.loads(client.stdout)["distributions"])
     with urllib.request.urlopen(probe_server + "/probe/distributions") as resp:
         used |= set(json.load(resp))
-    locked = {_key(w.name) for w in lock.load_lock().wheels}
-    assert locked - {_key(n) for n in used} == set()
+    locked = {canonicalize_name(w.name) for w in lock.load_lock().wheels}
+    assert locked - {canonicalize_name(n) for n in used} == set()
 
 
 def test_tampered_hash_is_refused_by_pip(tmp_path):

@@ -4,6 +4,7 @@ and versions as the 3.11 lock, each pinned to a wheel 3.12 installs."""
 from __future__ import annotations
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from pipeline.errors import ConfigError
 from pipeline.sources import lock
@@ -12,7 +13,7 @@ from pipeline.sources import lock
 def test_cp312_lock_pins_runtime_in_at_the_same_versions():
     lock.check_versions(lock.load_lock(lock.CP312.lock), lock.load_lock())
     pins = {(p.key, p.version) for p in lock.read_pins()}
-    assert {(lock.normalize_name(w.name), w.version) for w in lock.load_lock(lock.CP312.lock).wheels} == pins
+    assert {(canonicalize_name(w.name), w.version) for w in lock.load_lock(lock.CP312.lock).wheels} == pins
 
 
 def test_a_lock_drifting_from_the_other_is_refused(tmp_path):

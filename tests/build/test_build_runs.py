@@ -12,7 +12,7 @@ import requests
 from pipeline.checks.client import Session
 from pipeline.image.oci import image as oci_image
 from pipeline.registry.client import RegistryClient
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 
 from ..base.basefixtures import base_image, registry_client  # noqa: F401
 from .conftest import clone

@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.image.build import HISTORY_PREFIX
 from pipeline.image.inherited import inherited_files, own_layer_count
+from pipeline.image.oci.files import LayoutImage
 from pipeline.image.oci.image import ConfigChanges, NewLayer, derive, parse_config
 from pipeline.image.oci.layer import FileEntry, Layer, parents_of, write_layer
 from pipeline.records import sbom
@@ -97,8 +98,8 @@ def _tar_layer(tmp_path, members: list[tuple[str, bytes | str | None]]) -> Layer
 def _both_readers(tmp_path, base_layers) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What the inherited-files check and the SBOM's view leave under /opt/arena."""
     config, blobs = _image(tmp_path, base_layers, [])
-    image = sbom.ImageRef(digest="sha256:" + "0" * 64, manifest={}, config={}, layers=tuple(blobs))
-    view = sbom.read_view(image, "/opt/arena")
+    image = LayoutImage(digest="sha256:" + "0" * 64, manifest={}, config={}, layers=tuple(blobs))
+    view = sbom.read_sbom_view(image, "/opt/arena")
     return inherited_files(config, blobs, "/opt/arena"), tuple(sorted("/" + p for p in view.files))
 
 

@@ -18,7 +18,7 @@ from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
 from pipeline.registry.client import RegistryClient
 from pipeline.registry.push import push_layout
-from pipeline.verify.limits import ExternalLimits
+from pipeline.runtime.limits import ExternalLimits
 
 REPO = "mock-ghcr/akseljoonas/mimo-openenv-software"
 

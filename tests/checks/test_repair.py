@@ -24,9 +24,10 @@ from pipeline.checks import external, repair
 from pipeline.config import ExternalPolicy
 from pipeline.errors import CheckFailure
 from pipeline.image.oci.image import DOCKER, parse_config, parse_manifest
-from pipeline.registry.client import Reference, RegistryClient
-from pipeline.verify.limits import ExternalLimits
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.imageref import ImageRef
+from pipeline.registry.client import RegistryClient
+from pipeline.runtime.limits import ExternalLimits
+from pipeline.runtime.runtime import ContainerRuntime
 
 from ..base.basefixtures import base_image  # noqa: F401
 from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins
@@ -134,7 +135,7 @@ def test_without_reference_its_checks_are_not_applicable_and_arena_refuses(runs)
 
 
 def _manifest(image: str):
-    ref = Reference.parse(image)
+    ref = ImageRef.parse(image, registry=True)
     client = RegistryClient(ref.registry)
     fetched = client.get_manifest(ref.repository, ref.digest)
     return client, ref, parse_manifest(fetched.raw, fetched.media_type)

@@ -14,7 +14,7 @@ from pipeline.checks import external, repair
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.config import ExternalPolicy
 from pipeline.errors import CheckFailure, ConfigError
-from pipeline.verify.limits import ExternalLimits
+from pipeline.runtime.limits import ExternalLimits
 
 from .repair_standin import REFERENCE_SCRIPT
 

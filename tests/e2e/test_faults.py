@@ -33,7 +33,7 @@ from pipeline import runs
 from pipeline.image import base, rootfscache
 from pipeline.records import install
 from pipeline.registry import local as localregistry
-from pipeline.verify import dockerd
+from pipeline.runtime import dockerd
 
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 from ..containers import ContainerScope

@@ -22,10 +22,11 @@ from pipeline.image.inherited import inherited_files
 from pipeline.image.oci import image as oci_image
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
-from pipeline.registry.client import Reference, RegistryClient
+from pipeline.imageref import ImageRef
+from pipeline.registry.client import RegistryClient
 from pipeline.registry.pull import pull
 from pipeline.registry.push import push_image
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime.runtime import ContainerRuntime
 from tests.curriculum import all_cases
 
 from ..base.basefixtures import base_image  # noqa: F401
@@ -61,7 +62,7 @@ def pyromat_inputs() -> dict:
 
 def _careless(registry, derived: str, work: Path) -> str:
     """The derived image plus one build layer that re-creates /opt/arena world-readable."""
-    ref = Reference.parse(derived)
+    ref = ImageRef.parse(derived, registry=True)
     client = RegistryClient(ref.registry)
     fetched = client.get_manifest(ref.repository, ref.digest)
     manifest = oci_image.parse_manifest(fetched.raw, fetched.media_type)
@@ -104,7 +105,7 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     stand = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
                                  runtime=pyromat_runtime)
     client = RegistryClient(local_registry.address)
-    ref = Reference.parse(stand.reference)
+    ref = ImageRef.parse(stand.reference, registry=True)
     fetched = client.get_manifest(ref.repository, ref.digest)
     manifest = json.loads(fetched.raw)
     assert fetched.media_type == oci_image.DOCKER_MANIFEST and len(manifest["layers"]) == 6
@@ -120,7 +121,7 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     proc, _ = run_build(repo, local_registry, stand.reference)
     assert proc.returncode == 0, proc.stderr
     derived = proc.stdout.strip().splitlines()[-1]
-    dref = Reference.parse(derived)
+    dref = ImageRef.parse(derived, registry=True)
     dfetched = client.get_manifest(dref.repository, dref.digest)
     dmanifest = json.loads(dfetched.raw)
     # The base's family and every base layer are kept; the config is the project's.

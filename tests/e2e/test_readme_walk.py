@@ -170,7 +170,7 @@ def test_the_readme_s_markers_parse_and_its_client_uses_serve_s_url():
     clients = [b for b in blocks if b.language == "python" and b.skip is None]
     assert served and clients
     for client in clients:
-        server = [b for b in served if b.line < client.line][-1]
+        server = [b for b in served if b.source == client.source and b.line < client.line][-1]
         assert (server.source, server.section) == (client.source, client.section), \
             "the client runs while the server of its section runs"
         assert README_URL in client.text

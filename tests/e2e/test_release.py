@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.registry import local as localregistry
-from pipeline.verify import dockerd
+from pipeline.runtime import dockerd
 
 from ..attest.test_sigstore_js import sigstore_js  # noqa: F401  (a fixture)
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)

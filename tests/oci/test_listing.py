@@ -1,4 +1,4 @@
-"""A layer's member list, read once per process: recorded by the SBOM reader under the
+"""A layer's member list, read once per process: recorded by the image file reader under the
 digest it checked the bytes against, and read from the blob by anyone else."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import DigestMismatch
-from pipeline.image.oci import listing
+from pipeline.image.oci import files, listing
 from pipeline.image.oci.layer import FileEntry, write_layer
-from pipeline.records import sbom
 
 
 def _layer(tmp_path):
@@ -20,7 +19,7 @@ def _layer(tmp_path):
 
 
 def _ref(digest, path):
-    return sbom.ImageRef(digest="sha256:" + "0" * 64, manifest={}, config={}, layers=((digest, path),))
+    return files.LayoutImage(digest="sha256:" + "0" * 64, manifest={}, config={}, layers=((digest, path),))
 
 
 def test_members_in_archive_order_as_image_paths(tmp_path):
@@ -32,9 +31,9 @@ def test_members_in_archive_order_as_image_paths(tmp_path):
     assert [listing.clean(n) for n in ("./usr/x", "/usr/x", "usr/x/", ".", "./")] == ["usr/x"] * 3 + ["", ""]
 
 
-def test_the_sbom_reader_records_what_the_blob_lists_and_later_readers_take_it(tmp_path):
+def test_the_image_file_reader_records_what_the_blob_lists_and_later_readers_take_it(tmp_path):
     layer = _layer(tmp_path)
-    sbom.read_view(_ref(layer.digest, layer.path), "/opt/arena")
+    files.read_view(_ref(layer.digest, layer.path), lambda _: True)
     assert listing.entries(layer.path, layer.digest) == listing.read(layer.path)
     layer.path.unlink()  # recorded: not read again
     assert listing.entries(layer.path, layer.digest) == listing.read(_layer(tmp_path).path)
@@ -44,7 +43,7 @@ def test_bytes_that_do_not_match_the_digest_record_nothing(tmp_path):
     layer = _layer(tmp_path)
     claimed = "sha256:" + "e" * 64
     with pytest.raises(DigestMismatch):
-        sbom.read_view(_ref(claimed, layer.path), "/opt/arena")
+        files.read_view(_ref(claimed, layer.path), lambda _: True)
     layer.path.unlink()
     with pytest.raises(FileNotFoundError):  # nothing recorded under the claimed digest: read
         listing.entries(layer.path, claimed)

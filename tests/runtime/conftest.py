@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline.verify import runtime
-from pipeline.verify.limits import ContainerLimits
+from pipeline.runtime import runtime
+from pipeline.runtime.limits import ContainerLimits
 
 from ..base.basefixtures import base_image  # noqa: F401  (a fixture)
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from pipeline.checks.client import Session, http_get
-from pipeline.verify.limits import ContainerLimits
+from pipeline.runtime.limits import ContainerLimits
 from tests.curriculum import all_cases
 from tests.env import route_attacks
 from tests.env import test_server_reset_attacks as battery

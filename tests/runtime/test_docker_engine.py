@@ -1,4 +1,4 @@
-"""The private Docker engine (pipeline/verify/dockerd.py) and the adapter driving it, for real:
+"""The private Docker engine (pipeline/runtime/dockerd.py) and the adapter driving it, for real:
 Debian's dockerd started on a socket of its own and stopped by its PID, a container run with
 Docker's defaults (nothing loosened: read back from `docker inspect`), and `auto` podman
 while that engine answers.
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config
-from pipeline.verify import dockerd, runtime
-from pipeline.verify.limits import ContainerLimits
+from pipeline import _daemon, config
+from pipeline.runtime import dockerd, runtime
+from pipeline.runtime.limits import ContainerLimits
 
 pytestmark = [pytest.mark.root, pytest.mark.container,
               pytest.mark.skipif(not os.access(dockerd.DOCKERD, os.X_OK), reason="docker.io is not installed")]
@@ -75,7 +75,7 @@ def engine():
         yield state
     finally:
         assert dockerd.stop(root)
-        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+        assert not _daemon.alive(state.pid, "dockerd") and not _daemon.alive(state.containerd_pid, "containerd")
         assert dockerd.mounts_under(root) == []
         shutil.rmtree(root)
         assert DEFAULT_SOCKET.exists() == default_before
@@ -95,7 +95,7 @@ def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
     assert engine.pid == int((engine.root / "docker.pid").read_text())
     # Its containerd is its own, started with it: never a host's system containerd.
     containerd = Path(f"/proc/{engine.containerd_pid}/cmdline").read_bytes().split(b"\0")
-    assert dockerd._alive(engine.containerd_pid, "containerd") and str(engine.root / "containerd.toml") in \
+    assert _daemon.alive(engine.containerd_pid, "containerd") and str(engine.root / "containerd.toml") in \
         [a.decode() for a in containerd]
     dockerd_argv = Path(f"/proc/{engine.pid}/cmdline").read_bytes().split(b"\0")
     assert str(engine.root / "exec" / "containerd" / "containerd.sock").encode() in dockerd_argv
@@ -110,9 +110,9 @@ def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
     other = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
     try:
         with dockerd.running(other) as state:
-            assert dockerd.answers(state.socket)
+            assert _daemon.answers(state.socket)
             pid, containerd_pid = state.pid, state.containerd_pid
-        assert not dockerd._alive(pid) and not dockerd._alive(containerd_pid, "containerd")
+        assert not _daemon.alive(pid, "dockerd") and not _daemon.alive(containerd_pid, "containerd")
         assert dockerd.status(other) is None
         # dockerd's bind mount of the host's network namespace (exec/netns/default) goes too.
         assert dockerd.mounts_under(other) == []
@@ -163,7 +163,7 @@ def test_loopback_command():
 
 
 def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
-    from pipeline.verify.runtime import ContainerError
+    from pipeline.runtime.runtime import ContainerError
 
     from .test_serve import _layout
 
@@ -180,7 +180,7 @@ def test_the_layout_image_loads_into_docker_checked_by_digest(rt, tmp_path):
 
 
 def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
-    from pipeline.verify import serve
+    from pipeline.runtime import serve
 
     root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
     monkeypatch.setenv(dockerd.ROOT_VARIABLE, str(root))
@@ -188,15 +188,15 @@ def test_serve_starts_the_engine_for_itself_and_stops_it(monkeypatch):
         with serve.engine_runtime(config.load(), "docker") as adapter:
             assert adapter.engine == "docker" and adapter.docker.root == root
             pid = adapter.docker.pid
-            assert dockerd._alive(pid)
-        assert not dockerd._alive(pid) and dockerd.status(root) is None
+            assert _daemon.alive(pid, "dockerd")
+        assert not _daemon.alive(pid, "dockerd") and dockerd.status(root) is None
     finally:
         dockerd.stop(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def test_setup_installs_docker_io_when_its_engine_or_client_is_missing(monkeypatch):
-    from pipeline.verify import hosttools
+    from pipeline.runtime import hosttools
 
     present = os.access
     # Another docker first on PATH does not count: the engine and the client are looked for by path.
@@ -221,7 +221,7 @@ def test_the_docker_engine_command_starts_shows_and_stops_it(monkeypatch, capsys
         assert state is not None and f"pid {state.pid}" in capsys.readouterr().out
         assert cli.main(["docker-engine", "stop", "--dir", str(root)]) == 0
         assert "docker engine stopped" in capsys.readouterr().out
-        assert not dockerd._alive(state.pid) and not dockerd._alive(state.containerd_pid, "containerd")
+        assert not _daemon.alive(state.pid, "dockerd") and not _daemon.alive(state.containerd_pid, "containerd")
     finally:
         dockerd.stop(root)
         shutil.rmtree(root, ignore_errors=True)
@@ -233,8 +233,8 @@ def test_the_last_user_stops_the_engine_and_a_kept_one_stays():
         with dockerd.running(root) as outer:
             with dockerd.running(root) as inner:  # another user (a serve, a second verify) meanwhile
                 assert inner.pid == outer.pid
-            assert dockerd._alive(outer.pid), "the engine stopped while a user still ran"
-        assert not dockerd._alive(outer.pid) and not dockerd._alive(outer.containerd_pid, "containerd")
+            assert _daemon.alive(outer.pid, "dockerd"), "the engine stopped while a user still ran"
+        assert not _daemon.alive(outer.pid, "dockerd") and not _daemon.alive(outer.containerd_pid, "containerd")
         kept = dockerd.start(root, keep=True)
         with dockerd.running(root) as state:
             assert state.pid == kept.pid

@@ -16,7 +16,7 @@ from pipeline.checks._record import Recorder
 from pipeline.checks.client import Session
 from pipeline.checks.limit_checks import LIMIT_CHECKS, limit_checks
 from pipeline.config import load
-from pipeline.verify.limits import GIB, ContainerLimits
+from pipeline.runtime.limits import GIB, ContainerLimits
 from tests.curriculum import all_cases
 
 from .conftest import checkout_servers

@@ -13,7 +13,7 @@ import pytest
 from env.catalog import make_case, parse_case_id
 from env.loader import load_task_module
 from pipeline.checks.client import Session
-from pipeline.verify.limits import ContainerLimits
+from pipeline.runtime.limits import ContainerLimits
 from tests.curriculum import all_cases
 
 from .conftest import checkout_servers

@@ -1,5 +1,5 @@
 """`pipeline setup` makes rootful podman's network-namespace directory a shared mount point
-once, before containers start side by side (pipeline/verify/hosttools.py): podman's own
+once, before containers start side by side (pipeline/runtime/hosttools.py): podman's own
 check-then-bind-mount, run by two containers at the same moment on a new machine, left one
 container's port forward behind. Each test runs in a mount namespace of its own, on a
 directory of its own: the host's /run/netns is never touched."""
@@ -25,7 +25,7 @@ def _in_own_mount_namespace(code: str) -> list[str]:
 
 
 _REPORT = r"""
-from pipeline.verify import hosttools as h
+from pipeline.runtime import hosttools as h
 d = {d!r}
 def mounts():
     return sum(1 for line in open('/proc/self/mountinfo') if line.split()[4].replace(r'\040', ' ') == d)

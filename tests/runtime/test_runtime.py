@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import config
 from pipeline.errors import ToolError
-from pipeline.verify import runtime
+from pipeline.runtime import runtime
 
 # `slow` where the base image is needed (tests/conftest.py marks those).
 pytestmark = [pytest.mark.root, pytest.mark.container]

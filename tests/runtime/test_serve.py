@@ -19,8 +19,8 @@ from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.oci.image import ConfigChanges, NewLayer, derive
 from pipeline.image.oci.layer import FileEntry, write_layer
 from pipeline.image.oci.layout import Layout
-from pipeline.verify import serve
-from pipeline.verify.runtime import ContainerError, ContainerRuntime
+from pipeline.runtime import serve
+from pipeline.runtime.runtime import ContainerError, ContainerRuntime
 
 
 def _layout(root):

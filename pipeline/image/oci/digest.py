@@ -6,8 +6,9 @@ import hashlib
 import re
 
 from pipeline.errors import ConfigError, DigestMismatch
+from pipeline.imageref import DIGEST
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(DIGEST)
 
 
 def of_bytes(data: bytes) -> str:
@@ -15,12 +16,12 @@ def of_bytes(data: bytes) -> str:
 
 
 def is_digest(value: str) -> bool:
-    return bool(_DIGEST.match(value))
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
 def parse(value: str, *, what: str = "digest") -> str:
     """Validate `sha256:<64 lowercase hex>` and return it unchanged."""
-    if not isinstance(value, str) or not _DIGEST.match(value):
+    if not is_digest(value):
         raise ConfigError(
             f"{what} is not a sha256 digest",
             expected="sha256:<64 lowercase hex>",

@@ -2,7 +2,7 @@
 
 A layer blob is named by the sha256 of its bytes, so the list of its tar members is a
 function of that digest. A reader that verifies a blob's digest while it reads the whole
-tar anyway (the SBOM reader) records the list here; a later reader of the same layer in
+tar anyway (pipeline.image.oci.files) records the list here; a later reader of the same layer in
 the same process takes it instead of decompressing and parsing the tar again. A release
 does both: the SBOM reads every layer of the built image, then the verify stage lists the
 base's layers again, from the blobs it pulled by the same digests, for
@@ -11,7 +11,7 @@ checked against; `entries` of a layer nobody recorded reads the blob (and record
 nothing: it does not hash what it reads).
 
 `hidden` is the one reading of OCI whiteouts: what a layer's members take away from the
-layers below it. The SBOM's file view and the inherited-files check both apply it.
+layers below it. The file view of an image (files.py) and the inherited-files check both apply it.
 """
 
 from __future__ import annotations

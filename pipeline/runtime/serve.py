@@ -6,9 +6,9 @@ against its digest, the image is loaded into the container engine as an OCI arch
 the engine's id of it is checked again. No registry is involved, so it works right after
 `nox -s release`, which stops the registry it started. `--image name@sha256:...` pulls
 that image from its registry instead. The container runs under the procedural budget's
-limits (pipeline/verify/limits.py) with its port on 127.0.0.1:`--port` (release.toml's
+limits (pipeline/runtime/limits.py) with its port on 127.0.0.1:`--port` (release.toml's
 `port`, or `RELEASE_SERVE_PORT`); the URL is printed, Ctrl-C stops and removes it.
-`--engine docker` serves it with the pipeline's private Docker engine (pipeline/verify/dockerd.py)
+`--engine docker` serves it with the pipeline's private Docker engine (pipeline/runtime/dockerd.py)
 under Docker's defaults, on the host's network with the server on that loopback port; the
 engine is started for it and stopped with it, unless it was already running.
 `--host-mode` serves on this host instead, for development: from a root-only copy of
@@ -39,9 +39,9 @@ from pipeline.image.imageconfig import TASKS_FILE_VARIABLE
 from pipeline.image.oci import digest as oci_digest
 from pipeline.image.oci.layout import Layout
 from pipeline.progress import say
-from pipeline.verify import dockerd
-from pipeline.verify.limits import ContainerLimits
-from pipeline.verify.runtime import ContainerRuntime
+from pipeline.runtime import dockerd
+from pipeline.runtime.limits import ContainerLimits
+from pipeline.runtime.runtime import ContainerRuntime
 
 HOST_DIR = config_mod.REPO_ROOT / ".release" / "serve-host"
 PORT_VARIABLE = "RELEASE_SERVE_PORT"

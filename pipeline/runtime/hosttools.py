@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline import _proc
 from pipeline.errors import ToolError
 from pipeline.progress import say
-from pipeline.verify import dockerd
+from pipeline.runtime import dockerd
 
 # tool on PATH -> Debian package that provides it
 TOOLS: dict[str, str] = {
@@ -41,7 +41,7 @@ TOOLS: dict[str, str] = {
 EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworking-plugins")
 # Files looked for by path, not on PATH -> the Debian package that provides them: the private
 # Docker engine is Debian's docker.io, engine and client (another `docker` may come first on
-# PATH: pipeline/verify/dockerd.py).
+# PATH: pipeline/runtime/dockerd.py).
 FILES: dict[str, str] = {dockerd.DOCKERD: dockerd.PACKAGE, dockerd.DOCKER_CLIENT: dockerd.PACKAGE,
                          dockerd.CONTAINERD: "containerd"}
 

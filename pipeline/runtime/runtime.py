@@ -11,7 +11,7 @@ this adapter started: nothing of another process, nor of a concurrent release; a
 machine's quirks (runc, explicit ulimits, cgroup manager) come from `[runtime]` in
 release.toml.
 
-Two engines: podman, and docker as the pipeline's private engine (pipeline/verify/dockerd.py),
+Two engines: podman, and docker as the pipeline's private engine (pipeline/runtime/dockerd.py),
 driven through its own socket with Debian's client (`/usr/bin/docker -H unix://...`), never
 a host's default daemon. A docker container runs with Docker's defaults: no `--security-opt`,
 `--cap-add`, `--privileged` or `--userns`, only the budget's limits docker has. Its engine
@@ -38,10 +38,11 @@ from typing import Any
 from pipeline import _proc, runs
 from pipeline.config import EngineArgs, RuntimeConfig, load
 from pipeline.errors import ReleaseError, ToolError
+from pipeline.imageref import PINNED_FORM, ImageRef
 from pipeline.progress import say
 from pipeline.registry.client import is_loopback
-from pipeline.verify import dockerd
-from pipeline.verify.limits import ContainerLimits, ExternalLimits
+from pipeline.runtime import dockerd
+from pipeline.runtime.limits import ContainerLimits, ExternalLimits
 
 LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"
@@ -153,11 +154,10 @@ class ContainerRuntime:
 
     def pull(self, reference: str) -> str:
         """Pull an image by digest (`name@sha256:...`); return that reference."""
-        if "@sha256:" not in reference:
-            raise ContainerError("images are pulled by digest only",
-                                 expected="name@sha256:<64 hex>", actual=reference)
+        if not ImageRef.is_pinned(reference):
+            raise ContainerError("images are pulled by digest only", expected=PINNED_FORM, actual=reference)
         argv = ["pull", "--quiet"]
-        registry = reference.split("/", 1)[0]
+        registry = ImageRef.parse(reference).registry
         # A loopback registry speaks plain HTTP: docker allows 127.0.0.0/8 by itself,
         # podman has to be told.
         if self.engine == "podman" and is_loopback(registry):
