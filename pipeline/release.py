@@ -75,6 +75,7 @@ from pipeline.records import sizes as image_sizes
 from pipeline.records import statement as release_statement
 from pipeline.registry import local as localregistry
 from pipeline.registry.push import push_layout
+from pipeline.runtime import dockerd
 from pipeline.runtime.runtime import ContainerRuntime
 from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
@@ -227,6 +228,9 @@ def _clear_leftovers(repo: Path) -> None:
     state = repo / ".release"
     line = runs.remove_dead_temp_files(
         [state, repo / "dist"], skip=[state / "base" / "rootfs", state / "registry", state / "staging"])
+    if line:
+        say(line)
+    line = dockerd.stop_unused()  # its check containers go with it
     if line:
         say(line)
     try:

@@ -310,6 +310,18 @@ def running(root: Path | None = None) -> Iterator[EngineState]:
         say("    stopped the private Docker engine (its last user ended)")
 
 
+def stop_unused(root: Path | None = None) -> str | None:
+    """Stop the engine under `root` when no process uses it and `docker-engine start` did not
+    keep it: what a run killed while it used the engine left running. The line that says
+    so, or None."""
+    root = Path(root or default_root()).resolve()
+    state = _load_state(root) if _paths(root)["state"].exists() else None
+    if state is None or state.kept or not _leave(root):
+        return None
+    return (f"stopped the private Docker engine (dockerd {state.pid}, containerd {state.containerd_pid}) "
+            f"that a run which is gone had started, under {root}")
+
+
 def _leave(root: Path) -> bool:
     """Stop the engine under `root` if no process uses it any more and it is not kept; True if
     it was stopped."""

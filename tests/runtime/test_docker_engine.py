@@ -9,6 +9,7 @@ with the host's /usr mounted read-only (the host's python3), so no base image is
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -240,6 +241,26 @@ def test_the_last_user_stops_the_engine_and_a_kept_one_stays():
             assert state.pid == kept.pid
         assert dockerd.status(root) is not None, "a kept engine is stopped only by `docker-engine stop`"
         assert dockerd.stop(root)
+    finally:
+        dockerd.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_engine_a_killed_run_left_is_stopped_by_the_next_and_only_then():
+    # A run killed inside `running` leaves the engine up, unkept, with no user: what
+    # dockerd.start alone leaves. The next release's cleanup stops it; one in use or kept stays.
+    root = Path(tempfile.mkdtemp(prefix="arena-dk-", dir="/tmp"))
+    try:
+        left = dockerd.start(root)
+        with open(root / ".users", "a") as users:
+            fcntl.flock(users, fcntl.LOCK_SH)  # a verify using it meanwhile
+            assert dockerd.stop_unused(root) is None and dockerd.status(root) is not None
+        line = dockerd.stop_unused(root)
+        assert line is not None and f"dockerd {left.pid}" in line and "a run which is gone" in line
+        assert dockerd.status(root) is None and not _daemon.alive(left.pid, "dockerd")
+        assert dockerd.stop_unused(root) is None  # nothing left: nothing said
+        dockerd.start(root, keep=True)
+        assert dockerd.stop_unused(root) is None and dockerd.status(root) is not None
     finally:
         dockerd.stop(root)
         shutil.rmtree(root, ignore_errors=True)
