@@ -123,8 +123,9 @@ def tests(session: nox.Session) -> None:
     # for modules no test imports.
     _install(session, "pipeline", bytecode=True)
     session.install("--no-deps", "--require-hashes", "-r", _group_lock("test"), "-r", _group_lock("lint"))
-    # The linter first: a finding fails the run in seconds, before the hour of tests.
+    # The linter and the type checker first: a finding fails the run in seconds, before the hour of tests.
     session.run("ruff", "check", ".")
+    session.run("mypy")
     _setup_host(session)
     # Without PYTHONDONTWRITEBYTECODE (CI's machines set it) for the same reason: pytest
     # caches the modules it rewrites for assertions, and Python the checkout's own modules,
@@ -201,11 +202,13 @@ for _name, _host_tools, _tags, _doc in (
 
 @nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
-    """ruff, as pyproject.toml configures it (the tests session runs it first too);
+    """ruff and mypy, as pyproject.toml configures them (the tests session runs them first too);
     `nox -s lint -- --fix` applies the fixes ruff can make."""
-    _require_uv(session)
+    # mypy reads the libraries the code imports (pydantic's plugin among them): the pipeline's too.
+    _install(session, "pipeline")
     session.install("--no-deps", "--require-hashes", "-r", _group_lock("lint"))
     session.run("ruff", "check", ".", *session.posargs)
+    session.run("mypy")
 
 
 @nox.session(python=False, default=False)

@@ -123,10 +123,10 @@ def main() -> int:
         checks = SuiteResult(image=f"bench/image@{image.digest}", targets=("bench",), seconds=0.0,
                              checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)))
         ssecs, _ = timed(lambda: attest.write_attestations(
-            cfg=cfg, subject=attest.Subject("bench/image", image.digest), provenance=prov,
-            parameters=plan.resolve(cfg, prov.profile).parameters, lock_text=lock_text,
-            sbom_bytes=data, checks=checks, checks_bytes=json.dumps(checks.to_json()).encode(), signer=signer,
-            out_dir=records / "attestations", started=now, finished=now), args.runs)
+            cfg, attest.Evidence(attest.Subject("bench/image", image.digest), prov, lock_text=lock_text,
+                                 sbom_bytes=data, checks=checks, checks_bytes=json.dumps(checks.to_json()).encode()),
+            attest.Invocation(plan.resolve(cfg, prov.profile).parameters, started=now, finished=now),
+            signer=signer, out_dir=records / "attestations"), args.runs)
         print(f"attest + sign (3 statements, Ed25519): {ssecs:.3f} s")
         asecs, rows = timed(lambda: audit.audit(records), args.runs)
         failed = [c for c in rows if not c.ok]

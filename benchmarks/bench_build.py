@@ -50,7 +50,7 @@ def main() -> int:
     target = plan.resolve(cfg, "local").target
     ep = localregistry.endpoint()
     client = ep.client()
-    record, _ = basestage.ensure(client)
+    record = basestage.ensure(client).record
     base_ref = record.pull_reference(ep.address)
     source = basesource.BaseSource.from_registry(base_ref, name=record.name)
     rt = ContainerRuntime(cfg.runtime)

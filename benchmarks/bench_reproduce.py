@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,14 +51,9 @@ def released_clone(dest: Path, registry: str) -> None:
     record = build.build(cfg, repo=dest, base=source, repository=target.image_name,
                          tag=target.tag, source_revision=inputs.commit,
                          source_date_epoch=inputs.time, out=dest / "dist")
-    image = provenance.Image(
-        name=target.image_name, digest=record.manifest_digest, media_type=record.media_type,
-        config_digest=record.config_digest, compressed_size=record.compressed_size,
-        layer_count=len(record.base_layers) + len(record.app_layers),
-        app_layers=record.app_layers, config=record.config)
-    provenance.write(dest / "provenance.json", provenance.assemble(
+    provenance.write(dest / "provenance.json", replace(provenance.assemble(
         dest, "local", base=provenance.Base(lock.name, lock.digest), sources=(), external=(),
-        inputs=inputs, image=image))
+        inputs=inputs), image=provenance.Image.of_build(target.image_name, record)))
     git(dest, "add", "provenance.json")
     git(dest, "commit", "-q", "-m", "release records")
 
@@ -84,7 +80,7 @@ def main() -> int:
         client = RegistryClient(state.address, credentials=Credentials(state.user, state.password))
         # The pinned base's layout from an earlier build is re-pushed; else it is built.
         shutil.copyfile(base.BASE_LOCK, work / "base.json")
-        record, _ = basestage.ensure(client, record_path=work / "base.json")
+        record = basestage.ensure(client, basestage.BaseInputs(record_path=work / "base.json")).record
         released = work / "released"
         released_clone(released, state.address)
         rows = [

@@ -9,7 +9,7 @@ inputs changed).
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline.config import load
@@ -22,6 +22,7 @@ from pipeline.image.base import (
     TAG,
     BaseRecord,
     BaseSpec,
+    BuiltBase,
     build,
     builder_sha256,
     changed_debs,
@@ -33,7 +34,7 @@ from pipeline.image.base import (
 from pipeline.image.oci import layer as oci_layer
 from pipeline.image.oci.layout import Layout, LayoutError
 from pipeline.registry.client import RegistryClient
-from pipeline.registry.push import push_layout
+from pipeline.registry.push import PushResult, push_layout
 from pipeline.sources import lock as runtime_lock
 
 # What mmdebstrap's rootfs takes where it is cached: the .debs it fetches, the unpacked
@@ -63,44 +64,69 @@ def _layout_has(layout_dir: Path, digest: str) -> bool:
         return False
 
 
-def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
-           lock_path: Path = runtime_lock.LOCK, record_path: Path = BASE_LOCK,
-           python: str | None = None, state_dir: Path = STATE_DIR,
-           wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
-           force: bool = False, use_cache: bool = True) -> tuple[BaseRecord, str]:
+@dataclass(frozen=True)
+class BaseInputs:
+    """What the base stage reads and where it keeps its files: the base's spec, the runtime
+    lock, the pin (locks/base.json), the interpreter (default: release.toml's), the layout and
+    the caches; `force` builds even when the pin is current, `use_cache` reuses the rootfs."""
+
+    spec: BaseSpec = BaseSpec()
+    lock_path: Path = runtime_lock.LOCK
+    record_path: Path = BASE_LOCK
+    python: str | None = None
+    state_dir: Path = STATE_DIR
+    wheel_cache: Path = runtime_lock.WHEEL_CACHE
+    rootfs_cache: Path | None = None
+    force: bool = False
+    use_cache: bool = True
+
+
+@dataclass(frozen=True)
+class Ensured:
+    """The base stage's result: the base the registry holds, and what was done to get it there
+    ("up to date", "re-pushed", "rebuilt to the pinned digest" or "built")."""
+
+    record: BaseRecord
+    what: str
+
+
+def ensure(client: RegistryClient, inputs: BaseInputs = BaseInputs()) -> Ensured:
     """Make sure the registry holds the base the inputs describe; return it and what was done.
 
     Up to date (the record's digest is in this registry) -> nothing; record current
     but the registry lost it -> re-push from the layout; otherwise build and push.
     """
-    python = python or load().python
-    lock = runtime_lock.load_lock(lock_path)
+    spec, record_path, state_dir = inputs.spec, inputs.record_path, Path(inputs.state_dir)
+    python = inputs.python or load().python
+    lock = runtime_lock.load_lock(inputs.lock_path)
     # The record names the repository only: the local registry's loopback address
     # differs between machines and runs, the digest does not.
     name = REPOSITORY
-    record = load_record(record_path)
-    current = record is not None and record.built_from(spec, lock.sha256, python) and not force
-    if current and record.name == name and \
-            client.head_manifest(REPOSITORY, record.digest) == record.digest and \
-            all(client.has_blob(REPOSITORY, layer.digest) for layer in record.layers):
-        return record, "up to date"
-    layout_dir = Path(state_dir) / "oci"
-    if current and _layout_has(layout_dir, record.digest):
+    pinned = load_record(record_path)
+    # The pin, when it describes these inputs (and no rebuild is forced).
+    current = pinned if pinned is not None and pinned.built_from(spec, lock.sha256, python) and not inputs.force \
+        else None
+    if current is not None and current.name == name and \
+            client.head_manifest(REPOSITORY, current.digest) == current.digest and \
+            all(client.has_blob(REPOSITORY, layer.digest) for layer in current.layers):
+        return Ensured(current, "up to date")
+    layout_dir = state_dir / "oci"
+    if current is not None and _layout_has(layout_dir, current.digest):
         push_layout(client, REPOSITORY, layout_dir, ref_name=f"{REPOSITORY}:{TAG}", tag=TAG)
-        record = replace(record, name=name)
+        record = replace(current, name=name)
         write_record(record, record_path)
-        return record, "re-pushed"
+        return Ensured(record, "re-pushed")
     # The cached rootfs is checked against its recorded content digest before it is reused.
-    tree_dir = Path(rootfs_cache or Path(state_dir) / "rootfs")
+    tree_dir = Path(inputs.rootfs_cache or state_dir / "rootfs")
     key = spec.cache_key(mmdebstrap_version())
-    tree = rootfscache.check(tree_dir, key) if use_cache else rootfscache.ABSENT
+    tree = rootfscache.check(tree_dir, key) if inputs.use_cache else rootfscache.ABSENT
 
-    def build_and_push():
+    def build_and_push() -> tuple[BuiltBase, PushResult]:
         if tree != rootfscache.VERIFIED:  # mmdebstrap runs
             check_rootfs_space(tree_dir)
         try:
-            built = build(spec, lock, python=python, state_dir=Path(state_dir), wheel_cache=wheel_cache,
-                          rootfs_cache=rootfs_cache, use_cache=use_cache)
+            built = build(spec, lock, python=python, state_dir=state_dir, wheel_cache=inputs.wheel_cache,
+                          rootfs_cache=inputs.rootfs_cache, use_cache=inputs.use_cache)
         except ToolError as exc:
             # mmdebstrap's own words rarely say it: "mmdebstrap failed to run".
             text = f"{exc.one_line()} {exc.hint or ''}"
@@ -110,31 +136,32 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         return built, push_layout(client, REPOSITORY, built.layout, ref_name=built.ref_name, tag=TAG)
 
     built, result = build_and_push()
-    if current and result.manifest_digest != record.digest and tree == rootfscache.UNVERIFIED:
+    if current is not None and result.manifest_digest != current.digest and tree == rootfscache.UNVERIFIED:
         # A tree cached before digests were recorded, which gave another base: made again.
         rootfscache.discard(tree_dir, key, f"gave the base {result.manifest_digest}, not the pinned "
-                                           f"{record.digest}, and has no recorded content digest")
+                                           f"{current.digest}, and has no recorded content digest")
         built, result = build_and_push()
-    if use_cache and (not current or result.manifest_digest == record.digest):
+    if inputs.use_cache and (current is None or result.manifest_digest == current.digest):
         rootfscache.record(tree_dir, key)
-    if current and result.manifest_digest == record.digest:
+    if current is not None and result.manifest_digest == current.digest:
         # Rebuilt to the pinned digest (a new machine, a cleared cache): the same bytes, so
         # the committed lock stays as it is, whichever mirror served the .debs this time;
         # rewriting it would leave the checkout dirty and the release would refuse it.
+        record = current
         if record.name != name:
             record = replace(record, name=name)
             write_record(record, record_path)
-        return record, "rebuilt to the pinned digest"
-    if current:
+        return Ensured(record, "rebuilt to the pinned digest")
+    if current is not None:
         # The lock describes these inputs, yet the bytes differ: never re-pinned silently
         # (the release would then refuse the checkout it dirtied itself).
-        debs = changed_debs(record.debs, built.debs)
+        debs = changed_debs(current.debs, built.debs)
         cause = (f"the mirror {spec.mirror} served other .debs ({len(debs)}: {', '.join(debs[:3])})" if debs
                  else "the same .debs gave other bytes: a corrupt rootfs cache (.release/base/rootfs) or a "
                       "changed build")
         raise DigestMismatch(
             f"the base rebuilt from {record_path} is not the base it pins ({cause})",
-            expected=record.digest, actual=result.manifest_digest,
+            expected=current.digest, actual=result.manifest_digest,
             hint="use a mirror that serves the pinned .debs (RELEASE_DEBIAN_MIRROR), or remove the rootfs "
                  "cache and run again; to pin the new base on purpose: `nox -s base -- --force`, then "
                  "commit locks/base.json")
@@ -148,4 +175,4 @@ def ensure(client: RegistryClient, *, spec: BaseSpec = BaseSpec(),
         zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(), debian_mirror=spec.mirror,
     )
     write_record(record, record_path)
-    return record, "built"
+    return Ensured(record, "built")

@@ -91,7 +91,9 @@ class _Reader:
             if base == "local":
                 lock = files.get("locks/base.json")
                 base = self._base_lock(lock.oid if lock else None)
-            sources = raw.get("sources") if isinstance(raw.get("sources"), list) else []
+            sources = raw.get("sources")
+            if not isinstance(sources, list):
+                sources = []
             served = next((s for s in sources if isinstance(s, dict) and s.get("name") == vendored), None)
             first_party = tasks == "first-party"
             self._values[commit] = {

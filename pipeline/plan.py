@@ -30,7 +30,8 @@ from pipeline.registry.client import Credentials, RegistryClient
 from pipeline.sources.vendor import check_vendored
 
 if TYPE_CHECKING:  # the signing libraries load only for the commands that sign or check signers
-    from pipeline.records import signing, trust
+    from pipeline.records import trust
+    from pipeline.records.signing import KeySigner, SigstoreSigner
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class ReleasePlan:
     pins: _config.TrustPins | None
     config: _config.ReleaseConfig = field(repr=False, compare=False)
 
-    def signer(self, *, key_path: Path | None = None) -> signing.KeySigner | signing.SigstoreSigner:
+    def signer(self, *, key_path: Path | None = None) -> KeySigner | SigstoreSigner:
         """The signer (loads the release key, or prepares keyless signing)."""
         from pipeline.records import signing
 
@@ -128,11 +129,11 @@ class ReleasePlan:
         return VendoredTaskFile(source=self.task_source.name, file=vendor_dir / record.vendor_path,
                                 license_file=vendor_dir / record.license_path)
 
-    def unpinned_warning(self, signer: signing.KeySigner | signing.SigstoreSigner) -> str | None:
+    def unpinned_warning(self, signer: KeySigner | SigstoreSigner) -> str | None:
         """A loud warning when `signer` is not the one trust.toml pins for this profile."""
-        from pipeline.records import trust
+        from pipeline.records import signing, trust
 
-        if signer.kind == "key":
+        if isinstance(signer, signing.KeySigner):
             return trust.unpinned_warning(self.trust(), signer.keyid)
         return trust.unpinned_identity_warning(self.trust(), signer.policy())
 

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import basestage, plan, runs
 from pipeline import config as _config
@@ -54,6 +55,7 @@ from pipeline.errors import (
     is_no_space,
 )
 from pipeline.image import base, build
+from pipeline.image.payload import VendoredTaskFile
 from pipeline.imageref import ImageRef
 from pipeline.progress import say
 from pipeline.records import (
@@ -81,6 +83,10 @@ from pipeline.sources import dataset as external
 from pipeline.sources import lock as runtime_lock
 from pipeline.sources import vendor as sources
 from pipeline.sources.references import reference_scripts
+
+if TYPE_CHECKING:  # the signing libraries load when the release makes its signer (plan.ReleasePlan.signer)
+    from pipeline.records.signing import KeySigner, SigstoreSigner
+    from pipeline.registry import referrers
 
 RECORDS = ("provenance.json", "submission.json", "attestations")
 
@@ -147,20 +153,93 @@ class Outcome:
     dataset: Path
 
 
-def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
-            suite: checks_results.SuiteResult, admitted: AdmittedRequest, budgets: dict[str, _config.Budgets],
-            timings: Timings, profile: str, published: Published, sbom_coverage: str,
-            attached: Sequence = (), changes: Sequence[str] = (),
-            checked: selfcheck.SelfCheck | None = None) -> None:
+@dataclass(frozen=True)
+class Run:
+    """What every stage of one release shares: the checkout, the staging directory the records
+    are written to, the signer, and the in-toto links recorded while the stages run."""
+
+    repo: Path
+    staging: Path
+    signer: KeySigner | SigstoreSigner
+    links: intoto_links.StageRecorder
+    started_at: datetime
+    allow_dirty: bool
+
+    @property
+    def att_dir(self) -> Path:
+        return self.staging / "attestations"
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """The checkout stage: the project commit, the image-input commit and its time."""
+
+    revision: provenance.ProjectRevision
+    inputs: provenance.ImageInputs
+    source_date_epoch: int
+    hf_token: str | None  # read before any work when the profile publishes the dataset
+
+
+@dataclass(frozen=True)
+class Vendored:
+    """The vendor stage: the pinned files and external task records in vendor/, and the task
+    file the image serves."""
+
+    files: tuple[sources.VendoredFile, ...]
+    externals: tuple[external.ExternalRecord, ...]
+    task_file: VendoredTaskFile | None
+
+
+@dataclass(frozen=True)
+class Sbom:
+    """The sbom stage: the document, the wheel lock it was read against, and its licence figure."""
+
+    document: bytes
+    lock_text: str
+    coverage: str
+
+
+@dataclass(frozen=True)
+class Made:
+    """Every stage's record up to the admission preflight: what the records are written from."""
+
+    checkout: Checkout
+    base: provenance.Base
+    vendored: Vendored
+    built: build.BuildRecord
+    sbom: Sbom
+    pushed: str  # the pushed image's reference, pulled back anonymously by the verify stage
+    suite: checks_results.SuiteResult
+    admitted: AdmittedRequest
+
+    @property
+    def image(self) -> str:
+        return f"{self.built.repository}@{self.built.manifest_digest}"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The stages after the records: where the dataset went, the referrers attached, the
+    self-audit, and what changed since the committed records (the report's tables)."""
+
+    published: Published
+    attached: tuple[referrers.Pushed, ...]
+    checked: selfcheck.SelfCheck
+    changes: tuple[str, ...]
+
+
+def _report(path: Path, cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, made: Made, done: Finished,
+            timings: Timings) -> None:
     def figure(n: int | None) -> str:
         return "unknown (manifest not read)" if n is None else f"{n:,}"
 
+    record, admitted, suite, published = made.built, made.admitted, made.suite, done.published
     request, sizes = admitted.request, admitted.sizes
     lines = [
-        f"# Release report ({profile} profile)",
+        f"# Release report ({rp.profile} profile)",
         "",
-        f"- image: `{image}`",
-        f"- pushed and pulled back anonymously: `{pushed}`",
+        f"- image: `{made.image}`",
+        f"- pushed and pulled back anonymously: `{made.pushed}`",
         f"- base: `{record.base}`",
         f"- image inputs last changed in: `{record.source_revision}` (the revision label; "
         f"SOURCE_DATE_EPOCH {record.source_date_epoch})",
@@ -171,7 +250,7 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
         f"- release total, the seed's measure ({image_sizes.SEED_MEASURE}): {sizes.seed_bytes:,} bytes",
         f"- release total, the platform's measure ({image_sizes.PLATFORM_MEASURE}): "
         f"{figure(sizes.platform_bytes)} bytes",
-        f"- SBOM licences: {sbom_coverage}",
+        f"- SBOM licences: {made.sbom.coverage}",
         "",
         "## Image sizes",
         "",
@@ -184,7 +263,7 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
     lines += ["", "## Budgets", "", "| kind | split | " + " | ".join(_config.BUDGET_FIELDS) + " |",
               "|---|---|" + "---|" * len(_config.BUDGET_FIELDS)]
     lines += [f"| {kind} | {b.split} | " + " | ".join(str(b.values[k]) for k in _config.BUDGET_FIELDS) + " |"
-              for kind, b in sorted(budgets.items())]
+              for kind, b in sorted(cfg.budgets.items())]
     lines += ["", "`observation_tokens` is a limit of the environment, not a request field.", "",
               "## Admission preflight", "", "```", admitted.admission.render(), "```", "",
               "## Application layers", "", "| layer | digest | diff_id | bytes |", "|---|---|---|---|"]
@@ -203,18 +282,18 @@ def _report(path: Path, *, image: str, pushed: str, record: build.BuildRecord,
               "Sigstore bundles v0.3, each an OCI referrer of the image manifest:", "",
               "| predicate type | referrer manifest | listed by |", "|---|---|---|"]
     lines += [f"| `{a.descriptor.annotations.get(bundles.PREDICATE_TYPE, '')}` | `{a.descriptor.digest}` | "
-              f"{a.listed_by} |" for a in attached]
-    if checked is not None:
-        ok = sum(c.status == "pass" for c in checked.rows)
-        lines += ["", f"The verification summary (`{checked.path.relative_to(path.parent.parent)}`, not a record) "
-                      f"is the release's audit of its own records: {ok} of {len(checked.rows)} checks passed, "
-                      f"the rest information or not verified "
-                      f"({', '.join(c.id for c in checked.rows if c.status == 'skipped')}), against "
-                      f"{checked.trust_root}. It is the releaser's self-check, signed by the release's own "
-                      "signer, not an independent verifier's: an auditor runs `nox -s audit -- --registry`."]
+              f"{a.listed_by} |" for a in done.attached]
+    checked = done.checked
+    ok = sum(c.status == "pass" for c in checked.rows)
+    lines += ["", f"The verification summary (`{checked.path.relative_to(path.parent.parent)}`, not a record) "
+                  f"is the release's audit of its own records: {ok} of {len(checked.rows)} checks passed, "
+                  f"the rest information or not verified "
+                  f"({', '.join(c.id for c in checked.rows if c.status == 'skipped')}), against "
+                  f"{checked.trust_root}. It is the releaser's self-check, signed by the release's own "
+                  "signer, not an independent verifier's: an auditor runs `nox -s audit -- --registry`."]
     lines += ["", "## Changes since the committed records", "",
               "`nox -s diff -- HEAD .` prints this table; [docs/diff.md](../docs/diff.md) says what it compares.",
-              "", *changes]
+              "", *done.changes]
     lines += ["", "## Stage timings", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {secs:.1f} |" for name, secs in timings.stages]
     lines += [f"| total | {sum(s for _, s in timings.stages):.1f} |", ""]
@@ -295,15 +374,14 @@ class Published:
     records_revision: str | None  # the Hub commit that added the records (None: not published)
 
 
-def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder: Path, *, repo: Path,
-                        prov: provenance.Provenance, sub: submission.Request, vendored,
-                        vendor_dir: Path, hf_token: str | None) -> provenance.DatasetPublication:
-    """The folder's task files (card, tasks.jsonl, openenv.yaml, vendor/) into `folder`; published and read back
-    when the profile publishes the dataset."""
-    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(repo),
-                              target=rp.dataset)
-    paths = dataset.write_content(folder, generated, {**dataset.manifest_file(repo),
-                                                      **dataset.vendor_files(vendored, vendor_dir)})
+def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, prov: provenance.Provenance,
+                        sub: submission.Request, folder: Path, *, repo: Path,
+                        hf_token: str | None) -> provenance.DatasetPublication:
+    """The folder's task files (card, tasks.jsonl, openenv.yaml, vendor/: provenance's vendored files, in
+    the checkout's vendor/) into `folder`; published and read back when the profile publishes the dataset."""
+    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(repo), target=rp.dataset)
+    paths = dataset.write_content(folder, generated, {
+        **dataset.manifest_file(repo), **dataset.vendor_files(prov.sources, repo / "vendor")})
     if not rp.dataset.publish:
         say(f"    dataset: {dataset.FOLDER}/ written ({len(paths)} task files); NOT PUBLISHED: the {rp.profile} "
             f"profile does not upload it to {rp.dataset.repository}")
@@ -312,43 +390,33 @@ def _dataset_task_files(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, folder
     return hub.publish_files(rp.dataset, folder, paths, token=hf_token or rp.dataset.token())
 
 
-def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path, staging: Path,
-                   signer, links: intoto_links.StageRecorder, record: build.BuildRecord,
-                   base_pin: provenance.Base, vendored, externals, suite: checks_results.SuiteResult,
-                   lock_text: str, inputs: provenance.ImageInputs, allow_dirty: bool,
-                   sbom_bytes: bytes, started_at: datetime, vendor_dir: Path,
-                   hf_token: str | None, admitted: AdmittedRequest) -> Published:
-    """Every record into `staging`: the dataset's task files (published first, since provenance
-    records where), provenance and statements, submission.json, the links and layout, the README,
-    the records copied into the dataset folder, and last the release statement that binds them all;
-    then the folder's records published (when the profile publishes)."""
-    att_dir = staging / "attestations"
+def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, run: Run, made: Made) -> Published:
+    """Every record into the staging directory: the dataset's task files (published first, since
+    provenance records where), provenance and statements, submission.json, the links and layout,
+    the README, the records copied into the dataset folder, and last the release statement that
+    binds them all; then the folder's records published (when the profile publishes)."""
+    staging, signer, links, att_dir = run.staging, run.signer, run.links, run.att_dir
     folder = staging / dataset.FOLDER
-    image_name = rp.target.image_name
-    subject = attest.Subject(image_name, record.manifest_digest)
-    image_rec = provenance.Image(
-        name=image_name, digest=record.manifest_digest, media_type=record.media_type,
-        config_digest=record.config_digest, compressed_size=record.compressed_size,
-        layer_count=len(record.base_layers) + len(record.app_layers),
-        app_layers=record.app_layers, config=record.config)
-    prov = provenance.assemble(
-        repo, rp.profile, base=base_pin,
-        sources=vendored, external=tuple(externals), inputs=inputs, allow_dirty=allow_dirty,
-        image=image_rec, tasks=admitted.tasks, sizes=admitted.sizes, budgets=cfg.budgets,
-        runtimes=checks_runtimes.provenance_runtimes(suite))
-    sub = admitted.request
-    task_files = _dataset_task_files(cfg, rp, folder, repo=repo, prov=prov, sub=sub, vendored=vendored,
-                                     vendor_dir=vendor_dir, hf_token=hf_token)
+    record, admitted = made.built, made.admitted
+    subject = attest.Subject(rp.target.image_name, record.manifest_digest)
+    prov = replace(
+        provenance.assemble(run.repo, rp.profile, base=made.base, sources=made.vendored.files,
+                            external=made.vendored.externals, inputs=made.checkout.inputs,
+                            allow_dirty=run.allow_dirty),
+        image=provenance.Image.of_build(rp.target.image_name, record), tasks=admitted.tasks, sizes=admitted.sizes,
+        budgets=provenance.budgets_record(cfg.budgets), runtimes=tuple(checks_runtimes.provenance_runtimes(made.suite)))
+    task_files = _dataset_task_files(cfg, rp, prov, admitted.request, folder, repo=run.repo,
+                                     hf_token=made.checkout.hf_token)
     prov = replace(prov, dataset=task_files)
     with links.step("attest"):
         provenance.write(staging / "provenance.json", prov)
         files = attest.write_attestations(
-            cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=lock_text,
-            sbom_bytes=sbom_bytes,
-            checks=suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes(), signer=signer,
-            out_dir=att_dir, started=started_at, finished=datetime.now(UTC))
+            cfg, attest.Evidence(subject, prov, lock_text=made.sbom.lock_text, sbom_bytes=made.sbom.document,
+                                 checks=made.suite, checks_bytes=(att_dir / attest.CHECKS_FILE).read_bytes()),
+            attest.Invocation(rp.parameters, started=run.started_at, finished=datetime.now(UTC)),
+            signer=signer, out_dir=att_dir)
     with links.step("submission"):
-        submission.write_submission(staging / "submission.json", sub)
+        submission.write_submission(staging / "submission.json", admitted.request)
     released_on = datetime.now(UTC)
     links.write(att_dir, signer.functionary(), sign=signer.sign_envelope, released_on=released_on,
                 days=intoto_links.valid_days(cfg))
@@ -363,7 +431,7 @@ def _write_records(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Pa
     if rp.dataset.publish:
         records_revision = hub.publish_records(
             rp.dataset, folder, dataset.record_files(everything), everything,
-            token=hf_token or rp.dataset.token(), task_files=task_files)
+            token=made.checkout.hf_token or rp.dataset.token(), task_files=task_files)
     return Published(len(everything), task_files, records_revision)
 
 
@@ -392,9 +460,10 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
     if unpinned:
         say(unpinned)
     staging = records_install.new_staging(repo)
-    att_dir = staging / "attestations"
-    links = intoto_links.StageRecorder(
-        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix)
+    run = Run(repo, staging, signer, intoto_links.StageRecorder(
+        repo, staging, command or ("python", "-m", "pipeline", "release", "--profile", rp.profile), signer.suffix),
+        started_at=started_at, allow_dirty=allow_dirty)
+    att_dir, links = run.att_dir, run.links
     try:
         att_dir.mkdir(parents=True)
         with timings.stage("checkout"):
@@ -406,7 +475,7 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
             if rp.base.local and not allow_dirty:
                 _check_base_lock(cfg)
             # A profile that publishes the dataset needs its credentials before any work.
-            hf_token = rp.dataset.token() if rp.dataset.publish else None
+            checkout = Checkout(revision, inputs, sde, rp.dataset.token() if rp.dataset.publish else None)
         if target.local:
             with timings.stage("registry"):
                 orphan = localregistry.stop_orphaned()
@@ -424,19 +493,19 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         client = target.client()
         with timings.stage("base"):
             if rp.base.local:
-                base_record, what = basestage.ensure(client)
-                say(f"    base {what}: {base_record.pull_reference(client.registry)}")
+                ensured = basestage.ensure(client)
+                say(f"    base {ensured.what}: {ensured.record.pull_reference(client.registry)}")
             base_src = rp.base.source(registry=client.registry)
             base_pin = (provenance.local_base(repo, base_src.name, base_src.digest) if rp.base.local
                         else provenance.Base(base_src.name, base_src.digest))
         with timings.stage("vendor"), links.step("vendor"):
-            vendored = sources.vendor(rp.sources, vendor_dir, mirror=mirror)
-            externals = external.fetch_records(cfg, rp.external, vendor_dir, mirror=mirror)
-        task_file = rp.task_file(vendor_dir)
+            vendored = Vendored(sources.vendor(rp.sources, vendor_dir, mirror=mirror),
+                                external.fetch_records(cfg, rp.external, vendor_dir, mirror=mirror),
+                                rp.task_file(vendor_dir))
         with timings.stage("build"), links.step("build"):
             record = build.build(cfg, repo=repo, base=base_src, repository=image_name,
                                  tag=target.tag, source_revision=inputs.commit,
-                                 source_date_epoch=sde, vendored=task_file, out=dist)
+                                 source_date_epoch=sde, vendored=vendored.task_file, out=dist)
             build.write_record(record, dist / "build.json")
         image = f"{image_name}@{record.manifest_digest}"
         with timings.stage("sbom"), links.step("sbom"):
@@ -447,8 +516,8 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
                                        lock_text=lock_text)
             write_atomic(att_dir / attest.SBOM_FILE, sbom_bytes)
             components = json.loads(sbom_bytes).get("components", [])
-            sbom_coverage = sbom_licenses.coverage_line(components)
-            say(f"    sbom: {sbom_coverage}")
+            sbom_made = Sbom(sbom_bytes, lock_text, sbom_licenses.coverage_line(components))
+            say(f"    sbom: {sbom_made.coverage}")
             missing = sbom_licenses.unlicensed_line(components)
             if missing:
                 say(f"    sbom: {missing}")
@@ -481,12 +550,9 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         with timings.stage("admission preflight"):
             admitted = admitted_request(cfg, rp, suite, image=image, source_revision=revision.commit,
                                         registry=client.registry)
+        made = Made(checkout, base_pin, vendored, record, sbom_made, pushed.reference, suite, admitted)
         with timings.stage("records"):
-            published = _write_records(
-                cfg, rp, repo=repo, staging=staging, signer=signer, links=links, record=record, base_pin=base_pin,
-                vendored=vendored, externals=externals, suite=suite, lock_text=lock_text, inputs=inputs,
-                allow_dirty=allow_dirty, sbom_bytes=sbom_bytes, started_at=started_at, vendor_dir=vendor_dir,
-                hf_token=hf_token, admitted=admitted)
+            published = _write_records(cfg, rp, run, made)
         with timings.stage("attach"):
             attached = bundles.attach(client, target.repository, record.manifest_digest, att_dir,
                                       suffix=signer.suffix)
@@ -504,17 +570,19 @@ def release(cfg: _config.ReleaseConfig, rp: plan.ReleasePlan, *, repo: Path,
         report = dist / "report.md"
         changed, changes = release_diff.against_committed(repo)
         say(f"    changes since the committed records: {changed}")
-        _report(report, image=image, pushed=pushed.reference, record=record, suite=suite,
-                admitted=admitted, budgets=cfg.budgets, timings=timings, profile=rp.profile, published=published,
-                sbom_coverage=sbom_coverage, attached=attached, changes=changes, checked=checked)
+        _report(report, cfg, rp, made, Finished(published, tuple(attached), checked, tuple(changes)), timings)
         if unpinned:
             say(unpinned)
         return Outcome(image, pushed.reference, tuple(placed), report, tuple(timings.stages),
                        repo / dataset.FOLDER)
-    except ReleaseError as exc:
-        # Past the install (attach, self-audit), the records are this release's: say so, not
-        # that the previous ones are untouched.
-        exc.records_installed = installed
+    except ReleaseError:
+        # Said here, where it is known: past the install (attach, self-audit) the records are
+        # this release's, not the previous ones.
+        if installed:
+            say(f"release stopped after it wrote its records ({', '.join(RECORDS)}); they are "
+                "in place but not released: fix the cause, then release again")
+        else:
+            say(f"release stopped; the previous records are untouched ({', '.join(RECORDS)})")
         raise
     finally:
         if not records_install.journaled(repo, staging):

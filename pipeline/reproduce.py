@@ -268,17 +268,17 @@ def rebuild_base(checkout: Path, prov: provenance.Provenance, *, mirror: str,
 # ------------------------------------------------------------------ diffoscope
 
 
-def _diffoscope(prov: provenance.Provenance, target: plan.Target, registry: str | None,
+def _diffoscope(image: provenance.Image, target: plan.Target, registry: str | None,
                 pairs: list[tuple[str, Path]], work: Path) -> list[str]:
     """diffoscope's report for each (recorded digest, rebuilt blob) whose recorded blob a
     registry serves; nothing when diffoscope is not installed."""
     tool = shutil.which("diffoscope")
     if tool is None or not pairs:
         return []
-    where, repository = _registry_of(prov.image.name, target, registry)
+    where, repository = _registry_of(image.name, target, registry)
     if where is None:
         return ["diffoscope: the recorded blobs are not readable here (no registry serves "
-                f"{prov.image.name}@{prov.image.digest})"]
+                f"{image.name}@{image.digest})"]
     out = []
     client = RegistryClient(where, attempts=1)
     for digest, rebuilt in pairs:
@@ -322,8 +322,8 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                      "the commit does not hold those changes")
     scratch = _config.REPO_ROOT / ".release"
     scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="reproduce-", dir=scratch) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="reproduce-", dir=scratch) as tmp_name:
+        tmp = Path(tmp_name)
         with worktree(repo, commit, tmp) as checkout:
             cfg = _config.load(checkout / "release.toml")
             rp = plan.resolve(cfg, prov.profile, trust=False)  # trusts no key
@@ -369,7 +369,7 @@ def reproduce(repo: Path, records: Path, *, layers_only: bool = False,
                 pairs = [(l.recorded.digest, blobs / l.digest[7:]) for l in layers if not l.same]
                 if record.config_digest != prov.image.config_digest:
                     pairs.append((prov.image.config_digest, blobs / record.config_digest[7:]))
-                report = _diffoscope(prov, rp.target, registry, pairs, tmp)
+                report = _diffoscope(prov.image, rp.target, registry, pairs, tmp)
             elif keep is not None:
                 Layout.init(keep).copy_image(Layout.open(Path(record.layout)), record.manifest_digest,
                                              ref_name=KEPT_REF)

@@ -38,7 +38,7 @@ PROMPT = prompt(
 def generate(rng: random.Random, difficulty: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Draw jobs, precedences and a blackout; search the optimal order depth-first."""
     count = 4 + difficulty
-    jobs = [
+    jobs: list[dict[str, Any]] = [
         {
             "id": f"job_{i}",
             "duration": rng.randint(2, 8),

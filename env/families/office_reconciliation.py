@@ -65,7 +65,7 @@ def generate(rng: random.Random, difficulty: int) -> tuple[dict[str, Any], dict[
     rows_count = 6 + 3 * difficulty
     row_ids = numbered_ids(rng, "row", rows_count)
     unknown_at = rng.randrange(rows_count)
-    rows = []
+    rows: list[dict[str, Any]] = []
     owner: dict[str, dict[str, Any]] = {}
     for k, row_id in enumerate(row_ids):
         if k == unknown_at:

@@ -40,7 +40,7 @@ only), "containment": [sorted user IDs]}`
 )
 
 ROLES = ("reader", "operator", "admin")
-POLICY = {
+POLICY: dict[str, Any] = {
     "role_actions": {"reader": ["read"], "operator": ["read", "write"], "admin": ["read", "write", "delete"]},
     "secret_roles": ["admin"],
     "trusted_zones": ["office", "vpn"],

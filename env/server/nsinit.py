@@ -354,8 +354,9 @@ def serve(ctl: socket.socket, setup: dict) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     leaders: set[int] = set()
+    watched: list[socket.socket | int] = [ctl, wake_r]
     while True:
-        ready, _, _ = select.select([ctl, wake_r], [], [])
+        ready, _, _ = select.select(watched, [], [])
         if wake_r in ready:
             drain(wake_r)
         _reap(ctl, leaders)
@@ -469,8 +470,9 @@ def zygote(ctl: socket.socket) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    watched: list[socket.socket | int] = [ctl, wake_r]
     while True:
-        ready, _, _ = select.select([ctl, wake_r], [], [])
+        ready, _, _ = select.select(watched, [], [])
         if wake_r in ready:
             drain(wake_r)
         _reap(ctl, set())  # no command leaders here: every child is reaped, nothing is said

@@ -341,6 +341,7 @@ class Zygote:
                     if attempt == 2:
                         raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes, "
                                            f"twice: {exc}") from exc
+            assert self._process is not None  # the loop leaves only with a zygote that answered
             zygote = self._process.pid
         # Their orphans come to this process (the sandbox's PID 1, their subreaper, was
         # killed first) and are reaped here.

@@ -147,8 +147,9 @@ def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bo
     audit_provenance(r, s)
     audit_request_records(r, s)
     audit_external(r, s)
-    if registry and s.image is not None:
-        s.registry = r.run("registry/reference", "submission.json", lambda: image_location(s.image.name))
+    image = s.image
+    if registry and image is not None:
+        s.registry = r.run("registry/reference", "submission.json", lambda: image_location(image.name))
     audit_sbom(r, s, registry)
     audit_checks(r, s)
     audit_dataset(r, s)

@@ -85,7 +85,8 @@ def audit_checks(r: Rows, s: State) -> None:
         r.not_checked("checks/runtimes", rec, "release.toml did not load")
     else:
         r.run("checks/runtimes", rec, lambda: _runtimes_match(s))
-    if s.image is not None:
+    image = s.image
+    if image is not None:
         r.run("checks/image", srec, lambda: equal(
-            "digest of the image the check suite ran on", s.image.digest,
+            "digest of the image the check suite ran on", image.digest,
             ImageRef.parse(str(conf().get("annotations", {}).get("image", ""))).digest))

@@ -23,6 +23,7 @@ re-hashed as well, and it must hold nothing else.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pipeline._io import sha256_bytes, sha256_file
 from pipeline.audit.rows import INFO, Check, Rows, State, equal
@@ -33,13 +34,13 @@ from pipeline.records import sbom as sbom_mod
 from pipeline.records import statement as release_statement
 
 
-def _bound_records(stmt: dict) -> dict[str, str]:
+def _bound_records(stmt: dict) -> dict[str, str | None]:
     return {s.get("name"): (s.get("digest") or {}).get("sha256") for s in (stmt.get("subject") or [])[1:]
             if not release_statement.is_dataset_subject(s.get("name"))}
 
 
-def _subjects(s: State, bound: dict[str, str]) -> None:
-    records = _bound_records(s.release)
+def _subjects(s: State, release: dict[str, Any], bound: dict[str, str]) -> None:
+    records = _bound_records(release)
     vendored = dataset.vendor_digests(s.prov.sources)
     expected = {dataset.CARD, dataset.TASKS, dataset.MANIFEST, *vendored, *records}
     missing, extra = sorted(expected - set(bound)), sorted(set(bound) - expected)
@@ -88,7 +89,7 @@ def _manifest(s: State, bound: dict[str, str]) -> None:
           _shipped_manifest(s), bound.get(rel), hint=f"the dataset's {rel} is not the one the image serves from")
 
 
-def _publication(s: State) -> None:
+def _publication(s: State, release: dict[str, Any]) -> None:
     pub, target = s.prov.dataset, s.plan.dataset
     if pub is None:
         raise VerificationError("provenance.json records no dataset publication", expected="a `dataset` entry",
@@ -103,7 +104,7 @@ def _publication(s: State) -> None:
         raise VerificationError(f"the {target.profile} profile publishes the dataset, but provenance.json records "
                                 "no published revision", expected="published, a 40-hex revision",
                                 actual=f"published {pub.published}, revision {pub.revision!r}")
-    task_files = len(dataset.content_files(release_statement.dataset_subjects(s.release)))
+    task_files = len(dataset.content_files(release_statement.dataset_subjects(release)))
     equal("files read back at the published revision vs the dataset's task files", task_files, pub.files_read_back)
 
 
@@ -136,19 +137,20 @@ def _folder(s: State, bound: dict[str, str]) -> str:
 
 def audit_dataset(r: Rows, s: State) -> None:
     rec = f"{dataset.FOLDER}/"
-    if s.release is None:
+    release = s.release
+    if release is None:
         r.not_checked("dataset/subjects", rec, "the release statement did not verify")
         return
     if s.prov is None or s.sub is None or s.cfg is None or s.plan is None:
         r.not_checked("dataset/subjects", rec, "release.toml, provenance.json, submission.json or the release "
                                                "statement's profile did not load")
         return
-    bound = release_statement.dataset_subjects(s.release)
-    r.run("dataset/subjects", rec, lambda: _subjects(s, bound))
+    bound = release_statement.dataset_subjects(release)
+    r.run("dataset/subjects", rec, lambda: _subjects(s, release, bound))
     r.run("dataset/card", f"{rec}{dataset.CARD}", lambda: _regenerated(s, bound, dataset.CARD))
     r.run("dataset/tasks", f"{rec}{dataset.TASKS}", lambda: _regenerated(s, bound, dataset.TASKS))
     r.run("dataset/manifest", f"{rec}{dataset.MANIFEST}", lambda: _manifest(s, bound))
-    r.run("dataset/publication", "provenance.json", lambda: _publication(s))
+    r.run("dataset/publication", "provenance.json", lambda: _publication(s, release))
     note = r.run("dataset/folder", rec, lambda: _folder(s, bound))
     if note:  # not here: information, since every bound file was checked from the records above
         r.rows[-1] = Check("dataset/folder", rec, INFO, note)

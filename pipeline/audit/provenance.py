@@ -45,7 +45,10 @@ def _base_recorded(root: Path, base: plan.BaseChoice, prov) -> None:
     from pipeline.image.base import load_record
 
     path = root / BASE_LOCK
-    expected = provenance_mod.BaseOrigin.of(load_record(path), lock=BASE_LOCK, lock_sha256=sha256_file(path))
+    record = load_record(path)
+    if record is None:
+        raise VerificationError(f"{BASE_LOCK} is missing", hint="a local-base release records its base there")
+    expected = provenance_mod.BaseOrigin.of(record, lock=BASE_LOCK, lock_sha256=sha256_file(path))
     want, got = asdict(expected), asdict(origin) if origin is not None else {}
     diff = sorted(k for k in want if want[k] != got.get(k))
     equal(f"what provenance.json says the local base was built from ({', '.join(diff)}) vs {BASE_LOCK}",
@@ -63,9 +66,10 @@ def audit_provenance(r: Rows, s: State) -> None:
     if s.plan is not None:
         r.run("provenance/profile", "provenance.json", lambda: equal(
             "profile of provenance.json vs the release statement", s.plan.profile, prov.profile))
-    if s.image is not None:
+    image = s.image
+    if image is not None:
         r.run("provenance/image", "provenance.json", lambda: equal(
-            "image digest of provenance.json vs submission.json", s.image.digest,
+            "image digest of provenance.json vs submission.json", image.digest,
             prov.image.digest if prov.image else None))
     lock_text = r.run("provenance/wheel-lock", prov.wheel_lock.path, lambda: _lock_text(root, prov))
     if stmt is None:

@@ -12,6 +12,8 @@ prove nothing about the release, and anyone who may push to the repository can a
 
 from __future__ import annotations
 
+import functools
+
 from pipeline.audit.rows import Rows, State, equal
 from pipeline.errors import VerificationError
 from pipeline.image.oci import digest as oci_digest
@@ -39,23 +41,25 @@ def audit_registry(r: Rows, s: State) -> None:
     from pipeline.registry import referrers
     from pipeline.registry.client import RegistryClient
 
-    ref = s.registry
+    ref, image, trust_root = s.registry, s.image, s.trust_root
+    if ref is None or image is None:
+        return  # the audit reads a registry only where submission.json's image was found (registry/reference)
     client = RegistryClient(ref.registry)  # anonymous: an auditor has no credentials
-    where = f"{ref.name}@{s.image.digest}"
+    where = f"{ref.name}@{image.digest}"
 
     def manifest() -> None:
-        fetched = client.get_manifest(ref.repository, s.image.digest)
-        equal(f"digest of the manifest served for {where}", s.image.digest, oci_digest.of_bytes(fetched.raw))
+        fetched = client.get_manifest(ref.repository, image.digest)
+        equal(f"digest of the manifest served for {where}", image.digest, oci_digest.of_bytes(fetched.raw))
 
     r.run("registry/manifest", where, manifest)
-    if s.trust_root is None:
+    if trust_root is None:
         r.not_checked("registry/referrers", where, "no trust root to verify the bundles with")
         return
 
     others: list[str] = []
 
     def verified() -> list[bundles.Verified]:
-        listing = referrers.list_referrers(client, ref.repository, s.image.digest)
+        listing = referrers.list_referrers(client, ref.repository, image.digest)
         found = [d for d in listing.descriptors if d.artifact_type == bundles.MEDIA_TYPE]
         if not found:
             raise VerificationError(f"no Sigstore bundle refers to {where} ({listing.found_by})",
@@ -67,24 +71,24 @@ def audit_registry(r: Rows, s: State) -> None:
         out = []
         for desc in found:
             what = f"referrer {desc.digest} ({listing.found_by})"
-            got = referrers.fetch_referrer(client, ref.repository, desc, s.image.digest,
+            got = referrers.fetch_referrer(client, ref.repository, desc, image.digest,
                                            artifact_type=bundles.MEDIA_TYPE, media_type=bundles.MEDIA_TYPE)
-            ours, who = bundles.claimed_signer(got.payload, s.trust_root)
+            ours, who = bundles.claimed_signer(got.payload, trust_root)
             if not ours:
                 others.append(f"{desc.digest} ({got.manifest.annotations.get(bundles.PREDICATE_TYPE, '?')}) "
                               f"signed by {who}")
                 continue
             equal(f"{what}: annotation {bundles.CONTENT}", bundles.DSSE_CONTENT,
                   got.manifest.annotations.get(bundles.CONTENT))
-            v = bundles.verify(got.payload, s.trust_root, what=what, att_dir=s.att_dir)
-            bundles.about(v.statement, s.image.digest, what=what)
+            v = bundles.verify(got.payload, trust_root, what=what, att_dir=s.att_dir)
+            bundles.about(v.statement, image.digest, what=what)
             equal(f"{what}: annotation {bundles.PREDICATE_TYPE} vs the signed statement's predicateType",
                   v.statement.get("predicateType"), got.manifest.annotations.get(bundles.PREDICATE_TYPE))
             out.append(v)
         if not out:
             raise VerificationError(f"none of the {len(found)} Sigstore bundle(s) referring to {where} "
                                     f"({listing.found_by}) claims the trust root as its signer",
-                                    expected=s.trust_root.describe(), actual="; ".join(others),
+                                    expected=trust_root.describe(), actual="; ".join(others),
                                     hint="audit with the release's own trust root (--key, or --identity "
                                          "and --issuer), or attach the release's bundles")
         return out
@@ -93,11 +97,13 @@ def audit_registry(r: Rows, s: State) -> None:
     if pulled is not None:
         r.run("registry/listed", where, lambda: _listed(pulled, others), info=True)
         r.run("registry/vsa", where, lambda: _summary(pulled, where))
-    if pulled is None or s.suffix is None:
+    suffix = s.suffix
+    if pulled is None or suffix is None:
         return
-    records = r.run("registry/records", "attestations/", lambda: bundles.of_records(s.att_dir, s.suffix))
+    records = r.run("registry/records", "attestations/", lambda: bundles.of_records(s.att_dir, suffix))
     for att in records or ():
-        r.run(f"registry/{att.name}", f"attestations/{att.name}{s.suffix}", lambda att=att: _pushed(att, pulled, where))
+        r.run(f"registry/{att.name}", f"attestations/{att.name}{suffix}",
+              functools.partial(_pushed, att, pulled, where))
 
 
 def _listed(pulled: list[bundles.Verified], others: list[str]) -> str:

@@ -41,15 +41,16 @@ def audit_sbom(r: Rows, s: State, registry: bool) -> None:
             f"{rec} vs the SBOM in the signed SBOM statement (canonical JSON sha256)",
             sha256_bytes(canonical_json(stmt.get("predicate"))), sha256_bytes(canonical_json(doc)),
             hint="the SBOM file was replaced or edited after signing"))
-    if s.image is None:
+    image = s.image
+    if image is None:
         return
     r.run("sbom/image", rec, lambda: equal(
         "metadata.component.version and serialNumber of the SBOM",
-        (s.image.digest, f"urn:uuid:{sbom_mod.serial_number(s.image.digest)}"),
+        (image.digest, f"urn:uuid:{sbom_mod.serial_number(image.digest)}"),
         (doc.get("metadata", {}).get("component", {}).get("version"), doc.get("serialNumber"))))
     if s.prov is not None and s.prov.image is not None:
         r.run("sbom/layers", rec, lambda: _layers_match(doc, s.prov.image))
-    _sbom_components(r, s, doc, rec, registry)
+    _sbom_components(r, s, image, doc, rec, registry)
 
 
 def _sbom_layers(doc: dict) -> list[str]:
@@ -66,17 +67,17 @@ def _layers_match(doc: dict, image) -> None:
     equal("application layers the SBOM lists vs provenance.json", app, layers[len(layers) - len(app):])
 
 
-def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> None:
+def _sbom_components(r: Rows, s: State, image: attest.Subject, doc: dict, rec: str, registry: bool) -> None:
     layout = s.root / "dist" / "oci"
     if s.cfg is None or s.prov is None or s.plan is None:
         for cid in ("sbom/components", "sbom/coverage"):
             r.not_checked(cid, rec, "release.toml, provenance.json or the release statement did not load")
         return
-    has_image = (layout / "blobs" / "sha256" / s.image.digest.split(":", 1)[1]).is_file()
+    has_image = (layout / "blobs" / "sha256" / image.digest.split(":", 1)[1]).is_file()
     if not has_image and not registry:
         for cid in ("sbom/components", "sbom/coverage"):
             r.not_checked(cid, rec,
-                          f"the image's layers are not here (no dist/oci holding {s.image.digest}, and no "
+                          f"the image's layers are not here (no dist/oci holding {image.digest}, and no "
                           "--registry to pull them); to rebuild the recorded image into dist/oci, run "
                           "`nox -s reproduce` first")
         return
@@ -91,20 +92,20 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
     def layers(layout: Path) -> tuple[LayoutImage, FileView]:
         # Read (decompressed and parsed) once for both rows; each narrows the files to
         # the ones it reads, as its own reading would have kept them.
-        image = open_image_by_digest(layout, s.image.digest)
-        return image, read_view(image, lambda path: sbom_paths(path) or coverage_paths(path))
+        opened = open_image_by_digest(layout, image.digest)
+        return opened, read_view(opened, lambda path: sbom_paths(path) or coverage_paths(path))
 
     def covered(layout: Path) -> None:
-        image, files = layers(layout)
-        sbom_checks.check_coverage(doc, image, app_dir, read=files)
+        opened, files = layers(layout)
+        sbom_checks.check_coverage(doc, opened, app_dir, read=files)
 
     def regenerate(layout: Path) -> None:
-        image, files = layers(layout)
+        opened, files = layers(layout)
         view = files.only(sbom_paths)
         lock = s.root / s.prov.wheel_lock.path
         # The licences a person read from free-form files: the audited checkout's own table.
         table = s.root / "pipeline" / "records" / sbom_licenses.REVIEWED.name
-        bom = sbom_mod.build_bom(image, view, name=s.image.name, app_dir=s.cfg.app_dir,
+        bom = sbom_mod.build_bom(opened, view, name=image.name, app_dir=s.cfg.app_dir,
                                  epoch=s.prov.source_date_epoch, sources=s.plan.sources,
                                  first_party_license=sbom_mod.project_license(s.root),
                                  lock_text=lock.read_text() if lock.is_file() else "",
@@ -124,14 +125,14 @@ def _sbom_components(r: Rows, s: State, doc: dict, rec: str, registry: bool) -> 
 
             if s.registry is None:
                 raise VerificationError("no registry to pull the image from", hint="see registry/reference")
-            pull.pull(f"{s.registry.name}@{s.image.digest}", pulled_to)
+            pull.pull(f"{s.registry.name}@{image.digest}", pulled_to)
             regenerate(pulled_to)
 
         r.run("sbom/components", rec, pulled)
         if pulled_to.is_dir():
             r.run("sbom/coverage", rec, lambda: covered(pulled_to))
         else:
-            r.not_checked("sbom/coverage", rec, f"the image could not be pulled from {s.image.name} "
+            r.not_checked("sbom/coverage", rec, f"the image could not be pulled from {image.name} "
                           "(sbom/components says why)")
 
 

@@ -4,6 +4,7 @@ statement by the same signer, the README, and the in-toto layout and links."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -56,37 +57,40 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
         s.trust_root = auditor
     elif s.cfg is not None:
         s.trust_root = r.run("trust/pins", config_mod.TRUST_FILE, lambda: trust.pins(s.cfg, profile_name))
-    if s.trust_root is not None:
-        r.run("trust/root", config_mod.TRUST_FILE if auditor is None else "(auditor)", s.trust_root.describe, info=True)
-    if rel_path is None or s.trust_root is None:
+    trust_root = s.trust_root
+    if trust_root is not None:
+        r.run("trust/root", config_mod.TRUST_FILE if auditor is None else "(auditor)", trust_root.describe, info=True)
+    if rel_path is None or trust_root is None:
         r.not_checked("release/signature", "attestations/release.*", "no release statement or no trust root")
         return
     rec = f"attestations/{rel_path.name}"
-    s.suffix = signing.BUNDLE_SUFFIX if rel_path.name.endswith(signing.BUNDLE_SUFFIX) else signing.DSSE_SUFFIX
+    suffix = signing.BUNDLE_SUFFIX if rel_path.name.endswith(signing.BUNDLE_SUFFIX) else signing.DSSE_SUFFIX
+    s.suffix = suffix
 
     def verified() -> dict[str, Any]:
-        v = trust.verify(rel_path.read_bytes(), s.trust_root, what=rec, att_dir=s.att_dir)
+        v = trust.verify(rel_path.read_bytes(), trust_root, what=rec, att_dir=s.att_dir)
         stmt = attest.load_statement(v.payload, what=rec)
         if s.cfg is not None:
             equal(f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url),
                    stmt.get("predicateType"))
         _predicate_is_object(stmt, rec)
-        equal(f"{rec}: predicate.signing (how the statement says it was signed)", signing.signing_kind(s.suffix),
+        equal(f"{rec}: predicate.signing (how the statement says it was signed)", signing.signing_kind(suffix),
               stmt["predicate"].get("signing"))
         s.signer = v
         return stmt
 
-    s.release = r.run("release/signature", rec, verified)
-    if s.release is None:
+    release = s.release = r.run("release/signature", rec, verified)
+    if release is None:
         return
-    r.run("release/subjects", rec, lambda: release_statement.check_subjects(s.root, s.release))
-    if s.image is not None:
+    r.run("release/subjects", rec, lambda: release_statement.check_subjects(s.root, release))
+    image = s.image
+    if image is not None:
         r.run("release/image", rec, lambda: equal(
             "the release statement's image differs from submission.json's",
-            s.image.to_json(), (s.release.get("subject") or [{}])[0]))
+            image.to_json(), (release.get("subject") or [{}])[0]))
     if s.cfg is not None:
         def profile():
-            named = s.release["predicate"]["profile"]
+            named = release["predicate"]["profile"]
             if auditor is None:
                 # The pins were chosen from the unverified file: a key pinned for one profile must
                 # not sign a release that names another.
@@ -104,20 +108,23 @@ def _predicate_is_object(stmt: dict[str, Any], rec: str) -> None:
 
 
 def audit_statements(r: Rows, s: State) -> None:
-    s.statements = {}
+    statements: dict[str, dict[str, Any]] = {}
+    s.statements = statements
+    signer, trust_root, image = s.signer, s.trust_root, s.image
     for kind, predicate_type in attest.PREDICATES.items():
         suffix = s.suffix or signing.DSSE_SUFFIX
         path = attest.attestation_path(s.att_dir, kind, suffix)
         rec = f"attestations/{path.name}"
-        if s.signer is None:
+        # A verified release statement (the signer) was verified against the trust root.
+        if signer is None or trust_root is None:
             r.not_checked(f"{kind}/signature", rec, "the release statement did not verify")
             continue
 
         def verified(path: Path = path, rec: str = rec, pt: str = predicate_type) -> dict[str, Any]:
             if not path.is_file():
                 raise VerificationError(f"{rec} is missing", hint="every release signs it; the records are incomplete")
-            v = trust.verify(path.read_bytes(), s.trust_root, what=rec, att_dir=s.att_dir)
-            equal(f"{rec} is signed by another signer than the release statement", s.signer.signer, v.signer)
+            v = trust.verify(path.read_bytes(), trust_root, what=rec, att_dir=s.att_dir)
+            equal(f"{rec} is signed by another signer than the release statement", signer.signer, v.signer)
             stmt = attest.load_statement(v.payload, what=rec)
             equal(f"{rec}: predicateType", pt, stmt.get("predicateType"))
             _predicate_is_object(stmt, rec)
@@ -126,46 +133,52 @@ def audit_statements(r: Rows, s: State) -> None:
         stmt = r.run(f"{kind}/signature", rec, verified)
         if stmt is None:
             continue
-        s.statements[kind] = stmt
-        if s.image is not None:
-            r.run(f"{kind}/subject", rec, lambda stmt=stmt: equal(
-                "subject digest differs from the image in submission.json", s.image.digest, subject_digest(stmt)))
-    if s.signer is not None and s.cfg is not None and set(s.statements) == set(attest.PREDICATES):
-        r.run("readme", f"attestations/{attest.README_FILE}", lambda: _readme_matches(s))
+        statements[kind] = stmt
+        if image is not None:
+            r.run(f"{kind}/subject", rec, functools.partial(_subject_is, image, stmt))
+    if signer is not None and s.cfg is not None and set(statements) == set(attest.PREDICATES):
+        r.run("readme", f"attestations/{attest.README_FILE}",
+              lambda: _readme_matches(s, statements, signer, s.suffix or signing.DSSE_SUFFIX))
 
 
-def _readme_matches(s: State) -> None:
-    subj = s.statements["provenance"]["subject"][0]
-    files = [attest.AttestationFile(kind, attest.attestation_path(s.att_dir, kind, s.suffix), stmt["predicateType"],
+def _subject_is(image: attest.Subject, stmt: dict[str, Any]) -> None:
+    equal("subject digest differs from the image in submission.json", image.digest, subject_digest(stmt))
+
+
+def _readme_matches(s: State, statements: dict[str, dict[str, Any]], signer: trust.Verified, suffix: str) -> None:
+    subj = statements["provenance"]["subject"][0]
+    files = [attest.AttestationFile(kind, attest.attestation_path(s.att_dir, kind, suffix), stmt["predicateType"],
                                     sha256_bytes(canonical_json(stmt)))
-             for kind, stmt in s.statements.items()]
+             for kind, stmt in statements.items()]
     subject = attest.Subject(subj["name"], "sha256:" + subj["digest"]["sha256"])
-    if s.suffix == signing.DSSE_SUFFIX:
-        expected = attest.readme(subject, "key", files, signer_id=s.signer.signer.removeprefix("key "),
+    if suffix == signing.DSSE_SUFFIX:
+        expected = attest.readme(subject, "key", files, signer_id=signer.signer.removeprefix("key "),
                                  source_url=s.cfg.source_url)
     else:
-        san, _, issuer = s.signer.signer.partition(" (")
+        san, _, issuer = signer.signer.partition(" (")
         expected = attest.readme(subject, "sigstore", files, signer_id=san, issuer=issuer.rstrip(")"),
                                  source_url=s.cfg.source_url)
     equal(f"sha256 of attestations/{attest.README_FILE}", sha256_bytes(expected),
            sha256_file(s.att_dir / attest.README_FILE), hint="the README was edited; a release regenerates it")
 
 
-def _trusted_key(s: State):
-    if s.trust_root.key is not None:
-        return s.trust_root.key
+def _trusted_key(s: State, trust_root: trust.TrustRoot):
+    if trust_root.key is not None:
+        return trust_root.key
     return signing.load_published_key(s.att_dir)  # its keyid was checked against the pins already
 
 
 def audit_intoto(r: Rows, s: State, now: datetime | None) -> None:
     rec = f"attestations/{intoto_links.LAYOUT_FILE}"
-    if s.release is None or s.signer is None:
+    release, signer, trust_root = s.release, s.signer, s.trust_root
+    # A verified release statement (the signer) was verified against the trust root.
+    if release is None or signer is None or trust_root is None:
         r.not_checked("intoto/links", rec, "the release statement did not verify")
         return
-    key = _trusted_key(s) if s.suffix == signing.DSSE_SUFFIX else None
-    identity = None if key is not None else s.signer.signer.partition(" (")[0]
+    key = _trusted_key(s, trust_root) if s.suffix == signing.DSSE_SUFFIX else None
+    identity = None if key is not None else signer.signer.partition(" (")[0]
     note = r.run("intoto/links", rec, lambda: intoto_links.verify(
-        s.root, key=key, released_on=release_statement.released_on(s.release), now=now, identity=identity,
+        s.root, key=key, released_on=release_statement.released_on(release), now=now, identity=identity,
         suffix=s.suffix))
     if note is not None:
         r.run("intoto/expiry", rec, lambda: note, info=True)

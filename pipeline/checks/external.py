@@ -117,6 +117,9 @@ def registry_facts(image: str, task_id: str, client: RegistryClient | None = Non
     if isinstance(manifest, Index):
         fetched = client.get_manifest(ref.repository, manifest.select().digest)
         manifest = parse(fetched.raw, fetched.media_type)
+        if isinstance(manifest, Index):
+            raise ReleaseError(f"{image}: its index names another index, not an image manifest",
+                               expected="an image manifest (or an index of them)", actual=manifest.media_type)
     config = parse_config(client.get_blob_bytes(ref.repository, manifest.config.digest))
     missing = [d.digest for d in manifest.layers if not client.has_blob(ref.repository, d.digest)]
     layers = tuple((d.digest, d.size) for d in manifest.layers)

@@ -84,7 +84,7 @@ def verdicts(seen: Mapping[str, object], expected: Mapping[str, float]) -> dict[
         "limit-cpus": (_cpus(seen.get("cpu")), seen.get("cpu"), expected["cpus"]),
         "limit-workspace": (_number(seen.get("workspace")), seen.get("workspace"), expected["workspace_bytes"]),
     }
-    result = {}
+    result: dict[str, tuple[bool, object]] = {}
     for name, (value, raw, want) in found.items():
         if value is None:
             result[name] = (False, f"not in force as seen from the container ({seen.get('cgroup')}): {raw}")

@@ -19,9 +19,9 @@ def docker_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 def docker_engine(args: argparse.Namespace) -> int:
     if args.action == "start":
-        state = dockerd.start(args.dir, keep=True)
-        print(f"docker engine {state.version} running at {state.host} (pid {state.pid}, containerd pid "
-              f"{state.containerd_pid}, containerd namespace {state.namespace}); it stays up until "
+        started = dockerd.start(args.dir, keep=True)
+        print(f"docker engine {started.version} running at {started.host} (pid {started.pid}, containerd pid "
+              f"{started.containerd_pid}, containerd namespace {started.namespace}); it stays up until "
               "`docker-engine stop`")
         return 0
     if args.action == "stop":

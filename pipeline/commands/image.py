@@ -55,7 +55,8 @@ def base(args: argparse.Namespace) -> int:
         client = RegistryClient(args.registry, credentials=Credentials.from_env(args.registry))
     else:
         client = localregistry.endpoint().client()
-    record, what = basestage.ensure(client, spec=spec, force=args.force, use_cache=not args.no_cache)
+    ensured = basestage.ensure(client, basestage.BaseInputs(spec=spec, force=args.force, use_cache=not args.no_cache))
+    record, what = ensured.record, ensured.what
     if what == "up to date":
         print(f"base is up to date: {record.reference}")
     else:

@@ -88,13 +88,13 @@ def attest(args: argparse.Namespace) -> int:
     checks = results_mod.load(args.checks) if args.checks.is_file() else None
     subject = attest_mod.Subject.from_image_ref(args.image)
     files = attest_mod.write_attestations(
-        cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters,
-        lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
-        sbom_bytes=args.sbom.read_bytes(), checks=checks,
-        checks_bytes=args.checks.read_bytes() if checks is not None else None,
-        signer=signer, out_dir=args.out, started=started, finished=datetime.now(UTC),
-        invocation_id=os.environ.get("GITHUB_RUN_ID"),
-    )
+        cfg,
+        attest_mod.Evidence(subject, prov, lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
+                            sbom_bytes=args.sbom.read_bytes(), checks=checks,
+                            checks_bytes=args.checks.read_bytes() if checks is not None else None),
+        attest_mod.Invocation(rp.parameters, started=started, finished=datetime.now(UTC),
+                              invocation_id=os.environ.get("GITHUB_RUN_ID")),
+        signer=signer, out_dir=args.out)
     attest_mod.write_readme(args.out, subject, signer, files, source_url=cfg.source_url)
     for f in files:
         say(f"attest: {f.path} ({f.predicate_type})")

@@ -18,9 +18,9 @@ def registry_arguments(p: argparse.ArgumentParser) -> None:
 def registry(args: argparse.Namespace) -> int:
     root = args.dir
     if args.action == "start":
-        state = local.start(root)
-        print(f"registry running at {state.address} (storage {state.storage})")
-        print(f"push user {state.user!r}, password in {state.password_file}")
+        started = local.start(root)
+        print(f"registry running at {started.address} (storage {started.storage})")
+        print(f"push user {started.user!r}, password in {started.password_file}")
         return 0
     if args.action == "stop":
         print("registry stopped" if local.stop(root) else "registry was not running")

@@ -9,8 +9,6 @@ from pathlib import Path
 from pipeline import config as config_mod
 from pipeline import plan
 from pipeline import release as release_mod
-from pipeline.errors import ReleaseError
-from pipeline.progress import say
 
 
 def release_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,18 +28,11 @@ def release_arguments(p: argparse.ArgumentParser) -> None:
 def release(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     rp = plan.resolve(cfg, args.profile, signing_kind=args.signing)
-    try:
-        outcome = release_mod.release(
-            cfg, rp, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
-            parallel=args.parallel,
-            command=("python", "-m", "pipeline", "release", *args.argv))
-    except ReleaseError as exc:
-        if getattr(exc, "records_installed", False):
-            say(f"release stopped after it wrote its records ({', '.join(release_mod.RECORDS)}); they are "
-                "in place but not released: fix the cause, then release again")
-        else:
-            say(f"release stopped; the previous records are untouched ({', '.join(release_mod.RECORDS)})")
-        raise
+    # A failed release says itself whether its records were installed; the CLI prints the error.
+    outcome = release_mod.release(
+        cfg, rp, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
+        parallel=args.parallel,
+        command=("python", "-m", "pipeline", "release", *args.argv))
     print(f"released {outcome.image}")
     for path in outcome.records:
         print(f"  wrote {path.relative_to(args.repo.resolve())}")

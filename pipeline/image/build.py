@@ -37,8 +37,11 @@ class Base(Protocol):
     way to read it (registry/basesource.py's BaseSource reads a registry or a layout).
     The build never finds a registry itself."""
 
-    name: str
-    digest: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def digest(self) -> str: ...
 
     def read(self, layout: Layout) -> BaseImage:
         """The base's manifest and config, its layer blobs linked into `layout`."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -77,7 +78,7 @@ def _dirs_for(paths: list[str], stop: str) -> list[FileEntry]:
             for d in parents_of(paths)]
 
 
-def _files(root: Path, dest: str, *, exclude: set[str] = frozenset()) -> list[FileEntry]:
+def _files(root: Path, dest: str, *, exclude: AbstractSet[str] = frozenset()) -> list[FileEntry]:
     """Code files under `root` (sorted walk, no caches), placed under `dest`; `exclude`
     names directories and files relative to `root`."""
     found: list[FileEntry] = []

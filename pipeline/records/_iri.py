@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import sys
 import types
+from collections.abc import Callable
 from functools import cache
 
 MODULE = "rfc3987_syntax"
@@ -35,6 +36,8 @@ def is_valid_syntax(term: str, value: str) -> bool:
 
 class _Deferred(types.ModuleType):
     """Stands in for rfc3987_syntax until its check is first called."""
+
+    is_valid_syntax: Callable[[str, str], bool]
 
 
 def defer_iri_grammar() -> None:

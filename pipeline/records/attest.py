@@ -334,11 +334,32 @@ def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[Attest
     return out
 
 
-def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Provenance,
-                       parameters: Mapping[str, Any], lock_text: str,
-                       sbom_bytes: bytes, checks: SuiteResult | None, checks_bytes: bytes | None,
-                       signer, out_dir: Path = DEFAULT_DIR, started: datetime, finished: datetime,
-                       invocation_id: str | None = None) -> list[AttestationFile]:
+@dataclass(frozen=True)
+class Evidence:
+    """What the three statements say about their subject: provenance.json's record, the wheel
+    lock it names, the SBOM and, once the suite ran, its results (checks.json's bytes)."""
+
+    subject: Subject
+    provenance: Provenance
+    lock_text: str
+    sbom_bytes: bytes
+    checks: SuiteResult | None = None
+    checks_bytes: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The run that made the image, as the SLSA provenance records it: the released profile's
+    release.toml table, when it started and finished, and its id (default: a new UUID)."""
+
+    parameters: Mapping[str, Any]
+    started: datetime
+    finished: datetime
+    invocation_id: str | None = None
+
+
+def write_attestations(cfg: ReleaseConfig, evidence: Evidence, invocation: Invocation, *, signer,
+                       out_dir: Path = DEFAULT_DIR) -> list[AttestationFile]:
     """Sign the three statements (checks only when results exist) into `out_dir`.
 
     The SBOM and the check results are written next to them so that the audit can
@@ -346,18 +367,19 @@ def write_attestations(*, cfg: ReleaseConfig, subject: Subject, provenance: Prov
     """
     out_dir = Path(out_dir)
     predicates: dict[str, Mapping[str, Any]] = {
-        "provenance": provenance_predicate(cfg, provenance, parameters=parameters, lock_text=lock_text,
-                                           signing=signer.kind, started=started, finished=finished,
-                                           invocation_id=invocation_id or str(uuid.uuid4())),
-        "sbom": json.loads(sbom_bytes),
+        "provenance": provenance_predicate(cfg, evidence.provenance, parameters=invocation.parameters,
+                                           lock_text=evidence.lock_text, signing=signer.kind,
+                                           started=invocation.started, finished=invocation.finished,
+                                           invocation_id=invocation.invocation_id or str(uuid.uuid4())),
+        "sbom": json.loads(evidence.sbom_bytes),
     }
-    write_atomic(out_dir / SBOM_FILE, sbom_bytes)
-    if checks is not None and checks_bytes is not None:
-        predicates["checks"] = checks_predicate(checks, checks_sha256=sha256_bytes(checks_bytes))
-        write_atomic(out_dir / CHECKS_FILE, checks_bytes)
+    write_atomic(out_dir / SBOM_FILE, evidence.sbom_bytes)
+    if evidence.checks is not None and evidence.checks_bytes is not None:
+        predicates["checks"] = checks_predicate(evidence.checks, checks_sha256=sha256_bytes(evidence.checks_bytes))
+        write_atomic(out_dir / CHECKS_FILE, evidence.checks_bytes)
     written = []
     for kind, predicate in predicates.items():
-        stmt = statement(subject, PREDICATES[kind], predicate)
+        stmt = statement(evidence.subject, PREDICATES[kind], predicate)
         path = attestation_path(out_dir, kind, signer.suffix)
         write_atomic(path, signer.sign(stmt))
         written.append(AttestationFile(kind, path, PREDICATES[kind], sha256_bytes(stmt)))

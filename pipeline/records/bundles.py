@@ -129,7 +129,7 @@ def of_records(att_dir: Path, suffix: str) -> list[Attestation]:
     return out
 
 
-def annotations(predicate: str) -> dict[str, str]:
+def referrer_annotations(predicate: str) -> dict[str, str]:
     """The referrer manifest's annotations of a DSSE bundle of `predicate`."""
     return {CONTENT: DSSE_CONTENT, PREDICATE_TYPE: predicate}
 
@@ -151,7 +151,7 @@ def attach_one(client, repository: str, image_digest: str, att: Attestation):
     from pipeline.registry import referrers
 
     return referrers.push_referrer(client, repository, image_digest, artifact_type=MEDIA_TYPE, payload=att.bundle,
-                                   media_type=MEDIA_TYPE, annotations=annotations(att.predicate_type))
+                                   media_type=MEDIA_TYPE, annotations=referrer_annotations(att.predicate_type))
 
 
 def attach(client, repository: str, image_digest: str, att_dir: Path, *, suffix: str) -> list:

@@ -171,17 +171,18 @@ def _resolved(image: str, resolve: Resolver) -> Outcome:
     return Outcome("image_resolved", image, PASS)
 
 
-def _size_of(image: str, sizes: Sizes | None) -> ImageSize | None:
+def _size_of(image: str | None, sizes: Sizes | None) -> ImageSize | None:
     return next((s for s in sizes.images if s.image == image), None) if sizes else None
 
 
 def _image_sizes(images: Sequence[str], sizes: Sizes | None) -> Outcome:
     if sizes is None:
         return Outcome("image_sizes", "", NOT_CHECKED, "no sizes recorded (provenance.json)")
-    missing = [i for i in images if _size_of(i, sizes) is None]
+    found = [(i, _size_of(i, sizes)) for i in images]
+    missing = [i for i, size in found if size is None]
     if missing:
         return Outcome("image_sizes", "", FAIL, f"no size recorded for {', '.join(missing)}")
-    unmeasured = [i for i in images if not _size_of(i, sizes).measured]
+    unmeasured = [i for i, size in found if size is not None and not size.measured]
     if unmeasured:
         return Outcome("image_sizes", "", NOT_CHECKED,
                        f"manifest not read for {', '.join(unmeasured)} (only the size release.toml declares)")

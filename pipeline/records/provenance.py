@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from pipeline.config import BUDGET_FIELDS, Budgets
 from pipeline.errors import ConfigError, ReleaseError, SourceError
 from pipeline.image import base as base_lock
 from pipeline.image.base import BaseRecord
+from pipeline.image.build import BuildRecord
 from pipeline.image.imageconfig import ImageConfigValues
 from pipeline.image.layerdiff import AppLayer
 from pipeline.image.oci.layer import zlib_version
@@ -184,6 +186,14 @@ class Image:
         return data
 
     @classmethod
+    def of_build(cls, name: str, record: BuildRecord) -> Image:
+        """The image a build stage made (`name`: the repository it is released under)."""
+        return cls(name=name, digest=record.manifest_digest, media_type=record.media_type,
+                   config_digest=record.config_digest, compressed_size=record.compressed_size,
+                   layer_count=len(record.base_layers) + len(record.app_layers),
+                   app_layers=record.app_layers, config=record.config)
+
+    @classmethod
     def from_json(cls, data: Any) -> Image:
         data = {"config": None, **data} if isinstance(data, dict) else data
         fields = dict(_build(cls, data, "image").__dict__)
@@ -237,7 +247,7 @@ class Provenance:
     runtimes: tuple[dict[str, Any], ...] | None = None
 
 
-def budgets_record(budgets: dict[str, Budgets]) -> dict[str, dict[str, Any]]:
+def budgets_record(budgets: Mapping[str, Budgets]) -> dict[str, dict[str, Any]]:
     """release.toml's [budgets.*] tables as provenance.json records them."""
     return {kind: {"split": b.split, **{k: b.values[k] for k in BUDGET_FIELDS}} for kind, b in sorted(budgets.items())}
 
@@ -308,20 +318,16 @@ def builder() -> Builder:
 
 
 def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
-             external: tuple[ExternalRecord, ...], inputs: ImageInputs, allow_dirty: bool = False,
-             image: Image | None = None, dataset: DatasetPublication | None = None,
-             tasks: tuple[TaskRecord, ...] = (), sizes: Sizes | None = None,
-             budgets: dict[str, Budgets] | None = None,
-             runtimes: Sequence[dict[str, Any]] | None = None) -> Provenance:
-    """Collect the provenance of a release made from `repo_dir` with the profile named `profile`
-    (`inputs`: pipeline.inputs' image-input commit of that profile)."""
+             external: tuple[ExternalRecord, ...], inputs: ImageInputs, allow_dirty: bool = False) -> Provenance:
+    """What went into a release made from `repo_dir` with the profile named `profile` (`inputs`:
+    pipeline.inputs' image-input commit of that profile). What the release made (the image, the
+    tasks' verification, sizes, budgets, runtimes, the dataset) each stage adds to the record
+    with `dataclasses.replace`, so a new field touches only the stage that makes it."""
     return Provenance(
         schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(inputs),
         project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
         wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external), image=image, image_inputs=inputs, dataset=dataset, tasks=tuple(tasks),
-        sizes=sizes, budgets=budgets_record(budgets) if budgets is not None else None,
-        runtimes=tuple(runtimes) if runtimes is not None else None,
+        external=tuple(external), image_inputs=inputs,
     )
 
 
@@ -345,7 +351,7 @@ def write(path: Path, record: Provenance) -> None:
 def _build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where} is not an object", actual=type(data).__name__)
-    names = list(cls.__dataclass_fields__)
+    names = [f.name for f in dataclass_fields(cls)]
     if sorted(data) != sorted(names):
         raise ConfigError(f"{where} has unexpected fields", expected=sorted(names),
                           actual=sorted(data))

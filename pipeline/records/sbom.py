@@ -129,13 +129,14 @@ def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = 
         record = view.files.get(location + "/RECORD", b"")
         name = meta.get("Name", "").strip()
         lic = sbom_licenses.python_license(meta)
-        for rel in sbom_licenses.license_files(meta) if lic is None and reviewed is not None else ():
-            text = view.files.get(f"{location}/{rel}")
-            if text is not None:
-                lic = reviewed.licence("pypi", canonicalize_name(name), text, where=f"/{location}/{rel}",
-                                       changed=changed)
-            if lic is not None:
-                break
+        if lic is None and reviewed is not None:
+            for rel in sbom_licenses.license_files(meta):
+                text = view.files.get(f"{location}/{rel}")
+                if text is not None:
+                    lic = reviewed.licence("pypi", canonicalize_name(name), text, where=f"/{location}/{rel}",
+                                           changed=changed)
+                if lic is not None:
+                    break
         dists.append(PyDist(
             name=name, version=meta.get("Version", "").strip(),
             location="/" + location, record_sha256=sha256_bytes(record), license=lic,
@@ -289,6 +290,7 @@ def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, ep
     for f in app_files(view, app_dir):
         src = _vendored_source(f.path, app_dir, sources)
         props = [Property(name="arena:size", value=str(f.size))]
+        lic: str | None
         if src is not None:
             props += [Property(name="arena:source", value=src.name),
                       Property(name="arena:source-repository", value=src.repository),

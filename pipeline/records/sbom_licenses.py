@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from email.message import Message
 from functools import cache
 from pathlib import Path
+from typing import cast
 
 from packaging.utils import canonicalize_name
 
@@ -125,9 +126,10 @@ def debian_licenses(data: bytes) -> tuple[str, ...]:
     except (dep5.Error, ValueError):
         return ()
     found: list[str] = []
-    paragraphs = [parsed.header, *parsed.all_files_paragraphs()]
+    paragraphs: list[dep5.Header | dep5.FilesParagraph] = [parsed.header, *parsed.all_files_paragraphs()]
     for paragraph in paragraphs:
-        lic = paragraph.license
+        # python-debian declares its fields as RestrictedField descriptors, without their value type.
+        lic = cast("dep5.License | None", paragraph.license)
         synopsis = (lic.synopsis or "").strip() if lic is not None else ""
         if synopsis and synopsis not in found:
             found.append(synopsis)

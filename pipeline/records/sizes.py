@@ -118,7 +118,7 @@ def platform_total(images: Sequence[ImageDescriptors]) -> int | None:
     """The platform's figure for a release; None unless every manifest was read."""
     if not images or not all(img.measured for img in images):
         return None
-    return _once((b.digest, b) for img in images for b in (img.config, *img.layers))
+    return _once((b.digest, b) for img in images for b in (img.config, *img.layers) if b is not None)
 
 
 def measure(images: Sequence[ImageDescriptors]) -> Sizes:

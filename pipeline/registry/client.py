@@ -118,6 +118,11 @@ def is_loopback(registry: str) -> bool:
     return host in LOOPBACK
 
 
+def _constant(data: bytes) -> Callable[[], bytes]:
+    """A request body of `data`, the same bytes each time it is asked (a retry sends it again)."""
+    return lambda: data
+
+
 class RegistryClient:
     """One registry host. `credentials` are only needed to write (or for private reads)."""
 
@@ -223,7 +228,7 @@ class RegistryClient:
                 self._sleep(attempt, f"{type(exc).__name__}")
                 continue
             finally:
-                if hasattr(body, "close"):
+                if body is not None and hasattr(body, "close"):
                     body.close()
             if resp.status_code == 401 and auth_rounds < 2 and self._authenticate(resp, scope):
                 auth_rounds += 1
@@ -489,7 +494,7 @@ class RegistryClient:
             while offset < size:
                 chunk = f.read(self.chunk_size)
                 end = offset + len(chunk) - 1
-                resp = self._request("PATCH", location, scope=scope, data=lambda c=chunk: c,
+                resp = self._request("PATCH", location, scope=scope, data=_constant(chunk),
                                      retry=False, ok=(202,), headers={
                                          "Content-Type": "application/octet-stream",
                                          "Content-Range": f"{offset}-{end}",

@@ -130,8 +130,8 @@ def list_referrers(client: RegistryClient, repository: str, subject_digest: str)
                           where=f"the referrers of {client.registry}/{repository}@{subject_digest}")
         return Listing(subject_digest, API, index.manifests)
     tag = fallback_tag(subject_digest)
-    index = _tag_index(client, repository, subject_digest)
-    return Listing(subject_digest, f"tag {tag}", index.manifests if index else ())
+    tagged = _tag_index(client, repository, subject_digest)
+    return Listing(subject_digest, f"tag {tag}", tagged.manifests if tagged else ())
 
 
 def fetch_referrer(client: RegistryClient, repository: str, descriptor: Descriptor, subject_digest: str, *,

@@ -120,7 +120,8 @@ def parse_lock(text: str, *, where: str = LOCK_FILE) -> Lock:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where} is not TOML: {exc}", hint=f"regenerate it: {REGENERATE}") from None
-    packages, groups = [], {}
+    packages: list[LockedPackage] = []
+    groups: dict[str, tuple[str, ...]] = {}
     for entry in data.get("package", []):
         name, version = canonicalize_name(entry["name"]), str(entry.get("version", ""))
         files = [LockedFile(_filename(w["url"]), _sha256(w["hash"], f"{where} {name} {version}"))

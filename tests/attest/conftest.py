@@ -477,9 +477,10 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     with links.step("attest"):
         provenance.write(root / "provenance.json", prov)
         files = attest.write_attestations(
-            cfg=cfg, subject=subject, provenance=prov, parameters=rp.parameters, lock_text=LOCK_TEXT,
-            sbom_bytes=sbom_bytes, checks=checks, checks_bytes=checks_bytes, signer=signer, out_dir=att,
-            started=t, finished=t, invocation_id="test-run")
+            cfg, attest.Evidence(subject, prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes, checks=checks,
+                                 checks_bytes=checks_bytes),
+            attest.Invocation(rp.parameters, started=t, finished=t, invocation_id="test-run"),
+            signer=signer, out_dir=att)
     with links.step("submission"):
         submission.write_submission(root / "submission.json", sub)
     links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)

@@ -45,7 +45,7 @@ def flip_payload_byte(bundle: bytes, at: int = 40) -> bytes:
 
 def _push_bundle(client, repo, digest, bundle: bytes, predicate: str):
     return referrers.push_referrer(client, repo, digest, artifact_type=bundles.MEDIA_TYPE, payload=bundle,
-                                   media_type=bundles.MEDIA_TYPE, annotations=bundles.annotations(predicate))
+                                   media_type=bundles.MEDIA_TYPE, annotations=bundles.referrer_annotations(predicate))
 
 
 def self_check(rec, client=None, repo=None):

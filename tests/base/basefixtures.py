@@ -106,8 +106,8 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
         # file churn made mmdebstrap several times slower on CI's ext4 while every test that
         # needs the base waited for it.
         with tempfile.TemporaryDirectory(prefix="base-rootfs-") as rootfs:
-            record, _ = basestage.ensure(registry_client(local_registry), record_path=record_path,
-                                         state_dir=TEST_STATE, rootfs_cache=Path(rootfs))
+            record = basestage.ensure(registry_client(local_registry), basestage.BaseInputs(
+                record_path=record_path, state_dir=TEST_STATE, rootfs_cache=Path(rootfs))).record
         cached.write_bytes(record_path.read_bytes())
         if committed is not None:
             rebuilt_lock.write_text(json.dumps({"committed": committed, "after": record_path.read_text()}))

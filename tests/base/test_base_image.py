@@ -156,9 +156,9 @@ def test_layers_keep_real_owners_and_clamp_mtimes(base_image):
 def test_rerun_with_the_digest_in_the_registry_does_nothing(base_image, local_registry, tmp_path):
     record_path = tmp_path / "base.json"
     base.write_record(base_image, record_path)
-    record, what = basestage.ensure(registry_client(local_registry), record_path=record_path,
-                               state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs")
-    assert (what, record) == ("up to date", base_image)
+    ensured = basestage.ensure(registry_client(local_registry), basestage.BaseInputs(
+        record_path=record_path, state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs"))
+    assert (ensured.what, ensured.record) == ("up to date", base_image)
 
 
 def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, tmp_path):
@@ -167,9 +167,10 @@ def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, t
     fresh = localregistry.start(tmp_path / "registry")
     try:
         client = registry_client(fresh)
-        record, what = basestage.ensure(client, record_path=record_path, state_dir=TEST_STATE,
-                                   rootfs_cache=base.STATE_DIR / "rootfs")
-        assert what == "re-pushed"
+        ensured = basestage.ensure(client, basestage.BaseInputs(record_path=record_path, state_dir=TEST_STATE,
+                                                                rootfs_cache=base.STATE_DIR / "rootfs"))
+        record = ensured.record
+        assert ensured.what == "re-pushed"
         assert record.digest == base_image.digest
         # the record does not depend on the registry's address: nothing to rewrite
         assert record == base_image and record.name == base.REPOSITORY

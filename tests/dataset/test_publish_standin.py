@@ -154,8 +154,7 @@ def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(
     prov = replace(provenance.load(records.root / "provenance.json"), dataset=None)
     sub = submission.load(records.root / "submission.json")
     folder = tmp_path / "staged-dataset"
-    pub = release._dataset_task_files(cfg, rp, folder, repo=records.root, prov=prov, sub=sub, vendored=prov.sources,
-                                      vendor_dir=records.root / "vendor", hf_token=hub_standin.token)
+    pub = release._dataset_task_files(cfg, rp, prov, sub, folder, repo=records.root, hf_token=hub_standin.token)
     assert pub.published and pub.repository == REPO and pub.files_read_back == 5
     assert hub_standin.commits(REPO)[-1].oid == pub.revision
     published = hub_standin.files_at(REPO, pub.revision)

@@ -9,6 +9,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline import config, plan
@@ -90,13 +91,9 @@ def make_records(clone: Path, registry: str, *, credentials: Credentials | None 
     record = build.build(cfg, repo=clone, base=source, repository=rp.target.image_name,
                          tag=rp.target.tag, source_revision=inputs.commit, source_date_epoch=sde,
                          vendored=vendored, out=clone / "dist")
-    image = provenance.Image(
-        name=rp.target.image_name, digest=record.manifest_digest, media_type=record.media_type,
-        config_digest=record.config_digest, compressed_size=record.compressed_size,
-        layer_count=len(record.base_layers) + len(record.app_layers),
-        app_layers=record.app_layers, config=record.config)
-    prov = provenance.assemble(clone, rp.profile, base=provenance.Base(source.name, source.digest),
-                               sources=(), external=(), inputs=inputs, image=image)
+    prov = replace(provenance.assemble(clone, rp.profile, base=provenance.Base(source.name, source.digest),
+                                       sources=(), external=(), inputs=inputs),
+                   image=provenance.Image.of_build(rp.target.image_name, record))
     provenance.write(clone / "provenance.json", prov)
     if push:
         client = RegistryClient(registry, credentials=credentials)

@@ -26,14 +26,14 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
             rejected[clip["id"]] = sorted(codes)
         else:
             kept.append((clip, duration.numerator))
-    timeline = []
-    for i, (clip, duration) in enumerate(kept):
+    timeline: list[dict[str, Any]] = []
+    for i, (clip, frames) in enumerate(kept):
         cursor = timeline[-1]["end"] if timeline else 0
         gap = clip["gap_before"]
         overlap = 0 if gap > 0 or i == 0 else min(clip["overlap"], delivery["max_overlap"], kept[i - 1][1] - 1,
-                                                  duration - 1)
+                                                  frames - 1)
         start = cursor + gap - overlap
-        timeline.append({"id": clip["id"], "start": start, "end": start + duration})
+        timeline.append({"id": clip["id"], "start": start, "end": start + frames})
     total = timeline[-1]["end"] if timeline else 0
     return {
         "rejected": rejected,

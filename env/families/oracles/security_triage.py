@@ -17,7 +17,9 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         "untrusted_zone": lambda u, e: e["sensitivity"] != "public" and e["zone"] not in policy["trusted_zones"],
         "expired": lambda u, e: e["time"] >= e["expires"],
     }
-    allowed, denied, tally = [], {}, {}
+    allowed: list[str] = []
+    denied: dict[str, list[str]] = {}
+    tally: dict[str, int] = {}
     for event in files["events.json"]:
         user = users[event["user"]]
         codes = sorted(code for code, failed in checks.items() if failed(user, event))

@@ -65,7 +65,9 @@ def _strip_docstrings(source: str) -> str:
         body = getattr(node, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
+            del body[0]  # node.body itself: ast.AST declares no `body`, its subclasses each do
+            if not body:
+                body.append(ast.Pass())
     return ast.unparse(tree) + "\n"
 
 
