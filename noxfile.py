@@ -18,10 +18,13 @@ nox.needs_version = ">=2024.3.2"
 # `_install`, saying what to install.
 # The uv pin is pyproject.toml's (tool.openenv-arena.bootstrap, tests/test_bootstrap_pins.py).
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyproject.toml"), "rb") as _pyproject:
-    UV_PIN = next(spec for spec in tomllib.load(_pyproject)["tool"]["openenv-arena"]["bootstrap"]
-                  if spec.startswith("uv=="))
-UV_MISSING = (f"uv is not installed; install it beside nox (`python3 -m pip install {UV_PIN}`, "
-              "README, Set-up), then run nox again")
+    UV_PIN = next(
+        spec for spec in tomllib.load(_pyproject)["tool"]["openenv-arena"]["bootstrap"] if spec.startswith("uv==")
+    )
+UV_MISSING = (
+    f"uv is not installed; install it beside nox (`python3 -m pip install {UV_PIN}`, "
+    "README, Set-up), then run nox again"
+)
 nox.options.default_venv_backend = "uv" if nox.virtualenv.HAS_UV else "none"
 # uv checks TLS against this machine's trust store, as pip does (a proxy's CA may be there).
 os.environ.setdefault("UV_NATIVE_TLS", "1")
@@ -62,8 +65,7 @@ def _install(session: nox.Session, *groups: str, bytecode: bool = False) -> None
     # wheels of the same versions as allowed too, and pick another build than the image's.
     session.install("--no-deps", "--require-hashes", "-r", RUNTIME_LOCK, env=env)
     if groups:
-        session.install("--no-deps", "--require-hashes", *(a for g in groups for a in ("-r", _group_lock(g))),
-                        env=env)
+        session.install("--no-deps", "--require-hashes", *(a for g in groups for a in ("-r", _group_lock(g))), env=env)
 
 
 def _uv_env() -> dict[str, str]:
@@ -82,8 +84,16 @@ INTERRUPT_TIMEOUT_S = 120
 
 
 def _pipeline(session: nox.Session, command: str, *args: str) -> None:
-    session.run("python", "-m", "pipeline", command, *args, *session.posargs, env=_uv_env(),
-                interrupt_timeout=INTERRUPT_TIMEOUT_S)
+    session.run(
+        "python",
+        "-m",
+        "pipeline",
+        command,
+        *args,
+        *session.posargs,
+        env=_uv_env(),
+        interrupt_timeout=INTERRUPT_TIMEOUT_S,
+    )
 
 
 # The suite makes and removes hundreds of thousands of files (clones, virtualenvs, rootfs
@@ -156,46 +166,121 @@ def _command_session(name: str, doc: str, *, host_tools: bool, tags: tuple[str, 
 # One session per pipeline command (pipeline/cli.py lists them all):
 # name, needs host tools (podman, registry, nginx, mmdebstrap, diffoscope), tags, what it does.
 for _name, _host_tools, _tags, _doc in (
-    ("serve", False, (), "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
-                         "(-- --port N; -- --engine docker: the private Docker engine; -- --host-mode: on "
-                         "this host, changing it)."),
-    ("registry", True, ("release",), "Start, stop or show the local loopback registry: "
-                                     "nox -s registry -- start|stop|status."),
-    ("docker-engine", False, ("release",), "Start, stop or show the pipeline's private Docker engine "
-                                           "(a socket of its own under .release/docker): "
-                                           "nox -s docker-engine -- start|stop|status."),
-    ("lock", False, ("release",), "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
-                                  "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
-                                  "locks/runtime.in."),
-    ("lock-toolchain", False, (), "Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's "
-                                            "dependency groups, and each group's hashed export locks/<group>.txt "
-                                            "(-- --check: fail if either is stale)."),
-    ("base", True, ("release",), "Build the local base image (mmdebstrap + slim runtime), push it, pin it "
-                                 "in locks/base.json."),
-    ("vendor", False, ("release",), "Fetch and verify the pinned upstream sources into vendor/ "
-                                    "(-- --profile P --mirror DIR)."),
-    ("build", True, ("release",), "Build the derived image daemonlessly from the base digest; push it to "
-                                  "the registry."),
-    ("verify", True, ("release",), "Pull an image anonymously by digest and run the whole check suite "
-                                   "under podman and the private Docker engine: -- <name@digest> [--shard I/N]."),
-    ("repair-checks", True, ("release",), "Repair-check any MiMo repair image: -- <name@digest> --task TASK_ID "
-                                          "--reference SCRIPT [--out FILE.json]."),
-    ("checks", False, ("release", "ci"), "The suite against running servers (-- --url URL [--shard I/N]), "
-                                         "or -- merge SHARD.json..."),
-    ("release", True, ("release",), "The whole release: vendor, build, SBOM, attest, sign, push, pull back, "
-                                    "verify, records."),
+    (
+        "serve",
+        False,
+        (),
+        "Serve the last build's image (from dist/oci) in a container on 127.0.0.1:8000 "
+        "(-- --port N; -- --engine docker: the private Docker engine; -- --host-mode: on "
+        "this host, changing it).",
+    ),
+    (
+        "registry",
+        True,
+        ("release",),
+        "Start, stop or show the local loopback registry: nox -s registry -- start|stop|status.",
+    ),
+    (
+        "docker-engine",
+        False,
+        ("release",),
+        "Start, stop or show the pipeline's private Docker engine "
+        "(a socket of its own under .release/docker): "
+        "nox -s docker-engine -- start|stop|status.",
+    ),
+    (
+        "lock",
+        False,
+        ("release",),
+        "Regenerate the hash-pinned runtime wheel locks (locks/runtime.txt, and "
+        "locks/runtime-cp312.txt for the arena base's CPython 3.12) from "
+        "locks/runtime.in.",
+    ),
+    (
+        "lock-toolchain",
+        False,
+        (),
+        "Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's "
+        "dependency groups, and each group's hashed export locks/<group>.txt "
+        "(-- --check: fail if either is stale).",
+    ),
+    (
+        "base",
+        True,
+        ("release",),
+        "Build the local base image (mmdebstrap + slim runtime), push it, pin it in locks/base.json.",
+    ),
+    (
+        "vendor",
+        False,
+        ("release",),
+        "Fetch and verify the pinned upstream sources into vendor/ (-- --profile P --mirror DIR).",
+    ),
+    (
+        "build",
+        True,
+        ("release",),
+        "Build the derived image daemonlessly from the base digest; push it to the registry.",
+    ),
+    (
+        "verify",
+        True,
+        ("release",),
+        "Pull an image anonymously by digest and run the whole check suite "
+        "under podman and the private Docker engine: -- <name@digest> [--shard I/N].",
+    ),
+    (
+        "repair-checks",
+        True,
+        ("release",),
+        "Repair-check any MiMo repair image: -- <name@digest> --task TASK_ID --reference SCRIPT [--out FILE.json].",
+    ),
+    (
+        "checks",
+        False,
+        ("release", "ci"),
+        "The suite against running servers (-- --url URL [--shard I/N]), or -- merge SHARD.json...",
+    ),
+    (
+        "release",
+        True,
+        ("release",),
+        "The whole release: vendor, build, SBOM, attest, sign, push, pull back, verify, records.",
+    ),
     # mmdebstrap rebuilds the base when no registry serves it; diffoscope explains a mismatch.
-    ("reproduce", True, ("release", "ci"), "Rebuild the commit provenance.json records (base from a registry "
-                                           "or from its lock) and compare the whole image digest, explaining "
-                                           "any difference."),
-    ("audit", False, ("release", "ci"), "Verify the committed release records offline: signatures, subjects, "
-                                        "SBOM, pins."),
-    ("key", False, ("release",), "Show the release key's keyid and its trust.toml pin (creating the key if "
-                                 "missing); -- --public prints its public key for auditors."),
-    ("diff", False, ("release", "ci"), "What changed between two releases: -- OLD NEW, each a records "
-                                       "directory or a git revision [--json] [--allow]."),
-    ("preflight", False, ("release", "ci"), "The platform's admission checks by name on a request: "
-                                            "-- [FILE] (default submission.json) [--strict]."),
+    (
+        "reproduce",
+        True,
+        ("release", "ci"),
+        "Rebuild the commit provenance.json records (base from a registry "
+        "or from its lock) and compare the whole image digest, explaining "
+        "any difference.",
+    ),
+    (
+        "audit",
+        False,
+        ("release", "ci"),
+        "Verify the committed release records offline: signatures, subjects, SBOM, pins.",
+    ),
+    (
+        "key",
+        False,
+        ("release",),
+        "Show the release key's keyid and its trust.toml pin (creating the key if "
+        "missing); -- --public prints its public key for auditors.",
+    ),
+    (
+        "diff",
+        False,
+        ("release", "ci"),
+        "What changed between two releases: -- OLD NEW, each a records directory or a git revision [--json] [--allow].",
+    ),
+    (
+        "preflight",
+        False,
+        ("release", "ci"),
+        "The platform's admission checks by name on a request: -- [FILE] (default submission.json) [--strict].",
+    ),
 ):
     _command_session(_name, _doc, host_tools=_host_tools, tags=_tags)
 
@@ -217,17 +302,24 @@ def env312(session: nox.Session) -> None:
     locks/runtime-cp312.txt: the derived arena image runs its server there. The host-mode
     test is left out: it drives the pipeline (`python -m pipeline serve`), not the env."""
     if not os.path.isfile(PYTHON312):
-        session.skip(f"no CPython 3.12 at {PYTHON312}: set RELEASE_PYTHON312_HOME to a CPython 3.12 build "
-                     "(README, Set-up)")
+        session.skip(
+            f"no CPython 3.12 at {PYTHON312}: set RELEASE_PYTHON312_HOME to a CPython 3.12 build (README, Set-up)"
+        )
     venv = os.path.join(".nox", "env312")
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
         session.run(PYTHON312, "-m", "venv", venv, external=True)
     pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
-    session.run(*pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, "-r", _group_lock("pytest"),
-                external=True)
-    session.run(python, "-m", "pytest", *(session.posargs or [
-        "-q", "tests/env", "--ignore", "tests/env/test_server_host_mode.py"]), external=True)
+    session.run(
+        *pip, "--no-deps", "--require-hashes", "-r", RUNTIME_LOCK_CP312, "-r", _group_lock("pytest"), external=True
+    )
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        *(session.posargs or ["-q", "tests/env", "--ignore", "tests/env/test_server_host_mode.py"]),
+        external=True,
+    )
 
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])
@@ -236,7 +328,7 @@ def bench(session: nox.Session) -> None:
     _install(session, "pipeline", "test", bytecode=True)  # as the tests session's, for the same reason
     _setup_host(session)
     names = session.posargs or sorted(
-        f[len("bench_"):-3] for f in os.listdir("benchmarks") if f.startswith("bench_") and f.endswith(".py")
+        f[len("bench_") : -3] for f in os.listdir("benchmarks") if f.startswith("bench_") and f.endswith(".py")
     )
     for name in names:
         session.run("python", f"benchmarks/bench_{name}.py")

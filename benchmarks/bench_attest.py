@@ -39,9 +39,10 @@ def synthetic_image(root: Path) -> Path:
     """An OCI layout shaped like the real image (package counts, app files, a big layer)."""
     status = "\n".join(
         f"Package: pkg{i}\nStatus: install ok installed\nArchitecture: amd64\nVersion: 1.{i}-1\n"
-        f"Description: synthetic\n continuation line\n" for i in range(400))
-    base = {"var/lib/dpkg/status": status.encode(),
-            "usr/lib/os-release": b'ID=debian\nVERSION_ID="12"\n'}
+        f"Description: synthetic\n continuation line\n"
+        for i in range(400)
+    )
+    base = {"var/lib/dpkg/status": status.encode(), "usr/lib/os-release": b'ID=debian\nVERSION_ID="12"\n'}
     base.update({f"usr/share/filler/{i:04d}.bin": os.urandom(30_000) for i in range(1000)})
     dists = {}
     for i in range(120):
@@ -55,14 +56,23 @@ def synthetic_image(root: Path) -> Path:
     for files in (base, dists, app):
         entries = [FileEntry(path=p, type="file", mode=0o644, source=d) for p, d in files.items()]
         layers.append(write_layer(parents_of(files) + entries, blobs, source_date_epoch=EPOCH))
-    cfg = json.dumps({"architecture": "amd64", "os": "linux", "created": "2023-11-14T22:13:20Z",
-                      "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]}}).encode()
+    cfg = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "created": "2023-11-14T22:13:20Z",
+            "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
+        }
+    ).encode()
     cfg_digest = layout.put_bytes(cfg)
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": cfg_digest, "size": len(cfg)},
-        "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": layer.digest, "size": layer.size} for layer in layers],
-    }).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": cfg_digest, "size": len(cfg)},
+            "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": layer.digest, "size": layer.size} for layer in layers],
+        }
+    ).encode()
     layout.add_manifest(manifest, OCI_MANIFEST, ref_name="bench")
     return root
 
@@ -95,11 +105,14 @@ def main() -> int:
 
         lock = config.REPO_ROOT / "locks" / "runtime.txt"
         lock_text = lock.read_text() if lock.is_file() else ""
-        secs, data = timed(lambda: sbom.generate(layout, name="bench/image", app_dir=cfg.app_dir,
-                                                 lock_text=lock_text), args.runs)
+        secs, data = timed(
+            lambda: sbom.generate(layout, name="bench/image", app_dir=cfg.app_dir, lock_text=lock_text), args.runs
+        )
         doc = json.loads(data)
-        print(f"sbom: {secs:.3f} s median of {args.runs} ({len(doc['components'])} components, "
-              f"{len(data) / 1e3:.0f} kB, {size / 1e6 / secs:.0f} MB/s of layers)")
+        print(
+            f"sbom: {secs:.3f} s median of {args.runs} ({len(doc['components'])} components, "
+            f"{len(data) / 1e3:.0f} kB, {size / 1e6 / secs:.0f} MB/s of layers)"
+        )
         vsecs, _ = timed(lambda: sbom.validate(data), args.runs)
         print(f"sbom strict validation: {vsecs:.3f} s")
 
@@ -111,22 +124,43 @@ def main() -> int:
         base = f"bench.invalid/base@sha256:{'5' * 64}"
         (records / "release.toml").write_text(cfg.path.read_text().replace('base = "local"', f'base = "{base}"', 1))
         prov = provenance.Provenance(
-            schema=provenance.SCHEMA, profile="local", source_date_epoch=EPOCH,
+            schema=provenance.SCHEMA,
+            profile="local",
+            source_date_epoch=EPOCH,
             project=provenance.ProjectRevision("1" * 40, "2" * 40, False, (), False),
             base=provenance.Base(*base.split("@")),
             wheel_lock=provenance.WheelLock("locks/runtime.txt", hashlib.sha256(lock_text.encode()).hexdigest()),
-            builder=provenance.builder(), sources=(), external=())
+            builder=provenance.builder(),
+            sources=(),
+            external=(),
+        )
         provenance.write(records / "provenance.json", prov)
         (records / "submission.json").write_text(json.dumps({"image": f"bench/image@{image.digest}"}))
         signer = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
         now = datetime.now(UTC)
-        checks = SuiteResult(image=f"bench/image@{image.digest}", targets=("bench",), seconds=0.0,
-                             checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)))
-        ssecs, _ = timed(lambda: attest.write_attestations(
-            cfg, attest.Evidence(attest.Subject("bench/image", image.digest), prov, lock_text=lock_text,
-                                 sbom_bytes=data, checks=checks, checks_bytes=json.dumps(checks.to_json()).encode()),
-            attest.Invocation(plan.resolve(cfg, prov.profile).parameters, started=now, finished=now),
-            signer=signer, out_dir=records / "attestations"), args.runs)
+        checks = SuiteResult(
+            image=f"bench/image@{image.digest}",
+            targets=("bench",),
+            seconds=0.0,
+            checks=tuple(CheckResult(f"case-{i}/correct", True, 0.1) for i in range(600)),
+        )
+        ssecs, _ = timed(
+            lambda: attest.write_attestations(
+                cfg,
+                attest.Evidence(
+                    attest.Subject("bench/image", image.digest),
+                    prov,
+                    lock_text=lock_text,
+                    sbom_bytes=data,
+                    checks=checks,
+                    checks_bytes=json.dumps(checks.to_json()).encode(),
+                ),
+                attest.Invocation(plan.resolve(cfg, prov.profile).parameters, started=now, finished=now),
+                signer=signer,
+                out_dir=records / "attestations",
+            ),
+            args.runs,
+        )
         print(f"attest + sign (3 statements, Ed25519): {ssecs:.3f} s")
         asecs, rows = timed(lambda: audit.audit(records), args.runs)
         failed = [c for c in rows if not c.ok]

@@ -25,9 +25,14 @@ GOAL_BYTES = 80_000_000
 
 def timed_build(state: Path, *, cold: bool) -> tuple[float, base.BuiltBase]:
     started = time.monotonic()
-    built = base.build(base.BaseSpec(), lock.load_lock(), python=load().python, state_dir=state,
-                       rootfs_cache=state / "rootfs" if cold else base.STATE_DIR / "rootfs",
-                       use_cache=not cold)
+    built = base.build(
+        base.BaseSpec(),
+        lock.load_lock(),
+        python=load().python,
+        state_dir=state,
+        rootfs_cache=state / "rootfs" if cold else base.STATE_DIR / "rootfs",
+        use_cache=not cold,
+    )
     return time.monotonic() - started, built
 
 

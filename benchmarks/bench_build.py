@@ -60,9 +60,16 @@ def main() -> int:
         tmp = Path(tmp)
 
         def ours():
-            return build.build(cfg, repo=REPO_ROOT, base=source, repository=target.image_name,
-                               tag="bench", source_revision="bench", source_date_epoch=sde,
-                               out=tmp / "dist")
+            return build.build(
+                cfg,
+                repo=REPO_ROOT,
+                base=source,
+                repository=target.image_name,
+                tag="bench",
+                source_revision="bench",
+                source_date_epoch=sde,
+                out=tmp / "dist",
+            )
 
         cold, rec = timed(ours)
         noop, _ = timed(ours)
@@ -70,44 +77,84 @@ def main() -> int:
         # podman build of the same content (base already in podman's store: not timed)
         rt.pull(base_ref)
         ctx = tmp / "ctx"
-        shutil.copytree(REPO_ROOT / "env", ctx / "env",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(REPO_ROOT / "env", ctx / "env", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copy(REPO_ROOT / "LICENSE", ctx / "LICENSE")
         (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=base_ref))
-        podman = [rt.engine, *rt.args.global_args, "build", "--pull=never", "-q", "-t",
-                  "localhost/bench-build:cold", str(ctx)]
+        podman = [
+            rt.engine,
+            *rt.args.global_args,
+            "build",
+            "--pull=never",
+            "-q",
+            "-t",
+            "localhost/bench-build:cold",
+            str(ctx),
+        ]
         podman_cold, _ = timed(lambda: _proc.run(podman))
         podman_noop, _ = timed(lambda: _proc.run(podman))
-        _proc.run([rt.engine, *rt.args.global_args, "rmi", "-f", "localhost/bench-build:cold"],
-                  check=False)
+        _proc.run([rt.engine, *rt.args.global_args, "rmi", "-f", "localhost/bench-build:cold"], check=False)
 
         # push + anonymous pull to fresh repositories: both tools may mount the base's blobs
         # from its repository (skopeo remembers where it saw them), the rest is uploaded
         size = rec.compressed_size
         stamp = str(int(time.time()))
-        push_s, pushed = timed(lambda: publish.push_layout(
-            client, f"bench/ours-{stamp}", Path(rec.layout), ref_name="bench",
-            mount_from=plan.same_registry_repos(client, source)))
+        push_s, pushed = timed(
+            lambda: publish.push_layout(
+                client,
+                f"bench/ours-{stamp}",
+                Path(rec.layout),
+                ref_name="bench",
+                mount_from=plan.same_registry_repos(client, source),
+            )
+        )
         pull_s, _ = timed(lambda: pull.pull(pushed.reference, tmp / "pulled"))
         creds = f"{ep.user}:{ep.password}"
-        skopeo_push, _ = timed(lambda: _proc.run(
-            ["skopeo", "copy", "-q", "--dest-tls-verify=false", "--dest-creds", creds,
-             f"oci:{rec.layout}:bench", f"docker://{ep.address}/bench/skopeo-{stamp}:bench"]))
-        skopeo_pull, _ = timed(lambda: _proc.run(
-            ["skopeo", "copy", "-q", "--src-tls-verify=false",
-             f"docker://{ep.address}/bench/skopeo-{stamp}:bench", f"oci:{tmp / 'skopeo-pulled'}:bench"]))
+        skopeo_push, _ = timed(
+            lambda: _proc.run(
+                [
+                    "skopeo",
+                    "copy",
+                    "-q",
+                    "--dest-tls-verify=false",
+                    "--dest-creds",
+                    creds,
+                    f"oci:{rec.layout}:bench",
+                    f"docker://{ep.address}/bench/skopeo-{stamp}:bench",
+                ]
+            )
+        )
+        skopeo_pull, _ = timed(
+            lambda: _proc.run(
+                [
+                    "skopeo",
+                    "copy",
+                    "-q",
+                    "--src-tls-verify=false",
+                    f"docker://{ep.address}/bench/skopeo-{stamp}:bench",
+                    f"oci:{tmp / 'skopeo-pulled'}:bench",
+                ]
+            )
+        )
 
     ours_rt, skopeo_rt = push_s + pull_s, skopeo_push + skopeo_pull
     print("derived build (same base, same files)")
-    print(f"  ours cold       {cold:7.2f} s    podman build cold   {podman_cold:7.2f} s    "
-          f"ratio {cold / podman_cold:.2f}x (goal <= 0.2x)")
-    print(f"  ours no-op      {noop:7.2f} s    podman build no-op  {podman_noop:7.2f} s    "
-          f"ratio {noop / podman_noop:.2f}x (goal: no-op < 1 s)")
+    print(
+        f"  ours cold       {cold:7.2f} s    podman build cold   {podman_cold:7.2f} s    "
+        f"ratio {cold / podman_cold:.2f}x (goal <= 0.2x)"
+    )
+    print(
+        f"  ours no-op      {noop:7.2f} s    podman build no-op  {podman_noop:7.2f} s    "
+        f"ratio {noop / podman_noop:.2f}x (goal: no-op < 1 s)"
+    )
     print(f"push + anonymous pull of {size / 1e6:.1f} MB")
-    print(f"  ours            {ours_rt:7.2f} s ({size / ours_rt / 1e6:7.1f} MB/s)  "
-          f"push {push_s:.2f} s, pull {pull_s:.2f} s")
-    print(f"  skopeo copy     {skopeo_rt:7.2f} s ({size / skopeo_rt / 1e6:7.1f} MB/s)  "
-          f"push {skopeo_push:.2f} s, pull {skopeo_pull:.2f} s")
+    print(
+        f"  ours            {ours_rt:7.2f} s ({size / ours_rt / 1e6:7.1f} MB/s)  "
+        f"push {push_s:.2f} s, pull {pull_s:.2f} s"
+    )
+    print(
+        f"  skopeo copy     {skopeo_rt:7.2f} s ({size / skopeo_rt / 1e6:7.1f} MB/s)  "
+        f"push {skopeo_push:.2f} s, pull {skopeo_pull:.2f} s"
+    )
     print(f"  throughput ratio ours/skopeo {skopeo_rt / ours_rt:.2f}x (goal >= 1.0x)")
     print("compressed sizes")
     for layer in record.layers:

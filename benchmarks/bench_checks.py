@@ -59,8 +59,10 @@ def _report(label: str, result: SuiteResult, extra: dict[str, float]) -> None:
         group = check.id.split("/", 1)[0]
         groups["image" if group == "image" else "cases"] += check.seconds
     counts = result.counts()
-    print(f"{label}: {counts['total']} checks, {counts['failed']} failed, suite wall {result.seconds:.1f} s "
-          f"(goal < {GOAL_S:.0f} s: {'met' if result.seconds + sum(extra.values()) < GOAL_S else 'MISSED'})")
+    print(
+        f"{label}: {counts['total']} checks, {counts['failed']} failed, suite wall {result.seconds:.1f} s "
+        f"(goal < {GOAL_S:.0f} s: {'met' if result.seconds + sum(extra.values()) < GOAL_S else 'MISSED'})"
+    )
     for name, seconds in extra.items():
         print(f"  {name:<28} {seconds:7.1f} s")
     print(f"  {'checks, summed: image':<28} {groups['image']:7.1f} s (timeout check alone ~60 s)")
@@ -83,13 +85,17 @@ def bench_image(image: str, parallels: list[int]) -> None:
         containers = [runtime.start(image, port=cfg.port) for _ in range(n)]
         start_s = time.monotonic() - started
         try:
-            result = run_suite([target_for(cfg, c.url, env) for c in containers], image=image, quiet=True,
-                               cases=cfg.curriculum.cases)
+            result = run_suite(
+                [target_for(cfg, c.url, env) for c in containers], image=image, quiet=True, cases=cfg.curriculum.cases
+            )
         finally:
             for c in containers:
                 runtime.remove(c)
-        _report(f"{n} container(s)", result, {"anonymous pull (checked)": pull_s,
-                                               "runtime pull": runtime_pull_s, "start containers": start_s})
+        _report(
+            f"{n} container(s)",
+            result,
+            {"anonymous pull (checked)": pull_s, "runtime pull": runtime_pull_s, "start containers": start_s},
+        )
 
 
 def bench_shards(image: str, counts: list[int]) -> None:
@@ -104,8 +110,9 @@ def bench_shards(image: str, counts: list[int]) -> None:
     def one(shard: Shard) -> SuiteResult:
         container = runtime.start(image, port=cfg.port)
         try:
-            return run_suite([target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard,
-                             cases=cfg.curriculum.cases)
+            return run_suite(
+                [target_for(cfg, container.url, env)], image=image, quiet=True, shard=shard, cases=cfg.curriculum.cases
+            )
         finally:
             runtime.remove(container)
 
@@ -117,8 +124,10 @@ def bench_shards(image: str, counts: list[int]) -> None:
         merged = merge(parts)
         _report(f"{n} shard(s), one container each", merged, {"start, run and stop every shard": wall})
         for part in parts:
-            print(f"  shard {part.shard}: {len(part.shard.jobs):2d} jobs, {len(part.checks):3d} checks, "
-                  f"{part.seconds:6.1f} s")
+            print(
+                f"  shard {part.shard}: {len(part.shard.jobs):2d} jobs, {len(part.checks):3d} checks, "
+                f"{part.seconds:6.1f} s"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image", help="name@sha256:... (default: dist/build.json's image)")
     p.add_argument("--url", action="append", help="servers already running (instead of --image)")
     p.add_argument("--parallel", type=int, action="append", help="containers per run (default: 1 and 2)")
-    p.add_argument("--shards", type=int, action="append", default=[],
-                   help="also run the suite as N shards at once (repeatable)")
+    p.add_argument(
+        "--shards", type=int, action="append", default=[], help="also run the suite as N shards at once (repeatable)"
+    )
     args = p.parse_args(argv)
     if args.url:
-        result = run_suite([Target(url=u) for u in args.url], image=args.url[0], quiet=True,
-                           cases=config.load().curriculum.cases)
+        result = run_suite(
+            [Target(url=u) for u in args.url], image=args.url[0], quiet=True, cases=config.load().curriculum.cases
+        )
         _report(f"{len(args.url)} server(s)", result, {})
         return 0
     image = args.image or _image_from_build()

@@ -66,8 +66,10 @@ def main() -> int:
         env = {**os.environ, "CI": "true", "PYTEST_DEBUG_TEMPROOT": str(temp)}
         log = open(work / f"{name}.log", "w")
         started[name] = time.monotonic()
-        procs[name] = (subprocess.Popen(["bash", ".ci/run"], cwd=clone, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT), log)
+        procs[name] = (
+            subprocess.Popen(["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT),
+            log,
+        )
     failed = False
     for name, (proc, log) in procs.items():
         code = proc.wait()

@@ -63,8 +63,7 @@ def main() -> None:
             figures[way] = (statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds))
         forked_server.forkable = forkable
     for way, (healthy, cpu) in figures.items():
-        print(f"{way:9s} healthy after {healthy:.2f} s, server CPU by then {cpu:.2f} s "
-              f"(median of {args.rounds})")
+        print(f"{way:9s} healthy after {healthy:.2f} s, server CPU by then {cpu:.2f} s (median of {args.rounds})")
 
 
 if __name__ == "__main__":

@@ -60,10 +60,10 @@ class _Clock:
 
         def timed(*args, **kwargs):
             # Session._call(self, fn, action): a finish action is graded.
-            grading = finish and len(args) > 2 and isinstance(args[2], dict) and \
-                args[2].get("operation") == "finish"
+            grading = finish and len(args) > 2 and isinstance(args[2], dict) and args[2].get("operation") == "finish"
             with self.timing(part), self.timing("of which grading") if grading else nullcontext():
                 return original(*args, **kwargs)
+
         setattr(owner, name, timed)
         return original
 
@@ -71,11 +71,16 @@ class _Clock:
 def _instrument(clock: _Clock) -> list[tuple[object, str, object]]:
     """Wrap the calls of one run; returns what to restore."""
     wrapped = []
-    for owner, name, part in ((external, "registry_facts", "anonymous pull"), (external, "pull", "anonymous pull"),
-                              (ContainerRuntime, "pull", "engine"), (ContainerRuntime, "run", "engine"),
-                              (ContainerRuntime, "remove", "engine"), (ContainerRuntime, "writable_bytes", "engine"),
-                              (repair, "wait_healthy", "start to healthy"),
-                              (conformance, "validate", "openenv validate")):
+    for owner, name, part in (
+        (external, "registry_facts", "anonymous pull"),
+        (external, "pull", "anonymous pull"),
+        (ContainerRuntime, "pull", "engine"),
+        (ContainerRuntime, "run", "engine"),
+        (ContainerRuntime, "remove", "engine"),
+        (ContainerRuntime, "writable_bytes", "engine"),
+        (repair, "wait_healthy", "start to healthy"),
+        (conformance, "validate", "openenv validate"),
+    ):
         wrapped.append((owner, name, clock.wrap(owner, name, part)))
     wrapped.append((client.Session, "_call", clock.wrap(client.Session, "_call", "server replies", finish=True)))
     return wrapped
@@ -85,8 +90,9 @@ def bench_one(label: str, image: str, task: str, reference: repair.ReferenceRepa
     cfg = config.load()
     runtime = ContainerRuntime(cfg.runtime)
     budget = cfg.budgets["external"]
-    plan = external.StartPlan(runtime=runtime, budget=budget.values, limits=ExternalLimits.from_budgets(budget),
-                              references={task: reference})
+    plan = external.StartPlan(
+        runtime=runtime, budget=budget.values, limits=ExternalLimits.from_budgets(budget), references={task: reference}
+    )
     clock = _Clock()
     restore = _instrument(clock)
     started = time.monotonic()
@@ -101,10 +107,12 @@ def bench_one(label: str, image: str, task: str, reference: repair.ReferenceRepa
     waiting = parts["start to healthy"] + parts["server replies"]
     beyond = wall - parts["of which grading"]
     outcomes = result.outcomes()
-    print(f"{label}: {wall:6.1f} s wall, {waiting / wall:4.0%} waiting on the container; "
-          f"{beyond:5.1f} s beyond grading (goal < {GOAL_S:.0f} s: {'met' if beyond < GOAL_S else 'MISSED'}); "
-          f"{len(outcomes['passed'])} passed, {len(outcomes['failed'])} failed "
-          f"{outcomes['failed'] or ''}; writable layer peak {result.writable_layer_peak_bytes or 0:,} bytes")
+    print(
+        f"{label}: {wall:6.1f} s wall, {waiting / wall:4.0%} waiting on the container; "
+        f"{beyond:5.1f} s beyond grading (goal < {GOAL_S:.0f} s: {'met' if beyond < GOAL_S else 'MISSED'}); "
+        f"{len(outcomes['passed'])} passed, {len(outcomes['failed'])} failed "
+        f"{outcomes['failed'] or ''}; writable layer peak {result.writable_layer_peak_bytes or 0:,} bytes"
+    )
     for part in PARTS:
         print(f"    {part:<18} {parts[part]:6.1f} s")
 
@@ -123,16 +131,23 @@ def main() -> None:
         return
     from tests.checks.repair_standin import FAULTS, REFERENCE_SCRIPT, build_standins
 
-    chosen = (tuple(f for f in FAULTS if f != "slow-start") if args.faults == "all"
-              else () if args.faults == "none" else tuple(args.faults.split(",")))
+    chosen = (
+        tuple(f for f in FAULTS if f != "slow-start")
+        if args.faults == "all"
+        else ()
+        if args.faults == "none"
+        else tuple(args.faults.split(","))
+    )
     reference = repair.ReferenceRepair.read(REFERENCE_SCRIPT)
     with tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp:
         registry = localregistry.start(Path(tmp) / "registry")
         try:
             started = time.monotonic()
             standins = build_standins(registry, Path(tmp) / "work", task_id=TASK, faults=chosen)
-            print(f"stand-ins built and pushed: {len(standins)} images in {time.monotonic() - started:.1f} s "
-                  "(the base cached in .release/ after the first build)")
+            print(
+                f"stand-ins built and pushed: {len(standins)} images in {time.monotonic() - started:.1f} s "
+                "(the base cached in .release/ after the first build)"
+            )
             for fault, standin in standins.items():
                 bench_one(fault or "good", standin.reference, TASK, reference)
         finally:

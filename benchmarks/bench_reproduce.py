@@ -34,8 +34,13 @@ GOALS = {"no registry (base rebuilt from the lock)": 90.0, "base reachable in a 
 
 
 def git(cwd: Path, *args: str) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@localhost",
-               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@localhost")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="bench",
+        GIT_AUTHOR_EMAIL="bench@localhost",
+        GIT_COMMITTER_NAME="bench",
+        GIT_COMMITTER_EMAIL="bench@localhost",
+    )
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -45,15 +50,27 @@ def released_clone(dest: Path, registry: str) -> None:
     cfg = config.load(dest / "release.toml")
     target = plan.resolve(cfg, "local").target
     lock = base.load_record(dest / "locks" / "base.json")
-    source = basesource.BaseSource(name=lock.name, digest=lock.digest, registry=registry,
-                              repository=lock.name)
+    source = basesource.BaseSource(name=lock.name, digest=lock.digest, registry=registry, repository=lock.name)
     inputs = image_inputs.image_inputs(dest, "local")
-    record = build.build(cfg, repo=dest, base=source, repository=target.image_name,
-                         tag=target.tag, source_revision=inputs.commit,
-                         source_date_epoch=inputs.time, out=dest / "dist")
-    provenance.write(dest / "provenance.json", replace(provenance.assemble(
-        dest, "local", base=provenance.Base(lock.name, lock.digest), sources=(), external=(),
-        inputs=inputs), image=provenance.Image.of_build(target.image_name, record)))
+    record = build.build(
+        cfg,
+        repo=dest,
+        base=source,
+        repository=target.image_name,
+        tag=target.tag,
+        source_revision=inputs.commit,
+        source_date_epoch=inputs.time,
+        out=dest / "dist",
+    )
+    provenance.write(
+        dest / "provenance.json",
+        replace(
+            provenance.assemble(
+                dest, "local", base=provenance.Base(lock.name, lock.digest), sources=(), external=(), inputs=inputs
+            ),
+            image=provenance.Image.of_build(target.image_name, record),
+        ),
+    )
     git(dest, "add", "provenance.json")
     git(dest, "commit", "-q", "-m", "release records")
 
@@ -64,8 +81,9 @@ def timed_reproduce(source: Path, dest: Path, *args: str) -> tuple[float, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
     env["RELEASE_REGISTRY_DIR"] = str(dest / ".no-registry")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "reproduce", *args], cwd=dest,
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "reproduce", *args], cwd=dest, env=env, capture_output=True, text=True
+    )
     took = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"reproduce failed:\n{proc.stdout}\n{proc.stderr[-3000:]}")
@@ -84,10 +102,11 @@ def main() -> int:
         released = work / "released"
         released_clone(released, state.address)
         rows = [
-            ("no registry (base rebuilt from the lock)",
-             *timed_reproduce(released, work / "ci-clone")),
-            ("base reachable in a registry",
-             *timed_reproduce(released, work / "warm-clone", "--base-registry", state.address)),
+            ("no registry (base rebuilt from the lock)", *timed_reproduce(released, work / "ci-clone")),
+            (
+                "base reachable in a registry",
+                *timed_reproduce(released, work / "warm-clone", "--base-registry", state.address),
+            ),
         ]
     finally:
         localregistry.stop(registry_dir)
@@ -95,8 +114,10 @@ def main() -> int:
     print(f"reproduce from a clean clone of {REPO_ROOT.name} (base {record.digest[:19]}):")
     for label, seconds, line in rows:
         goal = GOALS[label]
-        print(f"  {label:<42} {seconds:7.1f} s  (goal <= {goal:.0f} s: "
-              f"{'met' if seconds <= goal else 'MISSED'})  {line.split(':')[0]}")
+        print(
+            f"  {label:<42} {seconds:7.1f} s  (goal <= {goal:.0f} s: "
+            f"{'met' if seconds <= goal else 'MISSED'})  {line.split(':')[0]}"
+        )
     return 0
 
 

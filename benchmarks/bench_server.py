@@ -44,14 +44,18 @@ TARGETS_MS = {"reset": 5.0, "action `true`": 10.0}
 WORST_TARGET_MS = 50.0
 MODES = ("namespaces", "unprivileged")
 WORST = (
-    ("every scratch directory and the workspace at its inode limit",
-     f"cat > /workspace/home/flood.py <<'EOF'\n{FLOOD_SCRIPT}\nEOF\n"
-     "python3 /workspace/home/flood.py f 10000000 /tmp /dev/shm /var/tmp /run/lock /workspace/repo"),
+    (
+        "every scratch directory and the workspace at its inode limit",
+        f"cat > /workspace/home/flood.py <<'EOF'\n{FLOOD_SCRIPT}\nEOF\n"
+        "python3 /workspace/home/flood.py f 10000000 /tmp /dev/shm /var/tmp /run/lock /workspace/repo",
+    ),
     ("a tree 10,000 levels deep", f"python3 - <<'EOF'\n{DEEP}\nEOF"),
     ("a fork hopper", f"cat > /workspace/home/hop.py <<'EOF'\n{HOPPER_SCRIPT}\nEOF\npython3 /workspace/home/hop.py h"),
-    ("50 setsid daemons in its directories",
-     "for d in /workspace/repo /workspace/home /tmp; do for i in $(seq 16); do "
-     "(cd $d && setsid nohup sleep 1000 >/dev/null 2>&1 &); done; done; sleep 0.2"),
+    (
+        "50 setsid daemons in its directories",
+        "for d in /workspace/repo /workspace/home /tmp; do for i in $(seq 16); do "
+        "(cd $d && setsid nohup sleep 1000 >/dev/null 2>&1 &); done; done; sleep 0.2",
+    ),
 )
 
 
@@ -84,8 +88,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--case", default="software_change-d2-s307")
-    parser.add_argument("--mode", choices=MODES, action="append",
-                        help="the isolation mode to measure (repeat; default: both)")
+    parser.add_argument(
+        "--mode", choices=MODES, action="append", help="the isolation mode to measure (repeat; default: both)"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_server: run as root (the server drops commands to UID 2000)", file=sys.stderr)
@@ -103,8 +108,19 @@ def bench_mode(mode: str, rounds: int, case: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-server-"))
     app = root_only_copy(REPO_ROOT / "env", work / "app" / "env").parent
     os.chmod(app, 0o700)
-    argv = [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--host-mode", "--workspace", "/workspace"]
+    argv = [
+        sys.executable,
+        "-m",
+        "env",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--host-mode",
+        "--workspace",
+        "/workspace",
+    ]
     process = subprocess.Popen(
         contained_argv(work / "ns", work, argv),
         cwd=work,
@@ -137,8 +153,10 @@ def bench_mode(mode: str, rounds: int, case: str) -> None:
         for name, samples in (("reset", resets), ("action `true`", actions)):
             p50, p95 = _percentiles(samples)
             verdict = "ok" if p50 < TARGETS_MS[name] else "MISSED"
-            print(f"  {name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
-                  f"(target p50 < {TARGETS_MS[name]:g} ms: {verdict})")
+            print(
+                f"  {name:<14} n={len(samples):<5} p50 {p50:6.1f} ms  p95 {p95:6.1f} ms  "
+                f"(target p50 < {TARGETS_MS[name]:g} ms: {verdict})"
+            )
         for name, seconds in shapes.items():
             verdict = "ok" if seconds * 1000 < WORST_TARGET_MS else "MISSED"
             print(f"  reset after {name}: {seconds * 1000:6.1f} ms (target < {WORST_TARGET_MS:g} ms: {verdict})")

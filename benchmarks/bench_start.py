@@ -64,11 +64,16 @@ def bench(image: str | None, rounds: int) -> None:
             action_cpu.extend(_action_cpu(runtime, container.id) for _ in range(3))
         finally:
             runtime.remove(container)
-        print(f"  round {n + 1}/{rounds}: healthy after {healthy[-1]:.2f} s, server CPU {server_cpu[-1]:.2f} s",
-              flush=True)
+        print(
+            f"  round {n + 1}/{rounds}: healthy after {healthy[-1]:.2f} s, server CPU {server_cpu[-1]:.2f} s",
+            flush=True,
+        )
     print(f"image {image}")
-    for label, values in (("to /health (wall)", healthy), ("server CPU at /health", server_cpu),
-                          (f"python3 -c '{ACTION}' (CPU)", action_cpu)):
+    for label, values in (
+        ("to /health (wall)", healthy),
+        ("server CPU at /health", server_cpu),
+        (f"python3 -c '{ACTION}' (CPU)", action_cpu),
+    ):
         print(f"  {label:<52} median {statistics.median(values):6.2f} s, worst {max(values):6.2f} s")
 
 

@@ -45,10 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a vendored task module file with the families API "
         "(default: $ARENA_TASKS_FILE, else the first-party env.families)",
     )
-    serve.add_argument("--host-mode", action="store_true",
-                       help="serve outside a container, changing this host (it says how first)")
-    serve.add_argument("--workspace", type=Path, default=None,
-                       help=f"host mode's workspace directory (default {HOST_WORKSPACE})")
+    serve.add_argument(
+        "--host-mode", action="store_true", help="serve outside a container, changing this host (it says how first)"
+    )
+    serve.add_argument(
+        "--workspace", type=Path, default=None, help=f"host mode's workspace directory (default {HOST_WORKSPACE})"
+    )
     return parser
 
 
@@ -108,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         workspace = (args.workspace or HOST_WORKSPACE).resolve()
         exposed = exposed_code(tasks_file, SANDBOX_UID, SANDBOX_GID)
         if exposed:
-            print("python -m env serve --host-mode: UID 2000 could read the server code or task module: "
-                  f"{', '.join(map(str, exposed))}; the sandbox could import the task module and compute "
-                  "the answers. Serve from a root-only copy (directories 0700; nox -s serve -- --host-mode "
-                  "makes one) or in the image (nox -s serve).", file=sys.stderr)
+            print(
+                "python -m env serve --host-mode: UID 2000 could read the server code or task module: "
+                f"{', '.join(map(str, exposed))}; the sandbox could import the task module and compute "
+                "the answers. Serve from a root-only copy (directories 0700; nox -s serve -- --host-mode "
+                "makes one) or in the image (nox -s serve).",
+                file=sys.stderr,
+            )
             return 2
         # The unprivileged mode locks the system's scratch directories and kills UID 2000's
         # processes: a host gets it only when asked by name (a contained test server does).
@@ -121,14 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {change.format(workspace=workspace)}", file=sys.stderr)
         config = ServerConfig(workspace_root=workspace)
     elif not in_container():
-        print("python -m env serve: not in a container. The server kills UID 2000's processes and "
-              "deletes its files on every reset, so on a host it changes the host: serve the image "
-              "(nox -s serve), or pass --host-mode to accept that (it lists the changes first).",
-              file=sys.stderr)
+        print(
+            "python -m env serve: not in a container. The server kills UID 2000's processes and "
+            "deletes its files on every reset, so on a host it changes the host: serve the image "
+            "(nox -s serve), or pass --host-mode to accept that (it lists the changes first).",
+            file=sys.stderr,
+        )
         return 2
     elif args.workspace is not None:
-        print("python -m env serve: --workspace is for --host-mode; in the image it is /workspace",
-              file=sys.stderr)
+        print("python -m env serve: --workspace is for --host-mode; in the image it is /workspace", file=sys.stderr)
         return 2
     from env.loader import TaskModuleError
     from env.server.app import create_server_app

@@ -62,11 +62,16 @@ def load_cases(path: str | os.PathLike[str]) -> tuple[Case, ...]:
         raise ValueError(f"curriculum file {path}: expected a non-empty list under 'cases', got {entries!r:.200}")
     cases = []
     for entry in entries:
-        family, difficulty, seed = (entry.get("family"), entry.get("difficulty"), entry.get("seed")) \
-            if isinstance(entry, dict) and len(entry) == 3 else (None, None, None)
+        family, difficulty, seed = (
+            (entry.get("family"), entry.get("difficulty"), entry.get("seed"))
+            if isinstance(entry, dict) and len(entry) == 3
+            else (None, None, None)
+        )
         if not isinstance(family, str) or type(difficulty) is not int or type(seed) is not int:
-            raise ValueError(f"curriculum file {path}: expected cases of exactly family (string), "
-                             f"difficulty and seed (integers), got {entry!r:.200}")
+            raise ValueError(
+                f"curriculum file {path}: expected cases of exactly family (string), "
+                f"difficulty and seed (integers), got {entry!r:.200}"
+            )
         cases.append(Case(family, difficulty, seed))
     ids = [c.id for c in cases]
     repeated = sorted({i for i in ids if ids.count(i) > 1})

@@ -47,9 +47,7 @@ def validate_task_module(module: ModuleType) -> None:
     """Check that ``module`` has the families API; raise :class:`TaskModuleError` if not."""
     origin = getattr(module, "__file__", None) or module.__name__
     task_ids = getattr(module, "TASK_IDS", None)
-    if not isinstance(task_ids, (list, tuple)) or not task_ids or not all(
-        isinstance(t, str) for t in task_ids
-    ):
+    if not isinstance(task_ids, (list, tuple)) or not task_ids or not all(isinstance(t, str) for t in task_ids):
         raise TaskModuleError(
             f"task module {origin}: TASK_IDS",
             "a non-empty list of family names",

@@ -32,9 +32,20 @@ __version__ = VERSION  # pyproject.toml's
 
 # Lowest floor first. A module belongs to the floor of the longest prefix naming it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pipeline", "pipeline.config", "pipeline.configschema", "pipeline.curriculum", "pipeline.errors",
-     "pipeline.formats", "pipeline.imageref", "pipeline.progress", "pipeline.runs",
-     "pipeline._daemon", "pipeline._io", "pipeline._proc"),
+    (
+        "pipeline",
+        "pipeline.config",
+        "pipeline.configschema",
+        "pipeline.curriculum",
+        "pipeline.errors",
+        "pipeline.formats",
+        "pipeline.imageref",
+        "pipeline.progress",
+        "pipeline.runs",
+        "pipeline._daemon",
+        "pipeline._io",
+        "pipeline._proc",
+    ),
     ("pipeline.image.oci",),
     ("pipeline.sources",),
     ("pipeline.image",),
@@ -42,7 +53,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline.runtime",),
     ("pipeline.checks",),
     ("pipeline.records",),
-    ("pipeline.release", "pipeline.reproduce", "pipeline.audit", "pipeline.plan",
-     "pipeline.basestage", "pipeline.inputs", "pipeline.diff"),
+    (
+        "pipeline.release",
+        "pipeline.reproduce",
+        "pipeline.audit",
+        "pipeline.plan",
+        "pipeline.basestage",
+        "pipeline.inputs",
+        "pipeline.diff",
+    ),
     ("pipeline.cli", "pipeline.commands", "pipeline.__main__"),
 )

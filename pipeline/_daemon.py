@@ -45,8 +45,9 @@ def spawn(argv: list[str], log_path: Path, *, env: Mapping[str, str] | None = No
     `log_path`; its PID."""
     log.info("$ %s", shlex.join(argv))
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+        )
     # The server outlives this Popen object (the CLI exits while it runs) and is stopped by
     # its PID (terminate), so Popen must not track it.
     proc.returncode = 0
@@ -109,8 +110,16 @@ def answers(sock: Path) -> bool:
     return True
 
 
-def wait_ready(pid: int, name: str, log_path: Path, ready: Callable[[], str | None], *, timeout_s: float,
-               expected: str, interval_s: float = 0.1) -> None:
+def wait_ready(
+    pid: int,
+    name: str,
+    log_path: Path,
+    ready: Callable[[], str | None],
+    *,
+    timeout_s: float,
+    expected: str,
+    interval_s: float = 0.1,
+) -> None:
     """Until `ready()` returns None (else it says what it saw: "no answer", "HTTP 503"); a
     ToolError naming the log when `name` exits first or is not ready within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -118,12 +127,20 @@ def wait_ready(pid: int, name: str, log_path: Path, ready: Callable[[], str | No
     while time.monotonic() < deadline:
         if not alive(pid, name):
             reap(pid)
-            raise ToolError(f"{name} exited while starting", expected=expected, actual="exited",
-                            hint=f"log {log_path}: {tail(log_path)}")
+            raise ToolError(
+                f"{name} exited while starting",
+                expected=expected,
+                actual="exited",
+                hint=f"log {log_path}: {tail(log_path)}",
+            )
         seen = ready()
         if seen is None:
             return
         last = seen
         time.sleep(interval_s)
-    raise ToolError(f"{name} was not ready within {timeout_s:.0f} s", expected=expected, actual=last,
-                    hint=f"log {log_path}: {tail(log_path)}")
+    raise ToolError(
+        f"{name} was not ready within {timeout_s:.0f} s",
+        expected=expected,
+        actual=last,
+        hint=f"log {log_path}: {tail(log_path)}",
+    )

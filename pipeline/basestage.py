@@ -52,9 +52,12 @@ def _free(path: Path) -> int:
 def check_rootfs_space(tree_dir: Path, need: int = ROOTFS_NEED) -> None:
     """NoSpace before mmdebstrap starts when the cache's file system has less than `need` free."""
     if _free(tree_dir) < need:
-        raise NoSpace.at(tree_dir, need=need, what="mmdebstrap's rootfs of the base",
-                         fix="free space there, or point the cache elsewhere (a symlink for .release/base/rootfs), "
-                             "then run again")
+        raise NoSpace.at(
+            tree_dir,
+            need=need,
+            what="mmdebstrap's rootfs of the base",
+            fix="free space there, or point the cache elsewhere (a symlink for .release/base/rootfs), then run again",
+        )
 
 
 def _layout_has(layout_dir: Path, digest: str) -> bool:
@@ -104,11 +107,15 @@ def ensure(client: RegistryClient, inputs: BaseInputs = BaseInputs()) -> Ensured
     name = REPOSITORY
     pinned = load_record(record_path)
     # The pin, when it describes these inputs (and no rebuild is forced).
-    current = pinned if pinned is not None and pinned.built_from(spec, lock.sha256, python) and not inputs.force \
-        else None
-    if current is not None and current.name == name and \
-            client.head_manifest(REPOSITORY, current.digest) == current.digest and \
-            all(client.has_blob(REPOSITORY, layer.digest) for layer in current.layers):
+    current = (
+        pinned if pinned is not None and pinned.built_from(spec, lock.sha256, python) and not inputs.force else None
+    )
+    if (
+        current is not None
+        and current.name == name
+        and client.head_manifest(REPOSITORY, current.digest) == current.digest
+        and all(client.has_blob(REPOSITORY, layer.digest) for layer in current.layers)
+    ):
         return Ensured(current, "up to date")
     layout_dir = state_dir / "oci"
     if current is not None and _layout_has(layout_dir, current.digest):
@@ -125,8 +132,15 @@ def ensure(client: RegistryClient, inputs: BaseInputs = BaseInputs()) -> Ensured
         if tree != rootfscache.VERIFIED:  # mmdebstrap runs
             check_rootfs_space(tree_dir)
         try:
-            built = build(spec, lock, python=python, state_dir=state_dir, wheel_cache=inputs.wheel_cache,
-                          rootfs_cache=inputs.rootfs_cache, use_cache=inputs.use_cache)
+            built = build(
+                spec,
+                lock,
+                python=python,
+                state_dir=state_dir,
+                wheel_cache=inputs.wheel_cache,
+                rootfs_cache=inputs.rootfs_cache,
+                use_cache=inputs.use_cache,
+            )
         except ToolError as exc:
             # mmdebstrap's own words rarely say it: "mmdebstrap failed to run".
             text = f"{exc.one_line()} {exc.hint or ''}"
@@ -138,8 +152,12 @@ def ensure(client: RegistryClient, inputs: BaseInputs = BaseInputs()) -> Ensured
     built, result = build_and_push()
     if current is not None and result.manifest_digest != current.digest and tree == rootfscache.UNVERIFIED:
         # A tree cached before digests were recorded, which gave another base: made again.
-        rootfscache.discard(tree_dir, key, f"gave the base {result.manifest_digest}, not the pinned "
-                                           f"{current.digest}, and has no recorded content digest")
+        rootfscache.discard(
+            tree_dir,
+            key,
+            f"gave the base {result.manifest_digest}, not the pinned "
+            f"{current.digest}, and has no recorded content digest",
+        )
         built, result = build_and_push()
     if inputs.use_cache and (current is None or result.manifest_digest == current.digest):
         rootfscache.record(tree_dir, key)
@@ -156,23 +174,38 @@ def ensure(client: RegistryClient, inputs: BaseInputs = BaseInputs()) -> Ensured
         # The lock describes these inputs, yet the bytes differ: never re-pinned silently
         # (the release would then refuse the checkout it dirtied itself).
         debs = changed_debs(current.debs, built.debs)
-        cause = (f"the mirror {spec.mirror} served other .debs ({len(debs)}: {', '.join(debs[:3])})" if debs
-                 else "the same .debs gave other bytes: a corrupt rootfs cache (.release/base/rootfs) or a "
-                      "changed build")
+        cause = (
+            f"the mirror {spec.mirror} served other .debs ({len(debs)}: {', '.join(debs[:3])})"
+            if debs
+            else "the same .debs gave other bytes: a corrupt rootfs cache (.release/base/rootfs) or a changed build"
+        )
         raise DigestMismatch(
             f"the base rebuilt from {record_path} is not the base it pins ({cause})",
-            expected=current.digest, actual=result.manifest_digest,
+            expected=current.digest,
+            actual=result.manifest_digest,
             hint="use a mirror that serves the pinned .debs (RELEASE_DEBIAN_MIRROR), or remove the rootfs "
-                 "cache and run again; to pin the new base on purpose: `nox -s base -- --force`, then "
-                 "commit locks/base.json")
+            "cache and run again; to pin the new base on purpose: `nox -s base -- --force`, then "
+            "commit locks/base.json",
+        )
     record = BaseRecord(
-        name=name, digest=result.manifest_digest, media_type=built.media_type,
-        config_digest=built.config_digest, layers=built.layers,
-        runtime_lock_sha256=lock.sha256, python=python, python_version=built.python_version,
-        debian_suite=spec.suite, debian_snapshot=spec.snapshot,
-        debian_snapshot_url=snapshot_url(spec.snapshot), packages=spec.packages, debs=built.debs,
-        source_date_epoch=spec.source_date_epoch, mmdebstrap_version=mmdebstrap_version(),
-        zlib_version=oci_layer.zlib_version(), builder_sha256=builder_sha256(), debian_mirror=spec.mirror,
+        name=name,
+        digest=result.manifest_digest,
+        media_type=built.media_type,
+        config_digest=built.config_digest,
+        layers=built.layers,
+        runtime_lock_sha256=lock.sha256,
+        python=python,
+        python_version=built.python_version,
+        debian_suite=spec.suite,
+        debian_snapshot=spec.snapshot,
+        debian_snapshot_url=snapshot_url(spec.snapshot),
+        packages=spec.packages,
+        debs=built.debs,
+        source_date_epoch=spec.source_date_epoch,
+        mmdebstrap_version=mmdebstrap_version(),
+        zlib_version=oci_layer.zlib_version(),
+        builder_sha256=builder_sha256(),
+        debian_mirror=spec.mirror,
     )
     write_record(record, record_path)
     return Ensured(record, "built")

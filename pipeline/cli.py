@@ -31,18 +31,29 @@ COMMANDS: tuple[Command, ...] = (
     Command("registry", "registry", "start, stop or show the local loopback registry"),
     Command("docker-engine", "engine", "start, stop or show the pipeline's private Docker engine"),
     Command("lock", "sources", "regenerate the hash-pinned runtime wheel lock from locks/runtime.in"),
-    Command("lock-toolchain", "sources", "re-lock the pipeline's own toolchain (uv.lock) and export each "
-                                         "dependency group hash-pinned (locks/<group>.txt)"),
+    Command(
+        "lock-toolchain",
+        "sources",
+        "re-lock the pipeline's own toolchain (uv.lock) and export each "
+        "dependency group hash-pinned (locks/<group>.txt)",
+    ),
     Command("vendor", "sources", "fetch, verify and vendor pinned upstream files and external task records"),
     Command("base", "image", "build, push and pin the local base image (mmdebstrap + slim runtime)"),
     Command("build", "image", "build the derived image daemonlessly from the base digest and push it"),
     Command("serve", "serve", "serve the built image in a container (or, with --host-mode, on this host)"),
-    Command("verify", "verify", "pull an image anonymously, start it and run every check of "
-            "docs/spec/verification.md"),
-    Command("repair-checks", "repair", "pull any MiMo repair image anonymously, start it under the external "
-                                       "budget and run the seed's twelve repair checks and ours"),
-    Command("checks", "verify", "the check suite against running servers (--url), one shard of it "
-                                "(--shard I/N), or `checks merge` of the shards"),
+    Command("verify", "verify", "pull an image anonymously, start it and run every check of docs/spec/verification.md"),
+    Command(
+        "repair-checks",
+        "repair",
+        "pull any MiMo repair image anonymously, start it under the external "
+        "budget and run the seed's twelve repair checks and ours",
+    ),
+    Command(
+        "checks",
+        "verify",
+        "the check suite against running servers (--url), one shard of it "
+        "(--shard I/N), or `checks merge` of the shards",
+    ),
     Command("submission", "submission", "write submission.json from passing check results"),
     Command("preflight", "preflight", "the platform's admission checks on a request (default submission.json)"),
     Command("sbom", "records", "CycloneDX 1.6 SBOM of the built image, read from its layers"),
@@ -57,8 +68,9 @@ COMMANDS: tuple[Command, ...] = (
 
 def parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; only `chosen`'s sub-parser gets its arguments (and its module)."""
-    top = argparse.ArgumentParser(prog="python -m pipeline",
-                                  description="The release machinery of the OpenEnv environment image.")
+    top = argparse.ArgumentParser(
+        prog="python -m pipeline", description="The release machinery of the OpenEnv environment image."
+    )
     sub = top.add_subparsers(dest="command", metavar="<command>", title="commands")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.summary, description=command.summary)

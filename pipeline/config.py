@@ -68,9 +68,17 @@ class Invalid(ValueError):
     names the key from the top of the file; a `what` starting with ":" is about the whole
     table the rule belongs to)."""
 
-    def __init__(self, what: str, *, key: str | None = None, expected: object | None = None,
-                 actual: object | None = None, hint: str | None = None, form: str = "value",
-                 whole: bool = False) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        key: str | None = None,
+        expected: object | None = None,
+        actual: object | None = None,
+        hint: str | None = None,
+        form: str = "value",
+        whole: bool = False,
+    ) -> None:
         super().__init__(what)
         self.what, self.key, self.expected, self.actual, self.hint = what, key, expected, actual, hint
         self.form, self.whole = form, whole
@@ -78,32 +86,46 @@ class Invalid(ValueError):
 
 # ------------------------------------------------------------------ value types
 
+
 def _sha256(value: str) -> str:
     if not is_sha256(value):
-        raise Invalid("is not a sha256", expected="64 lowercase hex digits", actual=value,
-                      hint="paste the file's sha256 (`sha256sum FILE`)")
+        raise Invalid(
+            "is not a sha256",
+            expected="64 lowercase hex digits",
+            actual=value,
+            hint="paste the file's sha256 (`sha256sum FILE`)",
+        )
     return value
 
 
 def _sha256_or_unpinned(value: str) -> str:
     if value and not is_sha256(value):
-        raise Invalid("is not a sha256", expected='64 lowercase hex or "" (unpinned)', actual=value,
-                      hint='paste the sha256 the first fetch reports, or "" to leave it unpinned')
+        raise Invalid(
+            "is not a sha256",
+            expected='64 lowercase hex or "" (unpinned)',
+            actual=value,
+            hint='paste the sha256 the first fetch reports, or "" to leave it unpinned',
+        )
     return value
 
 
 def _commit(value: str) -> str:
     if not is_commit(value):
         kind = "a short revision" if SHORT_COMMIT.fullmatch(value) else "a moving ref (branch or tag name)"
-        raise Invalid(f"is {kind}, not a full commit id", expected="40 lowercase hex digits", actual=value,
-                      hint="pin the full commit id (`git rev-parse <ref>`)")
+        raise Invalid(
+            f"is {kind}, not a full commit id",
+            expected="40 lowercase hex digits",
+            actual=value,
+            hint="pin the full commit id (`git rev-parse <ref>`)",
+        )
     return value
 
 
 def _by_digest(value: str) -> str:
     if not ImageRef.is_pinned(value):
-        raise Invalid("must be pinned by digest", expected=PINNED_FORM, actual=value,
-                      hint="pin the image by its manifest digest")
+        raise Invalid(
+            "must be pinned by digest", expected=PINNED_FORM, actual=value, hint="pin the image by its manifest digest"
+        )
     return value
 
 
@@ -153,8 +175,12 @@ KeyId = Annotated[str, Strict(), AfterValidator(lambda v: _keyid(v))]
 
 def _keyid(value: str) -> str:
     if not is_sha256(value):
-        raise Invalid("holds a value that is not a keyid", expected="64 lowercase hex digits", actual=value,
-                      hint="`python -m pipeline key` prints the keyids line to pin")
+        raise Invalid(
+            "holds a value that is not a keyid",
+            expected="64 lowercase hex digits",
+            actual=value,
+            hint="`python -m pipeline key` prints the keyids line to pin",
+        )
     return value
 
 
@@ -175,13 +201,16 @@ _IS = {
     BOOLEAN: lambda v: isinstance(v, bool),
     NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     STRINGS: lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v),
-    INTEGERS: lambda v: isinstance(v, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool)
-                                                            for i in v),
+    INTEGERS: lambda v: isinstance(v, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in v),
 }
-_WRITTEN = {STRING: 'a quoted string, "..."', INTEGER: "a whole number, unquoted",
-            BOOLEAN: "true or false, unquoted", NUMBER: "a number, unquoted",
-            STRINGS: 'an array of quoted strings, ["...", ...]',
-            INTEGERS: "an array of whole numbers, unquoted, [1, 2, ...]"}
+_WRITTEN = {
+    STRING: 'a quoted string, "..."',
+    INTEGER: "a whole number, unquoted",
+    BOOLEAN: "true or false, unquoted",
+    NUMBER: "a number, unquoted",
+    STRINGS: 'an array of quoted strings, ["...", ...]',
+    INTEGERS: "an array of whole numbers, unquoted, [1, 2, ...]",
+}
 
 
 class Kind(typing.NamedTuple):
@@ -222,8 +251,14 @@ def kind_of(field: Any) -> Kind:
 
 
 def toml_type(value: Any) -> str:
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
-                       (list, "array"), (dict, "table")):
+    for kind, name in (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "float"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "table"),
+    ):
         if isinstance(value, kind):
             return name
     return "date-time"
@@ -242,8 +277,9 @@ class Table(BaseModel):
     @classmethod
     def keys(cls) -> dict[str, tuple[str, Any]]:
         """The table's keys as the file writes them: key -> (field name, field)."""
-        return {(f.alias or name): (name, f) for name, f in cls.model_fields.items()
-                if not (f.alias or "").startswith("<")}
+        return {
+            (f.alias or name): (name, f) for name, f in cls.model_fields.items() if not (f.alias or "").startswith("<")
+        }
 
     @model_validator(mode="before")
     @classmethod
@@ -255,9 +291,15 @@ class Table(BaseModel):
         for key in data:
             if key not in keys and not key.startswith("<"):
                 close = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.6)
-                raise Invalid("", key=key, form="unknown", expected="one of " + ", ".join(keys), actual=key,
-                              hint=(f"did you mean `{close[0]}`? rename it" if close else "remove it")
-                              + f" ({DOC_PAGE} lists every table and key)")
+                raise Invalid(
+                    "",
+                    key=key,
+                    form="unknown",
+                    expected="one of " + ", ".join(keys),
+                    actual=key,
+                    hint=(f"did you mean `{close[0]}`? rename it" if close else "remove it")
+                    + f" ({DOC_PAGE} lists every table and key)",
+                )
         for key, (_, f) in keys.items():
             if f.is_required() and key not in data:
                 kind = kind_of(f)
@@ -283,12 +325,14 @@ def _wrong_type(key: str, kind: Kind, value: Any) -> Invalid:
         hint = "write each entry as a table: [[{path}]]"
     else:
         hint = f"write {name} as {_WRITTEN[kind.name]}"
-    return Invalid("", key=key, form="type", expected=kind.name, actual=f"{toml_type(value)} {_shown(value)}",
-                   hint=hint)
+    return Invalid(
+        "", key=key, form="type", expected=kind.name, actual=f"{toml_type(value)} {_shown(value)}", hint=hint
+    )
 
 
 def _check_type(key: str, value: Any, kind: Kind) -> None:
     """A table may also be given as its model (a value made in Python, not read from a file)."""
+
     def table(v: Any) -> bool:
         return isinstance(v, (dict, Table))
 
@@ -327,32 +371,35 @@ class Profile(Table):
 
     name: str = hidden("", "<name>")
     description: Str = Field("", description="what the profile is for (messages only)")
-    registry: Str = Field(description='the registry pushed to, or "local": the loopback registry the release '
-                                      "starts")
+    registry: Str = Field(description='the registry pushed to, or "local": the loopback registry the release starts')
     repository: Str = Field(description="the image's repository in that registry")
     tag: Str = Field(description="the image's tag")
-    base: Str = Field(description='"local" (built by `nox -s base`, pinned in locks/base.json) or an image '
-                                  "pinned by digest, `name@sha256:<64 hex>`")
-    tasks: Str = Field(description='"first-party" (env/families) or `vendor:<source>`, `<source>` naming the '
-                                   "[[sources]] entry whose file the image serves")
+    base: Str = Field(
+        description='"local" (built by `nox -s base`, pinned in locks/base.json) or an image '
+        "pinned by digest, `name@sha256:<64 hex>`"
+    )
+    tasks: Str = Field(
+        description='"first-party" (env/families) or `vendor:<source>`, `<source>` naming the '
+        "[[sources]] entry whose file the image serves"
+    )
     signing: Str = Field(description='"key" (Ed25519 release key) or "sigstore" (keyless)')
     external_tasks_required: Bool = Field(description="refuse to publish unless every external task verifies")
     submission_id: Str = Field(description="the request's `submission_id`")
     dataset: RepoId = Field(description="the Hugging Face dataset repository the request names, owner/name")
-    publish_dataset: Bool = Field(False, description="upload dist/dataset/ to `dataset` and read it back "
-                                                     "(HF_TOKEN)")
+    publish_dataset: Bool = Field(False, description="upload dist/dataset/ to `dataset` and read it back (HF_TOKEN)")
 
     @model_validator(mode="after")
     def _values(self) -> Profile:
         if self.base != "local" and not ImageRef.is_pinned(self.base):
-            raise Invalid("must be 'local' or an image pinned by digest", key="base",
-                          expected=PINNED_FORM, actual=self.base)
+            raise Invalid(
+                "must be 'local' or an image pinned by digest", key="base", expected=PINNED_FORM, actual=self.base
+            )
         if self.signing not in ("key", "sigstore"):
-            raise Invalid("is not a signing method", key="signing", expected="key or sigstore",
-                          actual=self.signing)
+            raise Invalid("is not a signing method", key="signing", expected="key or sigstore", actual=self.signing)
         if self.tasks != "first-party" and self.vendored_source is None:
-            raise Invalid("names no task module", key="tasks", expected="first-party or vendor:<source>",
-                          actual=self.tasks)
+            raise Invalid(
+                "names no task module", key="tasks", expected="first-party or vendor:<source>", actual=self.tasks
+            )
         return self
 
     @property
@@ -378,14 +425,20 @@ class CurriculumTable(Table):
     upstream generator vendored under vendor/ and the first-party env/families both implement
     docs/spec/families.md, "Module API" (pipeline/curriculum.py refuses anything else)."""
 
-    families: Strings = Field(description="the families, in their order within a block; each one of "
-                                          + ", ".join(curriculum_mod.TASK_FAMILIES))
-    difficulties: Ints = Field(description="the difficulties, each "
-                                           + ", ".join(str(d) for d in curriculum_mod.DIFFICULTIES)
-                                           + " (what make_task accepts, upstream and first-party)")
+    families: Strings = Field(
+        description="the families, in their order within a block; each one of "
+        + ", ".join(curriculum_mod.TASK_FAMILIES)
+    )
+    difficulties: Ints = Field(
+        description="the difficulties, each "
+        + ", ".join(str(d) for d in curriculum_mod.DIFFICULTIES)
+        + " (what make_task accepts, upstream and first-party)"
+    )
     seeds: Ints = Field(description="the seeds (>= 0) of the generator, in their order within a difficulty")
-    blocks: Str = Field(description='"difficulty-seed": one block per (difficulty, seed) pair, difficulties '
-                                    "outermost, each block one case per family")
+    blocks: Str = Field(
+        description='"difficulty-seed": one block per (difficulty, seed) pair, difficulties '
+        "outermost, each block one case per family"
+    )
 
     @model_validator(mode="after")
     def _cases(self) -> CurriculumTable:
@@ -407,8 +460,9 @@ class DatasetConfig(Table):
     license_link: Str = Field(description="the card's `license_link`, where the terms are stated")
     language: NonEmptyStrings = Field(description="the card's languages (non-empty)")
     tags: NonEmptyStrings = Field(description="the card's tags (non-empty)")
-    source_datasets: NonEmptyStrings = Field(description="the card's source datasets (non-empty; holding "
-                                                         "[external] `dataset`)")
+    source_datasets: NonEmptyStrings = Field(
+        description="the card's source datasets (non-empty; holding [external] `dataset`)"
+    )
 
 
 class Intoto(Table):
@@ -421,29 +475,35 @@ class Source(Table):
     """A pinned upstream file: fetched at a full commit id, checked against its sha256 and size, vendored
     with its licence."""
 
-    name: Str = Field(description="the entry's name (unique), as profiles' `tasks` and external tasks' "
-                                  "`reference` name it")
+    name: Str = Field(
+        description="the entry's name (unique), as profiles' `tasks` and external tasks' `reference` name it"
+    )
     repository: Str = Field(description="the git repository's URL")
-    revision: Commit = Field(description="the full commit id (40 lowercase hex digits; no branch, tag or "
-                                         "short id)")
+    revision: Commit = Field(description="the full commit id (40 lowercase hex digits; no branch, tag or short id)")
     path: RepoPath = Field(description="the file's path in the repository")
     sha256: Sha256 = Field(description="the file's sha256 (64 lowercase hex digits)")
     size: Annotated[Int, Ge(0)] = Field(description="the file's size in bytes")
     license: Str = Field(description="the file's licence, an SPDX expression")
-    license_file: RepoPath = Field(description="the licence file's path in the repository (another file name "
-                                               "than `path`)")
+    license_file: RepoPath = Field(
+        description="the licence file's path in the repository (another file name than `path`)"
+    )
     # "" = not pinned yet: the commit id already fixes the licence's bytes, and the first fetch
     # reports its sha256 so it can be pinned here too.
-    license_sha256: Sha256OrUnpinned = Field("", description='the licence file\'s sha256; "" or absent: not '
-                                                             "pinned yet (`python -m pipeline vendor` prints it)")
+    license_sha256: Sha256OrUnpinned = Field(
+        "",
+        description='the licence file\'s sha256; "" or absent: not pinned yet (`python -m pipeline vendor` prints it)',
+    )
     profiles: Strings = Field((), description="the profiles that vendor the file")
 
     @model_validator(mode="after")
     def _paths(self) -> Source:
         if Path(self.path).name == Path(self.license_file).name:
-            raise Invalid(": the file and its licence would land on the same vendor path",
-                          expected="different file names", actual=self.path,
-                          hint="vendor the licence from a file of another name")
+            raise Invalid(
+                ": the file and its licence would land on the same vendor path",
+                expected="different file names",
+                actual=self.path,
+                hint="vendor the licence from a file of another name",
+            )
         return self
 
 
@@ -455,15 +515,19 @@ class ExternalTask(Table):
     # split is the external budgets' split, never this one.
     task_id: Str = Field(description="the task's id")
     image: ByDigest = Field(description="the task's image pinned by digest, `name@sha256:<64 hex>`")
-    compressed_bytes: Annotated[Int, Gt(0)] = Field(description="the image's compressed size as its registry "
-                                                                "manifests declare it")
-    after_block: Int = Field(description="the block of procedural tasks the task follows in the request, 1 to "
-                                         "the number of [curriculum] blocks")
+    compressed_bytes: Annotated[Int, Gt(0)] = Field(
+        description="the image's compressed size as its registry manifests declare it"
+    )
+    after_block: Int = Field(
+        description="the block of procedural tasks the task follows in the request, 1 to "
+        "the number of [curriculum] blocks"
+    )
     split: Str = Field(description="the dataset split holding the record (not the request's split)")
     row: Annotated[Int, Ge(0)] = Field(description="the record's row in that split")
     reference: Str = Field(description="the [[sources]] entry of the task's reference repair script")
-    record_sha256: Sha256OrUnpinned = Field("", description='the sha256 of the record\'s text; "" or absent: '
-                                                            "not pinned yet (the first fetch reports it)")
+    record_sha256: Sha256OrUnpinned = Field(
+        "", description='the sha256 of the record\'s text; "" or absent: not pinned yet (the first fetch reports it)'
+    )
 
     @property
     def image_name(self) -> str:
@@ -496,13 +560,15 @@ class External(Table):
     license: Str = Field(description="the dataset's licence, an SPDX expression")
     subset: Str = Field("default", description="the dataset's subset (config)")
     id_field: Dotted = Field("extra_info.instance_id", description="the dotted path of the task id in a row")
-    record_field: Dotted = Field("extra_info.instance_json", description="the dotted path of the record (a "
-                                                                         "JSON string) in a row")
+    record_field: Dotted = Field(
+        "extra_info.instance_json", description="the dotted path of the record (a JSON string) in a row"
+    )
     hub_url: Url = Field(HUB_URL, description="the Hub serving the dataset")
     rows_url: Url = Field(ROWS_URL, description="the dataset viewer's rows API")
     # Checked like any table, then dropped: nothing reads it, and a file with it equals one without.
     repair: Annotated[ExternalRepair | None, AfterValidator(lambda _: None)] = Field(
-        None, description="retired, ignored")
+        None, description="retired, ignored"
+    )
     tasks: tuple[ExternalTask, ...] = Field((), description="the external tasks, in the request's order")
 
 
@@ -524,10 +590,12 @@ class Budgets(Table):
     context_tokens: Annotated[Int, Gt(0)] = Field(description="context tokens of the model")
     memory_gib: Annotated[Int, Gt(0)] = Field(description="memory of the task's container, GiB")
     cpu_floor_vcpus: Annotated[Int, Gt(0)] = Field(description="vCPUs the task's container is guaranteed")
-    workspace_gib: Annotated[Int, Gt(0)] = Field(description="workspace disk of a task, GiB (the platform's "
-                                                             "admission counts it)")
-    observation_tokens: Annotated[Int, Gt(0)] = Field(description="tokens of one observation (a limit of the "
-                                                                  "environment, not a request field)")
+    workspace_gib: Annotated[Int, Gt(0)] = Field(
+        description="workspace disk of a task, GiB (the platform's admission counts it)"
+    )
+    observation_tokens: Annotated[Int, Gt(0)] = Field(
+        description="tokens of one observation (a limit of the environment, not a request field)"
+    )
 
     ENVIRONMENT_LIMITS: ClassVar[tuple[str, ...]] = ("observation_tokens",)
 
@@ -559,15 +627,20 @@ class Admission(Table):
     # 0.63 GB image with a 44 GiB workspace was refused) and below 39.3 GiB (a 0.67 GB image
     # with 10 GiB was admitted). The default lies between, with room on both sides.
     sandbox_disk_gib: Annotated[Num, Gt(0)] = Field(50.0, description="the sandbox disk, GiB")
-    headroom_gib: Annotated[Num, Gt(0)] = Field(24.0, description="the platform's headroom, GiB (below "
-                                                                  "sandbox_disk_gib)")
+    headroom_gib: Annotated[Num, Gt(0)] = Field(
+        24.0, description="the platform's headroom, GiB (below sandbox_disk_gib)"
+    )
 
     @model_validator(mode="after")
     def _room(self) -> Admission:
         if self.headroom_gib >= self.sandbox_disk_gib:
-            raise Invalid("leaves no room in the sandbox disk", key="headroom_gib",
-                          expected=f"less than sandbox_disk_gib ({self.sandbox_disk_gib:g})",
-                          actual=self.headroom_gib, hint="lower headroom_gib or raise sandbox_disk_gib")
+            raise Invalid(
+                "leaves no room in the sandbox disk",
+                key="headroom_gib",
+                expected=f"less than sandbox_disk_gib ({self.sandbox_disk_gib:g})",
+                actual=self.headroom_gib,
+                hint="lower headroom_gib or raise sandbox_disk_gib",
+            )
         return self
 
 
@@ -588,8 +661,11 @@ def _engine(value: str) -> str:
 
 def _verify_engines(engines: tuple[str, ...]) -> tuple[str, ...]:
     if not engines or any(e not in VERIFY_ENGINES for e in engines) or len(set(engines)) != len(engines):
-        raise Invalid("is not a list of the engines to verify under", actual=list(engines),
-                      expected=f"each of {', '.join(VERIFY_ENGINES)} at most once, at least one")
+        raise Invalid(
+            "is not a list of the engines to verify under",
+            actual=list(engines),
+            expected=f"each of {', '.join(VERIFY_ENGINES)} at most once, at least one",
+        )
     return engines
 
 
@@ -597,15 +673,18 @@ class RuntimeConfig(Table):
     """Which container CLI the pipeline drives, and this machine's quirks for it."""
 
     engine: Annotated[Str, AfterValidator(_engine)] = Field(
-        "auto", description='"auto" (podman, always), "podman" or "docker" (the private Docker engine); '
-                            "RELEASE_RUNTIME_ENGINE overrides it")
+        "auto",
+        description='"auto" (podman, always), "podman" or "docker" (the private Docker engine); '
+        "RELEASE_RUNTIME_ENGINE overrides it",
+    )
     verify: Annotated[Strings, AfterValidator(_verify_engines)] = Field(
-        VERIFY_ENGINES, description='the engines the release runs the whole check suite under, in order, each '
-                                    'once ("podman", "docker": the private Docker engine with Docker\'s '
-                                    "defaults), and the audit holds the records to; RELEASE_RUNTIME_VERIFY "
-                                    "(comma-separated) overrides it for `verify`, never for a release")
-    health_timeout_s: Annotated[Int, Gt(0)] = Field(120, description="seconds a started image has to answer "
-                                                                     "/health")
+        VERIFY_ENGINES,
+        description="the engines the release runs the whole check suite under, in order, each "
+        'once ("podman", "docker": the private Docker engine with Docker\'s '
+        "defaults), and the audit holds the records to; RELEASE_RUNTIME_VERIFY "
+        "(comma-separated) overrides it for `verify`, never for a release",
+    )
+    health_timeout_s: Annotated[Int, Gt(0)] = Field(120, description="seconds a started image has to answer /health")
     podman: EngineArgs = Field(EngineArgs(), description="podman's flags")
     docker: EngineArgs = Field(EngineArgs(), description="docker's flags")
 
@@ -632,9 +711,12 @@ class RuntimeConfig(Table):
         environ = os.environ if environ is None else environ
         choice = environ.get("RELEASE_RUNTIME_ENGINE", self.engine)
         if choice not in RUNTIME_ENGINES:
-            raise ConfigError("RELEASE_RUNTIME_ENGINE names an unknown container engine",
-                              expected=" or ".join(RUNTIME_ENGINES), actual=choice,
-                              hint="set it to one of them, or unset it to use [runtime] engine")
+            raise ConfigError(
+                "RELEASE_RUNTIME_ENGINE names an unknown container engine",
+                expected=" or ".join(RUNTIME_ENGINES),
+                actual=choice,
+                hint="set it to one of them, or unset it to use [runtime] engine",
+            )
         return choice
 
     def verify_engines(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -647,8 +729,12 @@ class RuntimeConfig(Table):
         try:
             return _verify_engines(tuple(x.strip() for x in raw.split(",")))
         except Invalid as exc:
-            raise ConfigError(f"RELEASE_RUNTIME_VERIFY {exc.what}", expected=exc.expected, actual=exc.actual,
-                              hint="name podman and/or docker, comma-separated, or unset it") from None
+            raise ConfigError(
+                f"RELEASE_RUNTIME_VERIFY {exc.what}",
+                expected=exc.expected,
+                actual=exc.actual,
+                hint="name podman and/or docker, comma-separated, or unset it",
+            ) from None
 
 
 class ReleaseConfig(Table):
@@ -657,13 +743,17 @@ class ReleaseConfig(Table):
 
     path: Path = hidden(Path("release.toml"), "<path>")
     release: ReleaseTable = Field(description="the image")
-    profiles: dict[str, Profile] = Field(description="the release profiles, by name",
-                                         json_schema_extra={"placeholder": "name"})
+    profiles: dict[str, Profile] = Field(
+        description="the release profiles, by name", json_schema_extra={"placeholder": "name"}
+    )
     # None only for the release.toml of a commit before [curriculum] (reproduce).
     curriculum_table: CurriculumTable | None = Field(
-        None, alias="curriculum", description="the procedural cases the image serves and the request lists; "
-                                              "required to release (absent only in the release.toml of a "
-                                              "commit before it, which `reproduce` rebuilds as it was)")
+        None,
+        alias="curriculum",
+        description="the procedural cases the image serves and the request lists; "
+        "required to release (absent only in the release.toml of a "
+        "commit before it, which `reproduce` rebuilds as it was)",
+    )
     dataset: DatasetConfig = Field(description="the release as a Hugging Face dataset")
     intoto: Intoto = Field(Intoto(), description="in-toto layout policy")
     sources: tuple[Source, ...] = Field((), description="pinned upstream files")
@@ -677,8 +767,12 @@ class ReleaseConfig(Table):
     def _names(cls, data: Any) -> Any:
         """Each profile's name is its table's name."""
         if isinstance(data, dict) and isinstance(data.get("profiles"), dict):
-            data = {**data, "profiles": {name: {**t, "<name>": name} if isinstance(t, dict) else t
-                                         for name, t in data["profiles"].items()}}
+            data = {
+                **data,
+                "profiles": {
+                    name: {**t, "<name>": name} if isinstance(t, dict) else t for name, t in data["profiles"].items()
+                },
+            }
         return data
 
     @model_validator(mode="after")
@@ -686,41 +780,67 @@ class ReleaseConfig(Table):
         """The rules that span tables."""
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
-            raise Invalid("duplicate [[sources]] names", actual=names, whole=True,
-                          hint="give each [[sources]] entry a name of its own")
+            raise Invalid(
+                "duplicate [[sources]] names",
+                actual=names,
+                whole=True,
+                hint="give each [[sources]] entry a name of its own",
+            )
         for p in self.profiles.values():
             vs = p.vendored_source
             if vs is not None and vs not in names:
-                raise Invalid("names an unknown source", key=f"profiles.{p.name}.tasks", expected=names,
-                              actual=vs, hint="name a [[sources]] entry, or use first-party")
+                raise Invalid(
+                    "names an unknown source",
+                    key=f"profiles.{p.name}.tasks",
+                    expected=names,
+                    actual=vs,
+                    hint="name a [[sources]] entry, or use first-party",
+                )
         by_name = {s.name: s for s in self.sources}
         for i, task in enumerate(self.external.tasks):
             where = f"external.tasks[{i}].reference"
             source = by_name.get(task.reference)
             if source is None:
-                raise Invalid("names no [[sources]] entry", key=where, expected=sorted(by_name),
-                              actual=task.reference, hint="name the [[sources]] entry of its reference repair")
-            missing = sorted(p.name for p in self.profiles.values()
-                             if p.external_tasks_required and p.name not in source.profiles)
+                raise Invalid(
+                    "names no [[sources]] entry",
+                    key=where,
+                    expected=sorted(by_name),
+                    actual=task.reference,
+                    hint="name the [[sources]] entry of its reference repair",
+                )
+            missing = sorted(
+                p.name for p in self.profiles.values() if p.external_tasks_required and p.name not in source.profiles
+            )
             if missing:
-                raise Invalid(f": source {source.name} is not vendored by profile(s) {', '.join(missing)}, "
-                              "which require verified external tasks", key=where,
-                              expected=f"profiles including {missing}", actual=list(source.profiles),
-                              hint=f"add {', '.join(missing)} to the source's profiles")
+                raise Invalid(
+                    f": source {source.name} is not vendored by profile(s) {', '.join(missing)}, "
+                    "which require verified external tasks",
+                    key=where,
+                    expected=f"profiles including {missing}",
+                    actual=list(source.profiles),
+                    hint=f"add {', '.join(missing)} to the source's profiles",
+                )
         if self.external.dataset not in self.dataset.source_datasets:
-            raise Invalid("does not name the external tasks' dataset", key="dataset.source_datasets",
-                          expected=f"a list holding {self.external.dataset}",
-                          actual=list(self.dataset.source_datasets), hint="add it to source_datasets")
+            raise Invalid(
+                "does not name the external tasks' dataset",
+                key="dataset.source_datasets",
+                expected=f"a list holding {self.external.dataset}",
+                actual=list(self.dataset.source_datasets),
+                hint="add it to source_datasets",
+            )
         declared = self.declared_curriculum
         if declared is not None:
             count = len(declared.blocks())
             for i, task in enumerate(self.external.tasks):
                 if not 1 <= task.after_block <= count:
-                    raise Invalid(f"({task.task_id}) names no block of the curriculum, which has {count}",
-                                  key=f"external.tasks[{i}].after_block", expected=f"a block from 1 to {count}",
-                                  actual=task.after_block,
-                                  hint="[curriculum] makes one block per (difficulty, seed) pair; "
-                                       "move the task or declare more blocks")
+                    raise Invalid(
+                        f"({task.task_id}) names no block of the curriculum, which has {count}",
+                        key=f"external.tasks[{i}].after_block",
+                        expected=f"a block from 1 to {count}",
+                        actual=task.after_block,
+                        hint="[curriculum] makes one block per (difficulty, seed) pair; "
+                        "move the task or declare more blocks",
+                    )
         return self
 
     # -- the [release] table's values, by their old names
@@ -762,9 +882,11 @@ class ReleaseConfig(Table):
     def curriculum(self) -> Curriculum:
         """[curriculum]; ConfigError when the file has none (a release needs it)."""
         if self.curriculum_table is None:
-            raise ConfigError(f"{self.path} has no [curriculum]",
-                              hint="declare the cases to release: [curriculum] with families, difficulties, "
-                                   f"seeds and blocks ({DOC_PAGE})")
+            raise ConfigError(
+                f"{self.path} has no [curriculum]",
+                hint="declare the cases to release: [curriculum] with families, difficulties, "
+                f"seeds and blocks ({DOC_PAGE})",
+            )
         return self.curriculum_table.parsed()
 
     @property
@@ -776,8 +898,12 @@ class ReleaseConfig(Table):
         try:
             return self.profiles[name]
         except KeyError:
-            raise ConfigError(f"unknown profile {name!r} in {self.path}", expected=" or ".join(sorted(self.profiles)),
-                              actual=name, hint=f"choose one of them, or add [profiles.{name}]") from None
+            raise ConfigError(
+                f"unknown profile {name!r} in {self.path}",
+                expected=" or ".join(sorted(self.profiles)),
+                actual=name,
+                hint=f"choose one of them, or add [profiles.{name}]",
+            ) from None
 
     def sources_for(self, profile: Profile) -> tuple[Source, ...]:
         return tuple(s for s in self.sources if profile.name in s.profiles)
@@ -786,8 +912,9 @@ class ReleaseConfig(Table):
         for s in self.sources:
             if s.name == name:
                 return s
-        raise ConfigError(f"no [[sources]] entry named {name!r} in {self.path}",
-                          expected=[s.name for s in self.sources], actual=name)
+        raise ConfigError(
+            f"no [[sources]] entry named {name!r} in {self.path}", expected=[s.name for s in self.sources], actual=name
+        )
 
 
 # ------------------------------------------------------------------ trust.toml
@@ -797,18 +924,23 @@ class TrustPins(Table):
     """The signers a profile's records may carry: pinned Ed25519 keyids and/or a sigstore identity with its
     issuer."""
 
-    keyids: tuple[KeyId, ...] = Field((), description="Ed25519 release keyids, 64 hex digits each (`python -m "
-                                                      "pipeline key` prints the line)")
-    identity: Str | None = Field(None, description="the sigstore certificate identity; a trailing `*` matches a "
-                                                   "git ref name (goes with `issuer`)")
+    keyids: tuple[KeyId, ...] = Field(
+        (), description="Ed25519 release keyids, 64 hex digits each (`python -m pipeline key` prints the line)"
+    )
+    identity: Str | None = Field(
+        None,
+        description="the sigstore certificate identity; a trailing `*` matches a git ref name (goes with `issuer`)",
+    )
     issuer: Str | None = Field(None, description="the OIDC issuer of that identity (goes with `identity`)")
 
     @model_validator(mode="after")
     def _together(self) -> TrustPins:
         if (self.identity is None) != (self.issuer is None):
-            raise Invalid(": identity and issuer go together", actual=f"identity={self.identity!r}, "
-                                                                    f"issuer={self.issuer!r}",
-                          hint="pin both, or neither")
+            raise Invalid(
+                ": identity and issuer go together",
+                actual=f"identity={self.identity!r}, issuer={self.issuer!r}",
+                hint="pin both, or neither",
+            )
         return self
 
 
@@ -817,8 +949,11 @@ class TrustFile(Table):
     pinning a new key moves no image digest."""
 
     path: Path = hidden(Path("trust.toml"), "<path>")
-    trust: dict[str, TrustPins] = Field({}, description="the trust root of each profile, by the profile's name",
-                                        json_schema_extra={"placeholder": "profile"})
+    trust: dict[str, TrustPins] = Field(
+        {},
+        description="the trust root of each profile, by the profile's name",
+        json_schema_extra={"placeholder": "profile"},
+    )
 
     def pins(self, profile: str) -> TrustPins:
         """`[trust.<profile>]`; nothing pinned when the file has no such table."""
@@ -849,8 +984,9 @@ def _label(where: str) -> str:
 _RULES = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
-def _error(what: str, *, expected: object | None = None, actual: object | None = None,
-           hint: str | None = None) -> ConfigError:
+def _error(
+    what: str, *, expected: object | None = None, actual: object | None = None, hint: str | None = None
+) -> ConfigError:
     """A ConfigError stating only the parts there are (no "expected None")."""
     given = {k: v for k, v in (("expected", expected), ("actual", actual)) if v is not None}
     return ConfigError(what, hint=hint, **given)
@@ -866,29 +1002,45 @@ def _config_error(path: Path, exc: ValidationError) -> ConfigError:
         full = f"{where}.{invalid.key}" if where and invalid.key else (invalid.key or where)
         hint = invalid.hint.replace("{path}", full) if invalid.hint else None
         if invalid.form == "unknown":
-            return _error(f"{path}: unknown key {invalid.key!r} {_label(where)}", expected=invalid.expected,
-                               actual=invalid.actual, hint=hint)
+            return _error(
+                f"{path}: unknown key {invalid.key!r} {_label(where)}",
+                expected=invalid.expected,
+                actual=invalid.actual,
+                hint=hint,
+            )
         if invalid.form == "missing":
             return _error(f"{path}: {where + ': ' if where else ''}missing key {invalid.key!r}", hint=hint)
         if invalid.form == "type":
-            return _error(f"{path}: {full} has the wrong type", expected=invalid.expected,
-                               actual=invalid.actual, hint=hint)
+            return _error(
+                f"{path}: {full} has the wrong type", expected=invalid.expected, actual=invalid.actual, hint=hint
+            )
         if invalid.whole:
             what = invalid.what
         elif invalid.what.startswith(":"):
             what = f"{full}{invalid.what}"
         else:
             what = f"{full} {invalid.what}" if full else invalid.what
-        return _error(f"{path}: {what}", expected=invalid.expected, actual=invalid.actual,
-                           hint=hint or f"fix {full or 'it'} in {path} ({DOC_PAGE})")
+        return _error(
+            f"{path}: {what}",
+            expected=invalid.expected,
+            actual=invalid.actual,
+            hint=hint or f"fix {full or 'it'} in {path} ({DOC_PAGE})",
+        )
     rule = _RULES.get(err["type"])
     if rule is not None:
         bound = next(iter((err.get("ctx") or {}).values()))
         bound = f"{bound:g}" if isinstance(bound, float) else bound
-        return _error(f"{path}: {where} is out of range", expected=f"{rule} {bound}", actual=err["input"],
-                           hint=f"set {where} to a value {rule} {bound} ({DOC_PAGE})")
-    return _error(f"{path}: {where} is invalid: {err['msg']}", actual=_shown(err.get("input")),
-                       hint=f"fix it ({DOC_PAGE} lists every table and key)")
+        return _error(
+            f"{path}: {where} is out of range",
+            expected=f"{rule} {bound}",
+            actual=err["input"],
+            hint=f"set {where} to a value {rule} {bound} ({DOC_PAGE})",
+        )
+    return _error(
+        f"{path}: {where} is invalid: {err['msg']}",
+        actual=_shown(err.get("input")),
+        hint=f"fix it ({DOC_PAGE} lists every table and key)",
+    )
 
 
 def _parse(path: Path, what: str, missing_hint: str | None) -> dict[str, Any]:
@@ -919,9 +1071,15 @@ def load_trust(path: Path | str) -> TrustFile:
     """Parse and validate a trust file (trust.toml), all of it; ConfigError when it is missing, not
     TOML, or breaks a rule of its model."""
     path = Path(path)
-    return validate(TrustFile, _parse(path, "trust file", "restore trust.toml, which pins who may sign a "
-                                                          "release (`python -m pipeline key` prints the pin line)"),
-                    path)
+    return validate(
+        TrustFile,
+        _parse(
+            path,
+            "trust file",
+            "restore trust.toml, which pins who may sign a release (`python -m pipeline key` prints the pin line)",
+        ),
+        path,
+    )
 
 
 def curriculum_file(cfg: ReleaseConfig) -> bytes | None:

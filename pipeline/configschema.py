@@ -57,8 +57,7 @@ def _description(field: Any) -> str:
     text = field.description or ""
     rules = _rules(field)
     if rules:  # inside the description's closing parenthesis, if it ends with one
-        text = (f"{text[:-1]}; {', '.join(rules)})" if text.endswith(")")
-                else f"{text} ({', '.join(rules)})")
+        text = f"{text[:-1]}; {', '.join(rules)})" if text.endswith(")") else f"{text} ({', '.join(rules)})"
     if field.default is not PydanticUndefined and "absent" not in text:
         shown = _default(field.default)
         if shown is not None:
@@ -116,8 +115,11 @@ def markdown() -> str:
             if heading:
                 lines += ["", "### " + ", ".join(f"`[{h}]`" for h in headings[table]), ""]
             lines += [_doc(table), "", "| key | type | required or optional | description |", "|---|---|---|---|"]
-            lines += [f"| `{key}` | {kind_of(field).name} | {'required' if field.is_required() else 'optional'} "
-                      f"| {_cell(_description(field))} |" for key, (_, field) in table.keys().items()]
+            lines += [
+                f"| `{key}` | {kind_of(field).name} | {'required' if field.is_required() else 'optional'} "
+                f"| {_cell(_description(field))} |"
+                for key, (_, field) in table.keys().items()
+            ]
     return "\n".join(lines) + "\n"
 
 

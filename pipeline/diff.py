@@ -98,12 +98,14 @@ def read_sbom(data: bytes, where: str) -> SbomFacts:
     try:
         bom = Bom.from_json(json.loads(data))  # type: ignore[attr-defined]
     except (ValueError, TypeError, KeyError) as exc:
-        raise VerificationError(f"{where} is not a CycloneDX JSON document", actual=str(exc).splitlines()[0],
-                                hint="pass a records directory or a revision whose SBOM was written by a release"
-                                ) from None
+        raise VerificationError(
+            f"{where} is not a CycloneDX JSON document",
+            actual=str(exc).splitlines()[0],
+            hint="pass a records directory or a revision whose SBOM was written by a release",
+        ) from None
     layers: list[tuple[int, str]] = []
     top = bom.metadata.component
-    for prop in (top.properties if top is not None else ()):
+    for prop in top.properties if top is not None else ():
         if prop.name == "arena:layer":
             index, _, digest = (prop.value or "").partition(":")
             layers.append((int(index), digest))
@@ -113,8 +115,12 @@ def read_sbom(data: bytes, where: str) -> SbomFacts:
         if c.type == ComponentType.FILE:
             files[c.name] = next((h.content for h in c.hashes if h.alg.value == "SHA-256"), "")
         elif c.purl is not None:
-            p = Package(c.purl.type or "", c.purl.name, c.version or c.purl.version or "",
-                        (c.purl.qualifiers or {}).get("arch", ""))
+            p = Package(
+                c.purl.type or "",
+                c.purl.name,
+                c.version or c.purl.version or "",
+                (c.purl.qualifiers or {}).get("arch", ""),
+            )
             packages[p.key] = p
     return SbomFacts(tuple(d for _, d in sorted(layers)), dict(sorted(packages.items())), dict(sorted(files.items())))
 
@@ -122,11 +128,18 @@ def read_sbom(data: bytes, where: str) -> SbomFacts:
 def _load_dir(directory: Path, label: str) -> Release:
     missing = [name for name in RECORDS if not (directory / name).is_file()]
     if missing:
-        raise ConfigError(f"{label} is not a records directory: {', '.join(missing)} missing",
-                          expected=", ".join(RECORDS), actual=f"{len(RECORDS) - len(missing)} of them",
-                          hint="pass the directory holding a release's records (the checkout, or a copy)")
-    return Release(label, provenance_mod.load(directory / PROVENANCE), submission_mod.load(directory / SUBMISSION),
-                   read_sbom((directory / SBOM).read_bytes(), f"{label}: {SBOM}"))
+        raise ConfigError(
+            f"{label} is not a records directory: {', '.join(missing)} missing",
+            expected=", ".join(RECORDS),
+            actual=f"{len(RECORDS) - len(missing)} of them",
+            hint="pass the directory holding a release's records (the checkout, or a copy)",
+        )
+    return Release(
+        label,
+        provenance_mod.load(directory / PROVENANCE),
+        submission_mod.load(directory / SUBMISSION),
+        read_sbom((directory / SBOM).read_bytes(), f"{label}: {SBOM}"),
+    )
 
 
 def _load_revision(repo: Path, revision: str, commit: str) -> Release:
@@ -134,9 +147,12 @@ def _load_revision(repo: Path, revision: str, commit: str) -> Release:
     entries = {e.path: e for e in git.tree_files(repo, commit, RECORDS)}
     missing = [name for name in RECORDS if name not in entries]
     if missing:
-        raise ConfigError(f"commit {commit[:12]} ({revision}) holds no release records: {', '.join(missing)} missing",
-                          expected=", ".join(RECORDS), actual=f"{len(RECORDS) - len(missing)} of them",
-                          hint="name a revision that committed a release's records")
+        raise ConfigError(
+            f"commit {commit[:12]} ({revision}) holds no release records: {', '.join(missing)} missing",
+            expected=", ".join(RECORDS),
+            actual=f"{len(RECORDS) - len(missing)} of them",
+            hint="name a revision that committed a release's records",
+        )
     with tempfile.TemporaryDirectory(prefix="release-diff-") as tmp:
         for name, entry in entries.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -144,8 +160,9 @@ def _load_revision(repo: Path, revision: str, commit: str) -> Release:
         try:
             return _load_dir(Path(tmp), label)
         except ReleaseError as exc:  # named by the revision, not by the temporary copy
-            raise type(exc)(exc.what.replace(tmp + "/", label + ": "), expected=exc.expected, actual=exc.actual,
-                            hint=exc.hint) from exc
+            raise type(exc)(
+                exc.what.replace(tmp + "/", label + ": "), expected=exc.expected, actual=exc.actual, hint=exc.hint
+            ) from exc
 
 
 def load(spec: str | Path, *, repo: Path = REPO_ROOT) -> Release:
@@ -155,10 +172,12 @@ def load(spec: str | Path, *, repo: Path = REPO_ROOT) -> Release:
         return _load_dir(Path(text), text)
     commit = git.commit_of(repo, text)
     if commit is None:
-        raise ConfigError(f"{text!r} is neither a records directory nor a revision of the git repository {repo}",
-                          expected="a directory holding provenance.json, submission.json and attestations/, "
-                                   "or a commit, branch or tag",
-                          actual="no such directory, and git names no commit by it")
+        raise ConfigError(
+            f"{text!r} is neither a records directory nor a revision of the git repository {repo}",
+            expected="a directory holding provenance.json, submission.json and attestations/, "
+            "or a commit, branch or tag",
+            actual="no such directory, and git names no commit by it",
+        )
     return _load_revision(repo, text, commit)
 
 
@@ -282,8 +301,9 @@ def _budgets(old: Release, new: Release) -> list[Change]:
     tables_old, tables_new = old.provenance.budgets or {}, new.provenance.budgets or {}
     for kind in sorted(set(tables_old) | set(tables_new)):
         a, b = tables_old.get(kind, {}), tables_new.get(kind, {})
-        out += [Change(f"[budgets.{kind}] {k}", a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)]
+        out += [
+            Change(f"[budgets.{kind}] {k}", a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+        ]
     return out
 
 
@@ -293,13 +313,19 @@ def _compare(pairs: Iterable[tuple[str, Value, Value]]) -> list[Change]:
 
 def _digests(old: Release, new: Release) -> list[Change]:
     a, b = old.provenance, new.provenance
-    return _compare([
-        ("image", a.image.name if a.image else None, b.image.name if b.image else None),
-        ("image digest", a.image.digest if a.image else None, b.image.digest if b.image else None),
-        ("image config digest", a.image.config_digest if a.image else None, b.image.config_digest if b.image else None),
-        ("base", a.base.name, b.base.name),
-        ("base digest", a.base.digest, b.base.digest),
-    ])
+    return _compare(
+        [
+            ("image", a.image.name if a.image else None, b.image.name if b.image else None),
+            ("image digest", a.image.digest if a.image else None, b.image.digest if b.image else None),
+            (
+                "image config digest",
+                a.image.config_digest if a.image else None,
+                b.image.config_digest if b.image else None,
+            ),
+            ("base", a.base.name, b.base.name),
+            ("base digest", a.base.digest, b.base.digest),
+        ]
+    )
 
 
 def _named_layers(r: Release) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -307,8 +333,9 @@ def _named_layers(r: Release) -> tuple[list[tuple[str, str]], dict[str, str]]:
     app = r.provenance.image.app_layers if r.provenance.image else ()
     names = {l.digest: l.name for l in app}
     base = len(r.sbom.layers) - len(app)
-    layers = [(names[d] if i >= base and d in names else BASE_LAYER.format(index=i), d)
-              for i, d in enumerate(r.sbom.layers)]
+    layers = [
+        (names[d] if i >= base and d in names else BASE_LAYER.format(index=i), d) for i, d in enumerate(r.sbom.layers)
+    ]
     holder = {"/" + m.path: l.name for l in app for m in l.members}
     return layers, holder
 
@@ -328,9 +355,13 @@ def _layers(old: Release, new: Release) -> list[LayerChange]:
     for name in order:
         a, b = files_a.get(name, {}), files_b.get(name, {})
         change = LayerChange(
-            name, digest_a.get(name), digest_b.get(name),
-            added=tuple(sorted(set(b) - set(a))), removed=tuple(sorted(set(a) - set(b))),
-            changed=tuple(FileChange(p, a[p], b[p]) for p in sorted(set(a) & set(b)) if a[p] != b[p]))
+            name,
+            digest_a.get(name),
+            digest_b.get(name),
+            added=tuple(sorted(set(b) - set(a))),
+            removed=tuple(sorted(set(a) - set(b))),
+            changed=tuple(FileChange(p, a[p], b[p]) for p in sorted(set(a) & set(b)) if a[p] != b[p]),
+        )
         if change.old != change.new or change.added or change.removed or change.changed:
             out.append(change)
     return out
@@ -340,8 +371,12 @@ def _packages(old: Mapping[str, Package], new: Mapping[str, Package]) -> Package
     return Packages(
         added=tuple(new[k] for k in sorted(set(new) - set(old))),
         removed=tuple(old[k] for k in sorted(set(old) - set(new))),
-        upgraded=tuple(Upgrade(k, old[k].version, new[k].version) for k in sorted(set(old) & set(new))
-                       if old[k].version != new[k].version))
+        upgraded=tuple(
+            Upgrade(k, old[k].version, new[k].version)
+            for k in sorted(set(old) & set(new))
+            if old[k].version != new[k].version
+        ),
+    )
 
 
 def _sizes(old: Release, new: Release) -> list[Change]:
@@ -349,13 +384,17 @@ def _sizes(old: Release, new: Release) -> list[Change]:
     pairs: list[tuple[str, Value, Value]] = [
         ("release seed_bytes", a.seed_bytes if a else None, b.seed_bytes if b else None),
         ("release platform_bytes", a.platform_bytes if a else None, b.platform_bytes if b else None),
-        ("image compressed_size", old.provenance.image.compressed_size if old.provenance.image else None,
-         new.provenance.image.compressed_size if new.provenance.image else None),
+        (
+            "image compressed_size",
+            old.provenance.image.compressed_size if old.provenance.image else None,
+            new.provenance.image.compressed_size if new.provenance.image else None,
+        ),
     ]
+
     # Images are named by digest, so they are paired by repository and place among its images.
     def keyed(sizes) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for img in (sizes.images if sizes else ()):
+        for img in sizes.images if sizes else ():
             repo = ImageRef.parse(img.image).name
             n = sum(k.startswith(repo + "#") for k in out)
             out[f"{repo}#{n + 1}"] = img
@@ -373,10 +412,13 @@ def _sizes(old: Release, new: Release) -> list[Change]:
 def _pin_values(r: Release) -> dict[str, Value]:
     p = r.provenance
     values: dict[str, Value] = {
-        "project commit": p.project.commit, "project dirty": p.project.dirty, "profile": p.profile,
+        "project commit": p.project.commit,
+        "project dirty": p.project.dirty,
+        "profile": p.profile,
         "image-input commit": p.image_inputs.commit if p.image_inputs else None,
         "image inputs sha256": p.image_inputs.sha256 if p.image_inputs else None,
-        "SOURCE_DATE_EPOCH": p.source_date_epoch, "wheel lock sha256": p.wheel_lock.sha256,
+        "SOURCE_DATE_EPOCH": p.source_date_epoch,
+        "wheel lock sha256": p.wheel_lock.sha256,
     }
     values.update({f"source {s.source} {k}": getattr(s, k) for s in p.sources for k in SOURCE_PINS})
     values.update({f"external {e.task_id} {k}": getattr(e, k) for e in p.external for k in EXTERNAL_PINS})
@@ -392,8 +434,9 @@ def _builder(r: Release) -> tuple[dict[str, Value], dict[str, Package] | None]:
     """The builder's scalar values, and its toolchain: each installed distribution with its
     version and the locked file it came from (None: records written before it was recorded)."""
     builder = r.provenance.builder
-    scalars: dict[str, Value] = {name: value for name, value in asdict(builder).items()
-                                 if isinstance(value, (str, int, bool)) or value is None}
+    scalars: dict[str, Value] = {
+        name: value for name, value in asdict(builder).items() if isinstance(value, (str, int, bool)) or value is None
+    }
     if not builder.toolchain:
         return scalars, None
     dists = {}
@@ -408,9 +451,13 @@ def _toolchain(old: Release, new: Release) -> tuple[list[Change], Packages]:
     changes = _compare((k, sa.get(k), sb.get(k)) for k in list(sb) + [k for k in sa if k not in sb])
     if da is None or db is None:
         if (da is None) != (db is None):
-            changes.append(Change("installed distributions",
-                                  "not recorded" if da is None else f"{len(da)} recorded",
-                                  "not recorded" if db is None else f"{len(db)} recorded"))
+            changes.append(
+                Change(
+                    "installed distributions",
+                    "not recorded" if da is None else f"{len(da)} recorded",
+                    "not recorded" if db is None else f"{len(db)} recorded",
+                )
+            )
         return changes, Packages()
     return changes, _packages(da, db)
 
@@ -428,13 +475,22 @@ def diff(old: Release, new: Release) -> ReleaseDiff:
     removed = [t for t in ids_a if t not in set(ids_b)]
     toolchain, distributions = _toolchain(old, new)
     return ReleaseDiff(
-        old=old.label, new=new.label,
-        cases_added=tuple(of_kind(added, kinds_b, True)), cases_removed=tuple(of_kind(removed, kinds_a, True)),
-        tasks_added=tuple(of_kind(added, kinds_b, False)), tasks_removed=tuple(of_kind(removed, kinds_a, False)),
+        old=old.label,
+        new=new.label,
+        cases_added=tuple(of_kind(added, kinds_b, True)),
+        cases_removed=tuple(of_kind(removed, kinds_a, True)),
+        tasks_added=tuple(of_kind(added, kinds_b, False)),
+        tasks_removed=tuple(of_kind(removed, kinds_a, False)),
         tasks_moved=_order(ids_a, ids_b),
-        budgets=tuple(_budgets(old, new)), digests=tuple(_digests(old, new)), layers=tuple(_layers(old, new)),
-        packages=_packages(old.sbom.packages, new.sbom.packages), sizes=tuple(_sizes(old, new)),
-        pins=tuple(_pins(old, new)), toolchain=tuple(toolchain), distributions=distributions)
+        budgets=tuple(_budgets(old, new)),
+        digests=tuple(_digests(old, new)),
+        layers=tuple(_layers(old, new)),
+        packages=_packages(old.sbom.packages, new.sbom.packages),
+        sizes=tuple(_sizes(old, new)),
+        pins=tuple(_pins(old, new)),
+        toolchain=tuple(toolchain),
+        distributions=distributions,
+    )
 
 
 # ------------------------------------------------------------------ the table

@@ -101,9 +101,12 @@ class NoSpace(ReleaseError):
             free = f"{shutil.disk_usage(probe).free / 1e6:,.0f} MB free"
         except OSError:
             free = "free space unknown"
-        return cls(f"no space left on the file system of {path} ({what})",
-                   expected=f"about {need / 1e6:,.0f} MB free" if need else "free space", actual=free,
-                   hint=fix or f"free space on that file system (or put {path} on another one), then run again")
+        return cls(
+            f"no space left on the file system of {path} ({what})",
+            expected=f"about {need / 1e6:,.0f} MB free" if need else "free space",
+            actual=free,
+            hint=fix or f"free space on that file system (or put {path} on another one), then run again",
+        )
 
 
 def is_no_space(exc: BaseException) -> bool:

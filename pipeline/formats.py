@@ -64,7 +64,7 @@ def deb822_paragraphs(text: str, packages: Set[str] | None = None) -> list[dict[
     for block in _PARAGRAPH_BREAK.split("\n" + text + "\n"):
         if packages is not None:
             first = block.lstrip("\n").partition("\n")[0]
-            if first.startswith("Package:") and first[len("Package:"):].strip() not in packages:
+            if first.startswith("Package:") and first[len("Package:") :].strip() not in packages:
                 continue
         fields: dict[str, str] = {}
         key = None
@@ -88,5 +88,6 @@ def dpkg_installed(status: str) -> list[dict[str, str]]:
     """The paragraphs of dpkg's status database (/var/lib/dpkg/status) whose package is
     installed (`Status: install ok installed`; not half-installed, removed or with only
     its configuration files left), in order."""
-    return [p for p in deb822_paragraphs(status)
-            if "Package" in p and p.get("Status", "").split()[-1:] == ["installed"]]
+    return [
+        p for p in deb822_paragraphs(status) if "Package" in p and p.get("Status", "").split()[-1:] == ["installed"]
+    ]

@@ -58,14 +58,22 @@ class ImageRef:
         host = first if sep and ("." in first or ":" in first or first == "localhost") else ""
         m = _REST.fullmatch(rest if host else text)
         if m is None or (host and not _HOST.fullmatch(host)):
-            raise ConfigError(f"image reference {text!r} is malformed",
-                              expected=f"{FORM} (lowercase repository)", actual=text)
+            raise ConfigError(
+                f"image reference {text!r} is malformed", expected=f"{FORM} (lowercase repository)", actual=text
+            )
         if registry and not host:
-            raise ConfigError(f"image reference {text!r} names no registry host",
-                              expected="host[:port]/repository[:tag|@digest]", actual=text)
+            raise ConfigError(
+                f"image reference {text!r} names no registry host",
+                expected="host[:port]/repository[:tag|@digest]",
+                actual=text,
+            )
         if pinned and m["digest"] is None:
-            raise ConfigError(f"image reference {text!r} is not pinned by digest", expected=PINNED_FORM,
-                              actual=text, hint="pin the image by its manifest digest")
+            raise ConfigError(
+                f"image reference {text!r} is not pinned by digest",
+                expected=PINNED_FORM,
+                actual=text,
+                hint="pin the image by its manifest digest",
+            )
         return cls(host, m["repository"], m["tag"], m["digest"])
 
     @classmethod

@@ -97,8 +97,11 @@ class _Reader:
             served = next((s for s in sources if isinstance(s, dict) and s.get("name") == vendored), None)
             first_party = tasks == "first-party"
             self._values[commit] = {
-                "files": {path: f"{e.mode} {e.oid}" for path, e in sorted(files.items())
-                          if packed(path, first_party_tasks=first_party)},
+                "files": {
+                    path: f"{e.mode} {e.oid}"
+                    for path, e in sorted(files.items())
+                    if packed(path, first_party_tasks=first_party)
+                },
                 "release": {k: _table(raw.get("release")).get(k) for k in RELEASE_KEYS},
                 "base": base,
                 "tasks": tasks,
@@ -126,13 +129,17 @@ def image_inputs(repo: Path, profile: str) -> ImageInputs:
         for logged in git.history(repo, CANDIDATE_PATHS):
             here = reader.values(logged.commit)
             if logged.parent is None or reader.values(logged.parent) != here:
-                return ImageInputs(commit=logged.commit, time=logged.time, paths=COUNTED,
-                                   sha256=digest(here))
+                return ImageInputs(commit=logged.commit, time=logged.time, paths=COUNTED, sha256=digest(here))
     except ReleaseError as exc:
-        raise SourceError(f"{repo} has no readable history of the image inputs",
-                          expected="a committed git checkout", actual=exc.one_line()) from None
-    raise SourceError(f"no commit of {repo} holds the image inputs ({', '.join(CANDIDATE_PATHS)})",
-                      hint="commit the image inputs first")
+        raise SourceError(
+            f"{repo} has no readable history of the image inputs",
+            expected="a committed git checkout",
+            actual=exc.one_line(),
+        ) from None
+    raise SourceError(
+        f"no commit of {repo} holds the image inputs ({', '.join(CANDIDATE_PATHS)})",
+        hint="commit the image inputs first",
+    )
 
 
 def differences(repo: Path, old: str, new: str, profile: str) -> list[str]:

@@ -70,8 +70,9 @@ class BaseChoice:
             return ref.name, ref.digest or ""
         record = _base.load_record()
         if record is None:
-            raise ConfigError(f"the local base is not built yet (no {_base.BASE_LOCK.name})",
-                              hint="run `nox -s base` first")
+            raise ConfigError(
+                f"the local base is not built yet (no {_base.BASE_LOCK.name})", hint="run `nox -s base` first"
+            )
         return record.name, record.digest
 
     def source(self, *, registry: str | None = None, layout: Path | None = None) -> BaseSource:
@@ -83,8 +84,9 @@ class BaseChoice:
         if self.pinned is not None:
             return BaseSource.from_registry(self.pinned, name=ImageRef.parse(self.pinned, registry=True).name)
         name, digest = self.pin()
-        return BaseSource(name=name, digest=digest, repository=name,
-                          registry=registry or localregistry.endpoint().address)
+        return BaseSource(
+            name=name, digest=digest, repository=name, registry=registry or localregistry.endpoint().address
+        )
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,11 @@ class ReleasePlan:
         if self.task_source is None:
             return None
         record = check_vendored(self.task_source, vendor_dir)
-        return VendoredTaskFile(source=self.task_source.name, file=vendor_dir / record.vendor_path,
-                                license_file=vendor_dir / record.license_path)
+        return VendoredTaskFile(
+            source=self.task_source.name,
+            file=vendor_dir / record.vendor_path,
+            license_file=vendor_dir / record.license_path,
+        )
 
     def unpinned_warning(self, signer: KeySigner | SigstoreSigner) -> str | None:
         """A loud warning when `signer` is not the one trust.toml pins for this profile."""
@@ -138,8 +143,9 @@ class ReleasePlan:
         return trust.unpinned_identity_warning(self.trust(), signer.policy())
 
 
-def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None,
-            trust: bool = True) -> ReleasePlan:
+def resolve(
+    cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None = None, trust: bool = True
+) -> ReleasePlan:
     """The plan of profile `name` (ConfigError names the known profiles); `signing_kind`
     overrides the profile's signing method. With `trust` (the commands that check a signer
     against the pins: release, attest, the audit), trust.toml beside release.toml is validated
@@ -150,23 +156,33 @@ def resolve(cfg: _config.ReleaseConfig, name: str, *, signing_kind: str | None =
     profile = cfg.profile(name)
     kind = signing_kind or profile.signing
     if kind not in ("key", "sigstore"):
-        raise ConfigError("unknown signing method", expected="key or sigstore", actual=kind,
-                          hint="pass --signing key or --signing sigstore")
+        raise ConfigError(
+            "unknown signing method",
+            expected="key or sigstore",
+            actual=kind,
+            hint="pass --signing key or --signing sigstore",
+        )
     pins = _config.load_trust(cfg.trust_path).pins(profile.name) if trust else None
     # The profile's table as the file wrote it (no defaults filled in): the SLSA externalParameters.
     table = profile.model_dump(by_alias=True, exclude_unset=True)
     return ReleasePlan(
         profile=profile.name,
         parameters=MappingProxyType(dict(sorted(table.items()))),
-        target=Target(registry=profile.registry, repository=profile.repository, tag=profile.tag,
-                      image_name=profile.image_name, local=profile.local),
+        target=Target(
+            registry=profile.registry,
+            repository=profile.repository,
+            tag=profile.tag,
+            image_name=profile.image_name,
+            local=profile.local,
+        ),
         base=BaseChoice(None if profile.base == "local" else profile.base),
         sources=cfg.sources_for(profile),
         task_source=cfg.source(profile.vendored_source) if profile.vendored_source else None,
         signing=kind,
         external=ExternalPolicy(required=profile.external_tasks_required, profile=profile.name),
-        dataset=HubTarget.of(profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset,
-                             profile=profile.name),
+        dataset=HubTarget.of(
+            profile.dataset, cfg.dataset.hub_url, publish=profile.publish_dataset, profile=profile.name
+        ),
         request=RequestIdentity(submission_id=profile.submission_id, dataset=profile.dataset),
         pins=pins,
         config=cfg,

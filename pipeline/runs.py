@@ -112,8 +112,7 @@ def dead_temp_files(roots: Iterable[Path], *, skip: Iterable[Path] = ()) -> list
         if not Path(root).is_dir() or Path(root).is_symlink():
             continue
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in skipped
-                           and not Path(dirpath, d).is_symlink()]
+            dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in skipped and not Path(dirpath, d).is_symlink()]
             for name in filenames:
                 m = _PID_TEMP.match(name)
                 if m and not pid_alive(int(next(g for g in m.groups() if g))):
@@ -128,5 +127,7 @@ def remove_dead_temp_files(roots: Iterable[Path], *, skip: Iterable[Path] = ()) 
         path.unlink(missing_ok=True)
     if not found:
         return None
-    return (f"removed {len(found)} temporary file(s) of processes that are gone: "
-            f"{', '.join(str(p) for p in found[:3])}{' ...' if len(found) > 3 else ''}")
+    return (
+        f"removed {len(found)} temporary file(s) of processes that are gone: "
+        f"{', '.join(str(p) for p in found[:3])}{' ...' if len(found) > 3 else ''}"
+    )

@@ -109,12 +109,14 @@ def _stale_port_forwards() -> set[str]:
         return set()
 
     def once() -> set[str]:
-        rules = subprocess.run(["iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"],
-                               capture_output=True, text=True).stdout
+        rules = subprocess.run(
+            ["iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"], capture_output=True, text=True
+        ).stdout
         if "id:" not in rules:
             return set()
-        alive = subprocess.run(["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}}"],
-                               capture_output=True, text=True).stdout.split()
+        alive = subprocess.run(
+            ["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}}"], capture_output=True, text=True
+        ).stdout.split()
         return stale_port_forwards(rules, alive)
 
     first = once()
@@ -130,11 +132,14 @@ def host_untouched():
     yield
     after = _host_state()
     changed = sorted(k for k in before if before[k] != after[k])
-    assert not changed, (f"the tests changed the host: {', '.join(changed)} (run the environment "
-                         "server contained: tests/contained.py)")
+    assert not changed, (
+        f"the tests changed the host: {', '.join(changed)} (run the environment server contained: tests/contained.py)"
+    )
     left = sorted(_stale_port_forwards() - stale)
-    assert not left, (f"containers removed during the tests left their port forwards behind "
-                      f"(iptables -t nat -S CNI-HOSTPORT-DNAT): {', '.join(i[:12] for i in left)}")
+    assert not left, (
+        f"containers removed during the tests left their port forwards behind "
+        f"(iptables -t nat -S CNI-HOSTPORT-DNAT): {', '.join(i[:12] for i in left)}"
+    )
 
 
 _PER_MODULE = ("module", "class", "package")
@@ -152,8 +157,9 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 def _shared_results(item: pytest.Item) -> set[tuple[str, str]]:
     """The `@shared_result` fixtures (tests/shared.py) this test needs, by the function
     that makes each (a fixture imported into several modules is still one result)."""
-    return {(d.func.__module__, d.func.__qualname__) for d in _fixture_defs(item)
-            if getattr(d.func, "shared_result", False)}
+    return {
+        (d.func.__module__, d.func.__qualname__) for d in _fixture_defs(item) if getattr(d.func, "shared_result", False)
+    }
 
 
 def _start_ranks(items: list[pytest.Item]) -> dict[str, int]:
@@ -197,8 +203,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A stable sort: within a rank, the collection order (module by module) is kept.
     items.sort(key=lambda item: ranks[item.nodeid])
     if os.environ.get("PYTEST_XDIST_WORKER"):  # for the controller's scheduler (tests/scheduling.py)
-        scheduling.write_slow(run_root(config._tmp_path_factory),
-                              (item.nodeid for item in items if item.get_closest_marker("slow")))
+        scheduling.write_slow(
+            run_root(config._tmp_path_factory), (item.nodeid for item in items if item.get_closest_marker("slow"))
+        )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -225,8 +232,7 @@ def _cpu_now() -> float:
     mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     # Servers forked from the worker's forkserver are its children, not the worker's: they
     # say what they used when they end (tests/forked_server.py).
-    return (mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
-            + forked_server.ended_cpu_s)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime + forked_server.ended_cpu_s
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -280,8 +286,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if not _CPU_SPENT:
         return
     total = sum(_CPU_SPENT.values())
-    terminalreporter.write_sep("=", f"the {CPU_SHOWN} tests that spent the most CPU "
-                                    f"({total / 60:.1f} CPU-minutes in all {len(_CPU_SPENT)} tests)")
+    terminalreporter.write_sep(
+        "=",
+        f"the {CPU_SHOWN} tests that spent the most CPU ({total / 60:.1f} CPU-minutes in all {len(_CPU_SPENT)} tests)",
+    )
     for nodeid, spent in sorted(_CPU_SPENT.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
         terminalreporter.write_line(f"{spent:8.1f} s  {nodeid}")
     # Many small tests add up too: the same by module.

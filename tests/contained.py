@@ -81,9 +81,12 @@ shift 1
 mount -t mqueue mqueue /dev/mqueue
 mount -t proc proc /proc
 """
-_ENTER = _ENTER_MOUNTS + r"""cd "$share"
+_ENTER = (
+    _ENTER_MOUNTS
+    + r"""cd "$share"
 exec "$@"
 """
+)
 
 
 def require_containment() -> None:
@@ -98,24 +101,55 @@ def require_containment() -> None:
 def contained_argv(scratch: Path, share: Path, argv: list[str]) -> list[str]:
     """``argv`` run as PID 1 of private PID/mount/IPC namespaces over an overlay of /."""
     scratch.mkdir(parents=True, exist_ok=True)
-    enter = [sys.executable, str(USERNS_EXEC), "--",
-             "unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--propagation", "private",
-             "/bin/sh", "-c", _ENTER, "contained", str(share), *argv]
-    return ["unshare", "--mount", "--propagation", "private",
-            "/bin/sh", "-c", _SETUP_MOUNTS, "contained", str(scratch), str(share), sys.executable, *enter]
+    enter = [
+        sys.executable,
+        str(USERNS_EXEC),
+        "--",
+        "unshare",
+        "--mount",
+        "--pid",
+        "--ipc",
+        "--fork",
+        "--kill-child",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        _ENTER,
+        "contained",
+        str(share),
+        *argv,
+    ]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        _SETUP_MOUNTS,
+        "contained",
+        str(scratch),
+        str(share),
+        sys.executable,
+        *enter,
+    ]
 
 
-def start_contained(scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[str, str],
-                    log: Path) -> subprocess.Popen | forked_server.Forked:
+def start_contained(
+    scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen | forked_server.Forked:
     """Start ``argv`` contained (as `contained_argv` runs it), its output to ``log``. A
     command of this interpreter is forked from the worker's forkserver, which has imported
     the server's stack already (tests/forked_server.py); any other command is run."""
     if forked_server.forkable(argv):
-        return forked_server.start(scratch, share, argv, cwd=cwd, env=env, log=log,
-                                   setup_mounts=_SETUP_MOUNTS, enter_script=_ENTER_MOUNTS)
+        return forked_server.start(
+            scratch, share, argv, cwd=cwd, env=env, log=log, setup_mounts=_SETUP_MOUNTS, enter_script=_ENTER_MOUNTS
+        )
     with open(log, "ab") as out:
-        return subprocess.Popen(contained_argv(scratch, share, argv), cwd=cwd, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            contained_argv(scratch, share, argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 @dataclass

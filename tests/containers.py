@@ -56,10 +56,15 @@ class ContainerScope:
         from pipeline.runtime import dockerd
 
         runtime = load().runtime
-        return {**{f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS":
-                   shlex.join([*runtime.args_for(engine).run_args, "--label", self.label])
-                   for engine in ("podman", "docker")},
-                dockerd.ROOT_VARIABLE: str(self.docker_dir)}
+        return {
+            **{
+                f"RELEASE_RUNTIME_{engine.upper()}_RUN_ARGS": shlex.join(
+                    [*runtime.args_for(engine).run_args, "--label", self.label]
+                )
+                for engine in ("podman", "docker")
+            },
+            dockerd.ROOT_VARIABLE: str(self.docker_dir),
+        }
 
     def containers(self) -> list[str]:
         """IDs of the containers (running or not) that carry this scope's label."""
@@ -125,15 +130,17 @@ def _store_names(rt: ContainerRuntime) -> list[str]:
         out = rt._cli("images", "--quiet", "--no-trunc", check=False)
         ids = sorted(set(out.stdout.decode().split()))
         if out.returncode == 0 and ids:
-            out = rt._cli("image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", *ids,
-                          check=False)
+            out = rt._cli(
+                "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", *ids, check=False
+            )
         if out.returncode == 0:
             return out.stdout.decode().split()
-    raise ToolError(f"listing the images of {rt.engine}'s store failed {_LIST_ATTEMPTS} times in a row",
-                    expected=f"`{rt.engine} images` and `{rt.engine} image inspect` exit 0",
-                    actual=out.stderr.decode(errors="replace").strip()[-500:],
-                    hint=f"run `{rt.engine} images` by hand: a damaged store needs `{rt.engine} rmi` of the "
-                         "image it names")
+    raise ToolError(
+        f"listing the images of {rt.engine}'s store failed {_LIST_ATTEMPTS} times in a row",
+        expected=f"`{rt.engine} images` and `{rt.engine} image inspect` exit 0",
+        actual=out.stderr.decode(errors="replace").strip()[-500:],
+        hint=f"run `{rt.engine} images` by hand: a damaged store needs `{rt.engine} rmi` of the image it names",
+    )
 
 
 def _port_answers(port: int) -> bool:
@@ -149,6 +156,7 @@ def remove_images_left_by(before: set[str]) -> list[str]:
     rt = _runtime()
     if rt is None:
         return removed
-    gone = sorted(name for name in loopback_images(rt) - before
-                  if not _port_answers(int(_LOOPBACK.match(name).group(1))))
+    gone = sorted(
+        name for name in loopback_images(rt) - before if not _port_answers(int(_LOOPBACK.match(name).group(1)))
+    )
     return [name for name in gone if rt._cli("rmi", name, check=False).returncode == 0]

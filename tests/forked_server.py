@@ -110,13 +110,22 @@ def _run_python(pyargv: list[str], env: dict[str, str]) -> int:
         return 1
     except BaseException:
         import traceback
+
         traceback.print_exc()
         return 1
     return 0
 
 
-def _serve(scratch: str, share: str, cwd: str, env: dict[str, str], pyargv: list[str],
-           log: str, setup_mounts: str, enter_script: str) -> None:
+def _serve(
+    scratch: str,
+    share: str,
+    cwd: str,
+    env: dict[str, str],
+    pyargv: list[str],
+    log: str,
+    setup_mounts: str,
+    enter_script: str,
+) -> None:
     """The forked child: the namespaces of `contained_argv`, then `python PYARGV` as PID 1."""
     code = 1
     try:
@@ -130,8 +139,7 @@ def _serve(scratch: str, share: str, cwd: str, env: dict[str, str], pyargv: list
         os.chdir(cwd)
         # unshare --mount --propagation private sh -c SETUP_MOUNTS (as the host's root)
         _unshare(CLONE_NEWNS, "CLONE_NEWNS")
-        subprocess.run(["/bin/sh", "-c", setup_mounts, "contained", scratch, share, sys.executable],
-                       check=True)
+        subprocess.run(["/bin/sh", "-c", setup_mounts, "contained", scratch, share, sys.executable], check=True)
         # python userns_exec.py -- unshare --mount --pid --ipc --fork --kill-child --propagation private
         userns_exec.enter()
         _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC, "CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC")
@@ -158,6 +166,7 @@ def _serve(scratch: str, share: str, cwd: str, env: dict[str, str], pyargv: list
         Path(log + CPU_SUFFIX).write_text(str(sum(u.ru_utime + u.ru_stime for u in used)))
     except BaseException:
         import traceback
+
         traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -206,12 +215,24 @@ class Forked:
 
 def forkable(argv: list[str]) -> bool:
     """Whether `argv` is a command of this interpreter that `start` can fork."""
-    return (len(argv) >= 2 and argv[0] == sys.executable
-            and (argv[1] in ("-c", "-m") and len(argv) >= 3 or not argv[1].startswith("-")))
+    return (
+        len(argv) >= 2
+        and argv[0] == sys.executable
+        and (argv[1] in ("-c", "-m") and len(argv) >= 3 or not argv[1].startswith("-"))
+    )
 
 
-def start(scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[str, str],
-          log: Path, setup_mounts: str, enter_script: str) -> Forked:
+def start(
+    scratch: Path,
+    share: Path,
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    setup_mounts: str,
+    enter_script: str,
+) -> Forked:
     """Fork `argv` (see `forkable`) contained; its output is appended to `log`."""
     global _context
     if _context is None:
@@ -219,8 +240,11 @@ def start(scratch: Path, share: Path, argv: list[str], *, cwd: Path, env: dict[s
         _context.set_forkserver_preload(PRELOAD)
     scratch.mkdir(parents=True, exist_ok=True)
     log.touch()
-    process = _context.Process(target=_serve, daemon=True, name="contained-server",
-                               args=(str(scratch), str(share), str(cwd), dict(env), argv[1:], str(log),
-                                     setup_mounts, enter_script))
+    process = _context.Process(
+        target=_serve,
+        daemon=True,
+        name="contained-server",
+        args=(str(scratch), str(share), str(cwd), dict(env), argv[1:], str(log), setup_mounts, enter_script),
+    )
     process.start()
     return Forked(process, log)

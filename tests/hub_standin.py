@@ -121,8 +121,11 @@ class HubStandin:
 
     def _commit(self, repo: Repo, files: dict[str, bytes], summary: str) -> Commit:
         parent = repo.head or None
-        digest = hashlib.sha1(json.dumps([parent, summary, sorted((p, blob_oid(d)) for p, d in files.items()),
-                                          len(repo.commits)]).encode()).hexdigest()
+        digest = hashlib.sha1(
+            json.dumps(
+                [parent, summary, sorted((p, blob_oid(d)) for p, d in files.items()), len(repo.commits)]
+            ).encode()
+        ).hexdigest()
         commit = Commit(digest, parent, files, summary)
         repo.commits[digest] = commit
         repo.head = digest
@@ -138,10 +141,17 @@ def _handler(hub: HubStandin):
 
         def _token(self) -> str | None:
             auth = self.headers.get("Authorization", "")
-            return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+            return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
 
-        def _send(self, code: int, body: bytes = b"", *, headers: dict[str, str] | None = None,
-                  content_type: str = "application/json", head: bool = False) -> None:
+        def _send(
+            self,
+            code: int,
+            body: bytes = b"",
+            *,
+            headers: dict[str, str] | None = None,
+            content_type: str = "application/json",
+            head: bool = False,
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -155,8 +165,7 @@ def _handler(hub: HubStandin):
             self._send(code, json.dumps(obj).encode(), **kw)
 
         def _error(self, code: int, message: str, error_code: str | None = None, head: bool = False) -> None:
-            self._json(code, {"error": message}, headers={"X-Error-Code": error_code} if error_code else {},
-                       head=head)
+            self._json(code, {"error": message}, headers={"X-Error-Code": error_code} if error_code else {}, head=head)
 
         def _body(self) -> bytes:
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -213,9 +222,21 @@ def _handler(hub: HubStandin):
                 return
             commit = repo.resolve(groups["rev"])
             files = json.loads(self._body())["files"]
-            self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                                        "oid": blob_oid(commit.files[f["path"]]) if f["path"] in commit.files
-                                        else None} for f in files], "commitOid": repo.head})
+            self._json(
+                200,
+                {
+                    "files": [
+                        {
+                            "path": f["path"],
+                            "uploadMode": "regular",
+                            "shouldIgnore": False,
+                            "oid": blob_oid(commit.files[f["path"]]) if f["path"] in commit.files else None,
+                        }
+                        for f in files
+                    ],
+                    "commitOid": repo.head,
+                },
+            )
 
         def commit(self, groups, query, head=False) -> None:
             repo = self._repo(groups, write=True)
@@ -247,8 +268,15 @@ def _handler(hub: HubStandin):
                 for path, data in list(hub.write_behind.items()):
                     hub._commit(repo, {**files, path: data}, "someone else's commit")
                     del hub.write_behind[path]
-            self._json(200, {"commitUrl": f"{hub.url}/datasets/{groups['repo']}/commit/{commit.oid}",
-                             "commitOid": commit.oid, "success": True, "hookOutput": ""})
+            self._json(
+                200,
+                {
+                    "commitUrl": f"{hub.url}/datasets/{groups['repo']}/commit/{commit.oid}",
+                    "commitOid": commit.oid,
+                    "success": True,
+                    "hookOutput": "",
+                },
+            )
 
         def tree(self, groups, query, head=False) -> None:
             repo = self._repo(groups)
@@ -263,14 +291,21 @@ def _handler(hub: HubStandin):
             for p, data in sorted(commit.files.items()):
                 if prefix and not p.startswith(prefix + "/"):
                     continue
-                parts = (p[len(prefix) + 1:] if prefix else p).split("/")
+                parts = (p[len(prefix) + 1 :] if prefix else p).split("/")
                 if len(parts) > 1 and not recursive:
                     folders.add(parts[0])
                     continue
                 folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
                 entries.append({"type": "file", "oid": blob_oid(data), "size": len(data), "path": p})
-            entries += [{"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0,
-                         "path": f"{prefix}/{f}" if prefix else f} for f in sorted(folders)]
+            entries += [
+                {
+                    "type": "directory",
+                    "oid": hashlib.sha1(f.encode()).hexdigest(),
+                    "size": 0,
+                    "path": f"{prefix}/{f}" if prefix else f,
+                }
+                for f in sorted(folders)
+            ]
             self._json(200, entries)
 
         def resolve(self, groups, query, head=False) -> None:
@@ -286,7 +321,12 @@ def _handler(hub: HubStandin):
             etag = blob_oid(data)
             if groups["path"] in hub.changed_byte and data:
                 data = bytes([data[0] ^ 0x01]) + data[1:]
-            self._send(200, data, content_type="application/octet-stream", head=head,
-                       headers={"X-Repo-Commit": commit.oid, "ETag": f'"{etag}"'})
+            self._send(
+                200,
+                data,
+                content_type="application/octet-stream",
+                head=head,
+                headers={"X-Repo-Commit": commit.oid, "ETag": f'"{etag}"'},
+            )
 
     return Handler

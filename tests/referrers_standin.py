@@ -62,8 +62,14 @@ class ReferrersStandin:
             def _forward(self, body: bytes) -> requests.Response:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
                 headers["Host"] = standin.address
-                return requests.request(self.command, f"http://{standin.backend}{self.path}", data=body or None,
-                                        headers=headers, allow_redirects=False, timeout=60)
+                return requests.request(
+                    self.command,
+                    f"http://{standin.backend}{self.path}",
+                    data=body or None,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=60,
+                )
 
             def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
                 self.send_response(status)

@@ -57,8 +57,11 @@ class SlowAwareScheduling(LoadGroupScheduling):
         return _without_group(nodeid) in self._slow
 
     def _running_slow(self, node) -> bool:
-        return any(not done and self._is_slow(nodeid)
-                   for unit in self.assigned_work.get(node, {}).values() for nodeid, done in unit.items())
+        return any(
+            not done and self._is_slow(nodeid)
+            for unit in self.assigned_work.get(node, {}).values()
+            for nodeid, done in unit.items()
+        )
 
     def _reschedule(self, node) -> None:
         if node.shutting_down:
@@ -72,8 +75,10 @@ class SlowAwareScheduling(LoadGroupScheduling):
 
     def _assign_work_unit(self, node) -> None:
         if self._running_slow(node):
-            fast = next((scope for scope, unit in self.workqueue.items()
-                         if not any(self._is_slow(nodeid) for nodeid in unit)), None)
+            fast = next(
+                (scope for scope, unit in self.workqueue.items() if not any(self._is_slow(nodeid) for nodeid in unit)),
+                None,
+            )
             if fast is not None:
                 self.workqueue.move_to_end(fast, last=False)
         super()._assign_work_unit(node)

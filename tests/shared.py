@@ -61,8 +61,9 @@ def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Pa
     target, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
     with locked(target):
         if failed.exists():
-            pytest.fail(f"{name} (made once for every worker) failed in another worker:\n"
-                        f"{failed.read_text()}", pytrace=False)
+            pytest.fail(
+                f"{name} (made once for every worker) failed in another worker:\n{failed.read_text()}", pytrace=False
+            )
         if not done.exists():
             shutil.rmtree(target, ignore_errors=True)  # what a make that was stopped left
             target.mkdir(parents=True)

@@ -14,15 +14,27 @@ PIN = re.compile(r"\b(nox|uv)==([0-9][\w.]*)")
 
 
 def _places() -> list[Path]:
-    return sorted({REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / ".ci" / "run", REPO / "noxfile.py",
-                   *(REPO / "docs").rglob("*.md"), *(REPO / ".github").rglob("*.yml"),
-                   *(REPO / "pipeline").rglob("*.py")})
+    return sorted(
+        {
+            REPO / "README.md",
+            REPO / "CONTRIBUTING.md",
+            REPO / ".ci" / "run",
+            REPO / "noxfile.py",
+            *(REPO / "docs").rglob("*.md"),
+            *(REPO / ".github").rglob("*.yml"),
+            *(REPO / "pipeline").rglob("*.py"),
+        }
+    )
 
 
 def test_every_install_command_names_the_pyproject_pins():
     wanted = dict(spec.split("==") for spec in BOOTSTRAP)
-    found = [(path.relative_to(REPO), name, version) for path in _places() if path.is_file()
-             for name, version in PIN.findall(path.read_text())]
+    found = [
+        (path.relative_to(REPO), name, version)
+        for path in _places()
+        if path.is_file()
+        for name, version in PIN.findall(path.read_text())
+    ]
     assert found, "no install command names the pins"
     assert [f for f in found if wanted[f[1]] != f[2]] == []
 

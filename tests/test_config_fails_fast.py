@@ -43,16 +43,20 @@ def key_file(tmp_path: Path) -> Path:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     path = tmp_path / "release.key.pem"
-    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    path.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return path
 
 
 def pipeline(*args: str, key: Path) -> tuple[subprocess.CompletedProcess, float]:
     env = {**os.environ, "RELEASE_SIGNING_KEY": str(key)}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     return done, time.monotonic() - start
 
 
@@ -63,18 +67,40 @@ def release(config: Path, checkout: Path, key: Path) -> tuple[subprocess.Complet
 
 # (file, what is replaced, by what, what the message must say)
 BROKEN = {
-    "trust-keyid-typo": ("trust.toml", "keyids = [", "keyid = [",
-                         ("unknown key 'keyid' in [trust.local]", "did you mean `keyids`?")),
-    "trust-typo-in-another-profile": ("trust.toml", 'issuer = "https://token', 'isuer = "https://token',
-                                      ("unknown key 'isuer' in [trust.arena]", "did you mean `issuer`?")),
-    "layout-valid-days-0": ("release.toml", "layout_valid_days = 365", "layout_valid_days = 0",
-                            ("intoto.layout_valid_days is out of range", "expected > 0, got 0",
-                             "set intoto.layout_valid_days to a value > 0")),
-    "runtime-key-typo": ("release.toml", "health_timeout_s = 120", "health_timout_s = 120",
-                         ("unknown key 'health_timout_s' in [runtime]", "did you mean `health_timeout_s`?")),
-    "budget-wrong-type": ("release.toml", "tool_calls_total = 16", 'tool_calls_total = "16"',
-                          ("budgets.procedural.tool_calls_total has the wrong type",
-                           "write tool_calls_total as a whole number")),
+    "trust-keyid-typo": (
+        "trust.toml",
+        "keyids = [",
+        "keyid = [",
+        ("unknown key 'keyid' in [trust.local]", "did you mean `keyids`?"),
+    ),
+    "trust-typo-in-another-profile": (
+        "trust.toml",
+        'issuer = "https://token',
+        'isuer = "https://token',
+        ("unknown key 'isuer' in [trust.arena]", "did you mean `issuer`?"),
+    ),
+    "layout-valid-days-0": (
+        "release.toml",
+        "layout_valid_days = 365",
+        "layout_valid_days = 0",
+        (
+            "intoto.layout_valid_days is out of range",
+            "expected > 0, got 0",
+            "set intoto.layout_valid_days to a value > 0",
+        ),
+    ),
+    "runtime-key-typo": (
+        "release.toml",
+        "health_timeout_s = 120",
+        "health_timout_s = 120",
+        ("unknown key 'health_timout_s' in [runtime]", "did you mean `health_timeout_s`?"),
+    ),
+    "budget-wrong-type": (
+        "release.toml",
+        "tool_calls_total = 16",
+        'tool_calls_total = "16"',
+        ("budgets.procedural.tool_calls_total has the wrong type", "write tool_calls_total as a whole number"),
+    ),
 }
 
 

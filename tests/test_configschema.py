@@ -29,14 +29,39 @@ TRUST = tomllib.loads((REPO / "trust.toml").read_text())
 NAMED = {"profiles", "trust"}
 # The keys of the committed files that may be left out, as `normal` writes their paths.
 OPTIONAL = {
-    "intoto", "intoto.layout_valid_days", "curriculum", "sources", "sources[].license_sha256", "sources[].profiles",
-    "profiles.<name>.description", "profiles.<name>.publish_dataset", "dataset.hub_url",
-    "external.subset", "external.id_field", "external.record_field", "external.hub_url", "external.rows_url",
-    "external.tasks", "external.tasks[].record_sha256", "admission", "admission.sandbox_disk_gib",
-    "admission.headroom_gib", "runtime", "runtime.engine", "runtime.health_timeout_s", "runtime.verify",
-    "runtime.podman", "runtime.docker", "runtime.podman.global_args", "runtime.podman.run_args",
-    "runtime.docker.global_args", "runtime.docker.run_args",
-    "trust", "trust.<name>.keyids", "trust.<name>.identity", "trust.<name>.issuer",
+    "intoto",
+    "intoto.layout_valid_days",
+    "curriculum",
+    "sources",
+    "sources[].license_sha256",
+    "sources[].profiles",
+    "profiles.<name>.description",
+    "profiles.<name>.publish_dataset",
+    "dataset.hub_url",
+    "external.subset",
+    "external.id_field",
+    "external.record_field",
+    "external.hub_url",
+    "external.rows_url",
+    "external.tasks",
+    "external.tasks[].record_sha256",
+    "admission",
+    "admission.sandbox_disk_gib",
+    "admission.headroom_gib",
+    "runtime",
+    "runtime.engine",
+    "runtime.health_timeout_s",
+    "runtime.verify",
+    "runtime.podman",
+    "runtime.docker",
+    "runtime.podman.global_args",
+    "runtime.podman.run_args",
+    "runtime.docker.global_args",
+    "runtime.docker.run_args",
+    "trust",
+    "trust.<name>.keyids",
+    "trust.<name>.identity",
+    "trust.<name>.issuer",
 }
 
 
@@ -119,9 +144,24 @@ def test_the_committed_files_load_and_every_one_of_their_tables_is_covered():
     # Every table the committed files have is among the cases below (sources and external
     # tasks by each entry), and the retired [external.repair] is too (test_the_retired_...).
     where = {normal(w) for name, w, _ in CASES}
-    assert {"", "release", "profiles.<name>", "dataset", "intoto", "sources[]", "external", "external.tasks[]",
-            "budgets", "budgets.procedural", "budgets.external", "admission", "runtime", "runtime.podman",
-            "runtime.docker", "trust.<name>"} <= where
+    assert {
+        "",
+        "release",
+        "profiles.<name>",
+        "dataset",
+        "intoto",
+        "sources[]",
+        "external",
+        "external.tasks[]",
+        "budgets",
+        "budgets.procedural",
+        "budgets.external",
+        "admission",
+        "runtime",
+        "runtime.podman",
+        "runtime.docker",
+        "trust.<name>",
+    } <= where
 
 
 @pytest.mark.parametrize("name, where, key", CASES, ids=IDS)
@@ -139,21 +179,28 @@ def test_a_misspelt_key_is_refused_naming_file_table_key_and_the_right_key(check
 
 
 def test_an_unlike_key_is_refused_without_a_suggestion(checkout):
-    err = refused(checkout, "release.toml",
-                  edited(RELEASE, "profiles.arena", lambda t: t.__setitem__("zzz", 1)))
+    err = refused(checkout, "release.toml", edited(RELEASE, "profiles.arena", lambda t: t.__setitem__("zzz", 1)))
     assert err.what.endswith("unknown key 'zzz' in [profiles.arena]")
     assert err.hint.startswith("remove it") and "did you mean" not in err.hint
 
 
 def test_the_retired_repair_table_loads_and_refuses_what_it_never_had(checkout):
     """[external.repair] of a commit before its removal (reproduce reads that commit's file)."""
-    old = {"reset_id_field": "task_id", "workspace": "/workspace/repo", "grader_paths": ["/opt/arena"],
-           "reference_field": "x"}
-    (checkout / "release.toml").write_text(tomli_w.dumps(
-        edited(RELEASE, "external", lambda t: t.__setitem__("repair", old))))
+    old = {
+        "reset_id_field": "task_id",
+        "workspace": "/workspace/repo",
+        "grader_paths": ["/opt/arena"],
+        "reference_field": "x",
+    }
+    (checkout / "release.toml").write_text(
+        tomli_w.dumps(edited(RELEASE, "external", lambda t: t.__setitem__("repair", old)))
+    )
     assert config.load(checkout / "release.toml").external == config.load(REPO / "release.toml").external
-    err = refused(checkout, "release.toml", edited(RELEASE, "external", lambda t: t.__setitem__(
-        "repair", {**old, "workspce": "/w"})))
+    err = refused(
+        checkout,
+        "release.toml",
+        edited(RELEASE, "external", lambda t: t.__setitem__("repair", {**old, "workspce": "/w"})),
+    )
     assert err.what.endswith("unknown key 'workspce' in [external.repair]")
     assert err.hint.startswith("did you mean `workspace`?")
 
@@ -177,16 +224,19 @@ def test_a_value_of_the_wrong_type_is_refused(checkout, name, where, key):
     assert err.actual.startswith({int: "integer", str: "string", dict: "table", list: "array"}[type(wrong)])
 
 
-@pytest.mark.parametrize("where, key, value, expected, actual", [
-    ("profiles.arena", "publish_dataset", "true", "boolean", "string 'true'"),
-    ("release", "port", "8000", "integer", "string '8000'"),
-    ("release", "port", True, "integer", "boolean True"),
-    ("sources[0]", "size", 1.5, "integer", "float 1.5"),
-    ("admission", "headroom_gib", True, "number", "boolean True"),
-    ("dataset", "language", ["en", 1], "array of strings", "array ['en', 1]"),
-    ("runtime.podman", "run_args", "--ulimit x", "array of strings", "string '--ulimit x'"),
-    ("profiles", "arena", "x", "table", "string 'x'"),
-])
+@pytest.mark.parametrize(
+    "where, key, value, expected, actual",
+    [
+        ("profiles.arena", "publish_dataset", "true", "boolean", "string 'true'"),
+        ("release", "port", "8000", "integer", "string '8000'"),
+        ("release", "port", True, "integer", "boolean True"),
+        ("sources[0]", "size", 1.5, "integer", "float 1.5"),
+        ("admission", "headroom_gib", True, "number", "boolean True"),
+        ("dataset", "language", ["en", 1], "array of strings", "array ['en', 1]"),
+        ("runtime.podman", "run_args", "--ulimit x", "array of strings", "string '--ulimit x'"),
+        ("profiles", "arena", "x", "table", "string 'x'"),
+    ],
+)
 def test_wrong_types_name_toml_types(checkout, where, key, value, expected, actual):
     err = refused(checkout, "release.toml", edited(RELEASE, where, lambda t: t.__setitem__(key, value)))
     assert (err.expected, err.actual) == (expected, actual)
@@ -220,23 +270,36 @@ def test_the_old_messages_still_match(checkout):
 def test_trust_toml_is_checked_by_its_loader(checkout):
     text = (REPO / "trust.toml").read_text().replace("keyids = [", "keyid = [")
     (checkout / "trust.toml").write_text(text)
-    with pytest.raises(ConfigError, match=r"trust.toml: unknown key 'keyid' in \[trust.local\]; .*"
-                                          r"did you mean `keyids`\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trust.toml: unknown key 'keyid' in \[trust.local\]; .*"
+        r"did you mean `keyids`\?",
+    ):
         trust.load(checkout / "trust.toml")
 
 
 def test_budget_fields_come_from_the_schema_in_the_requests_order():
     assert config.REQUEST_BUDGET_FIELDS == (
-        "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
-        "tool_calls_per_minute", "completion_tokens", "context_tokens", "memory_gib",
-        "cpu_floor_vcpus", "workspace_gib")
+        "reset_wall_s",
+        "rollout_wall_s",
+        "verifier_wall_s",
+        "tool_wall_s",
+        "tool_calls_total",
+        "tool_calls_per_minute",
+        "completion_tokens",
+        "context_tokens",
+        "memory_gib",
+        "cpu_floor_vcpus",
+        "workspace_gib",
+    )
     assert config.BUDGET_FIELDS == config.REQUEST_BUDGET_FIELDS + ("observation_tokens",)
 
 
 def test_the_committed_page_is_the_generated_one():
     page = REPO / configschema.DOC_PAGE
     assert page.read_text() == configschema.markdown(), (
-        f"{configschema.DOC_PAGE} is stale: `python -m pipeline.configschema > {configschema.DOC_PAGE}`")
+        f"{configschema.DOC_PAGE} is stale: `python -m pipeline.configschema > {configschema.DOC_PAGE}`"
+    )
     # Every table and key of the committed files is on it.
     for name, where, key in CASES:
         assert f"| `{key}` |" in page.read_text(), f"{name}: {where}.{key} is not documented"
@@ -245,30 +308,82 @@ def test_the_committed_page_is_the_generated_one():
 # ------------------------------------------------------------------ value rules, in the model
 
 
-@pytest.mark.parametrize("name, where, key, value, says, expected", [
-    ("release.toml", "intoto", "layout_valid_days", 0, "intoto.layout_valid_days is out of range", "> 0"),
-    ("release.toml", "runtime", "health_timeout_s", 0, "runtime.health_timeout_s is out of range", "> 0"),
-    ("release.toml", "release", "port", 0, "release.port is out of range", "> 0"),
-    ("release.toml", "admission", "sandbox_disk_gib", 0, "admission.sandbox_disk_gib is out of range", "> 0"),
-    ("release.toml", "admission", "headroom_gib", 60, "admission.headroom_gib leaves no room in the sandbox disk",
-     "less than sandbox_disk_gib (50)"),
-    ("release.toml", "external.tasks[0]", "row", -1, "external.tasks[0].row is out of range", ">= 0"),
-    ("release.toml", "budgets.external", "memory_gib", 0, "budgets.external.memory_gib is out of range", "> 0"),
-    ("release.toml", "sources[1]", "sha256", "abc", "sources[1].sha256 is not a sha256", "64 lowercase hex digits"),
-    ("release.toml", "sources[0]", "revision", "main",
-     "sources[0].revision is a moving ref (branch or tag name), not a full commit id", "40 lowercase hex digits"),
-    ("release.toml", "external.tasks[1]", "image", "ghcr.io/x:latest", "external.tasks[1].image must be pinned by "
-     "digest", "name@sha256:<64 hex>"),
-    ("release.toml", "runtime", "engine", "lxc", "runtime.engine is not a container engine",
-     "auto or podman or docker"),
-    ("release.toml", "runtime", "verify", ["podman", "podman"], "runtime.verify is not a list of the engines to "
-     "verify under", "each of podman, docker at most once, at least one"),
-    ("release.toml", "profiles.arena", "signing", "gpg", "profiles.arena.signing is not a signing method",
-     "key or sigstore"),
-    ("release.toml", "dataset", "tags", [], "dataset.tags must not be empty", "a non-empty list of non-empty strings"),
-    ("trust.toml", "trust.local", "keyids", ["dd46"], "trust.local.keyids[0] holds a value that is not a keyid",
-     "64 lowercase hex digits"),
-])
+@pytest.mark.parametrize(
+    "name, where, key, value, says, expected",
+    [
+        ("release.toml", "intoto", "layout_valid_days", 0, "intoto.layout_valid_days is out of range", "> 0"),
+        ("release.toml", "runtime", "health_timeout_s", 0, "runtime.health_timeout_s is out of range", "> 0"),
+        ("release.toml", "release", "port", 0, "release.port is out of range", "> 0"),
+        ("release.toml", "admission", "sandbox_disk_gib", 0, "admission.sandbox_disk_gib is out of range", "> 0"),
+        (
+            "release.toml",
+            "admission",
+            "headroom_gib",
+            60,
+            "admission.headroom_gib leaves no room in the sandbox disk",
+            "less than sandbox_disk_gib (50)",
+        ),
+        ("release.toml", "external.tasks[0]", "row", -1, "external.tasks[0].row is out of range", ">= 0"),
+        ("release.toml", "budgets.external", "memory_gib", 0, "budgets.external.memory_gib is out of range", "> 0"),
+        ("release.toml", "sources[1]", "sha256", "abc", "sources[1].sha256 is not a sha256", "64 lowercase hex digits"),
+        (
+            "release.toml",
+            "sources[0]",
+            "revision",
+            "main",
+            "sources[0].revision is a moving ref (branch or tag name), not a full commit id",
+            "40 lowercase hex digits",
+        ),
+        (
+            "release.toml",
+            "external.tasks[1]",
+            "image",
+            "ghcr.io/x:latest",
+            "external.tasks[1].image must be pinned by digest",
+            "name@sha256:<64 hex>",
+        ),
+        (
+            "release.toml",
+            "runtime",
+            "engine",
+            "lxc",
+            "runtime.engine is not a container engine",
+            "auto or podman or docker",
+        ),
+        (
+            "release.toml",
+            "runtime",
+            "verify",
+            ["podman", "podman"],
+            "runtime.verify is not a list of the engines to verify under",
+            "each of podman, docker at most once, at least one",
+        ),
+        (
+            "release.toml",
+            "profiles.arena",
+            "signing",
+            "gpg",
+            "profiles.arena.signing is not a signing method",
+            "key or sigstore",
+        ),
+        (
+            "release.toml",
+            "dataset",
+            "tags",
+            [],
+            "dataset.tags must not be empty",
+            "a non-empty list of non-empty strings",
+        ),
+        (
+            "trust.toml",
+            "trust.local",
+            "keyids",
+            ["dd46"],
+            "trust.local.keyids[0] holds a value that is not a keyid",
+            "64 lowercase hex digits",
+        ),
+    ],
+)
 def test_a_value_out_of_its_rule_is_refused_naming_file_and_key(checkout, name, where, key, value, says, expected):
     err = refused(checkout, name, edited(FILES[name], where, lambda t: t.__setitem__(key, value)))
     assert err.what == f"{checkout / name}: {says}"
@@ -293,8 +408,12 @@ def test_the_model_is_frozen_and_has_no_raw_escape():
 
 def test_every_key_of_the_model_is_documented():
     """Adding a key is adding a field; the page needs its description."""
-    undocumented = [f"{model.__name__}.{key}" for model in _tables(config.ReleaseConfig) | _tables(config.TrustFile)
-                    for key, (_, field) in model.keys().items() if not field.description]
+    undocumented = [
+        f"{model.__name__}.{key}"
+        for model in _tables(config.ReleaseConfig) | _tables(config.TrustFile)
+        for key, (_, field) in model.keys().items()
+        if not field.description
+    ]
     assert undocumented == []
     assert all(model.__doc__ for model in _tables(config.ReleaseConfig) | _tables(config.TrustFile))
 

@@ -119,8 +119,13 @@ def test_a_store_that_cannot_be_listed_is_an_error_not_an_empty_store():
     # podman wants a short runroot (50 characters at most): a directory of TMPDIR itself.
     with tempfile.TemporaryDirectory(prefix="store-") as tmp:
         (Path(tmp) / "file").touch()
-        broken = ContainerRuntime(environ={"RELEASE_RUNTIME_GLOBAL_ARGS": shlex.join(
-            [*ContainerRuntime().args.global_args, "--root", f"{tmp}/file/root", "--runroot", f"{tmp}/file/run"])})
+        broken = ContainerRuntime(
+            environ={
+                "RELEASE_RUNTIME_GLOBAL_ARGS": shlex.join(
+                    [*ContainerRuntime().args.global_args, "--root", f"{tmp}/file/root", "--runroot", f"{tmp}/file/run"]
+                )
+            }
+        )
         with pytest.raises(ToolError, match="store failed 10 times in a row") as failed:
             containers.loopback_images(broken)
     assert "not a directory" in str(failed.value)

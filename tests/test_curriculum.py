@@ -29,8 +29,10 @@ def with_curriculum(tmp_path: Path, table: str, text: str = TEXT) -> Path:
 
 
 def table(families=TASK_FAMILIES, difficulties=(1, 2), seeds=(101, 307), blocks="difficulty-seed") -> str:
-    return (f"[curriculum]\nfamilies = {json.dumps(list(families))}\ndifficulties = {list(difficulties)}\n"
-            f"seeds = {list(seeds)}\nblocks = {json.dumps(blocks)}\n")
+    return (
+        f"[curriculum]\nfamilies = {json.dumps(list(families))}\ndifficulties = {list(difficulties)}\n"
+        f"seeds = {list(seeds)}\nblocks = {json.dumps(blocks)}\n"
+    )
 
 
 def refused(tmp_path: Path, text: str) -> ConfigError:
@@ -55,8 +57,11 @@ def test_the_default_is_the_seed_requests_32_cases_and_34_tasks_in_its_order():
 def test_a_block_is_one_case_per_family_in_the_declared_order():
     declared = Curriculum(("math_route", "finance_ledger"), (3, 1), (202, 5))
     assert [[c.id for c in b] for b in declared.blocks()] == [
-        ["math_route-d3-s202", "finance_ledger-d3-s202"], ["math_route-d3-s5", "finance_ledger-d3-s5"],
-        ["math_route-d1-s202", "finance_ledger-d1-s202"], ["math_route-d1-s5", "finance_ledger-d1-s5"]]
+        ["math_route-d3-s202", "finance_ledger-d3-s202"],
+        ["math_route-d3-s5", "finance_ledger-d3-s5"],
+        ["math_route-d1-s202", "finance_ledger-d1-s202"],
+        ["math_route-d1-s5", "finance_ledger-d1-s5"],
+    ]
     assert Case.parse("math_route-d3-s202") == Case("math_route", 3, 202)
 
 
@@ -68,8 +73,9 @@ def test_difficulty_3_is_accepted_as_both_task_modules_serve_it(tmp_path):
 def test_an_unknown_family_is_refused_listing_the_eight(tmp_path):
     err = refused(tmp_path, table(("math_route", "math_routes")))
     # The message names the file it read (the one given, never a hard-coded release.toml).
-    assert err.what == f"{tmp_path / 'release.toml'}: curriculum.families holds 'math_routes', which no task " \
-                       "module serves"
+    assert (
+        err.what == f"{tmp_path / 'release.toml'}: curriculum.families holds 'math_routes', which no task module serves"
+    )
     assert err.expected == "one of " + ", ".join(TASK_FAMILIES) and err.actual == "math_routes"
     assert err.hint.startswith("did you mean 'math_route'? ")
     assert "vendored under vendor/" in err.hint and "env/families" in err.hint
@@ -83,24 +89,31 @@ def test_an_unsupported_difficulty_is_refused_saying_where_the_limit_comes_from(
     assert "first-party families in env/families" in err.hint and "1, 2 and 3" in err.hint
 
 
-@pytest.mark.parametrize("key, values, repeated", [
-    ("families", ("math_route", "finance_ledger", "math_route"), "'math_route'"),
-    ("difficulties", (2, 2), "2"),
-    ("seeds", (101, 307, 101), "101"),
-])
+@pytest.mark.parametrize(
+    "key, values, repeated",
+    [
+        ("families", ("math_route", "finance_ledger", "math_route"), "'math_route'"),
+        ("difficulties", (2, 2), "2"),
+        ("seeds", (101, 307, 101), "101"),
+    ],
+)
 def test_a_repeated_case_is_refused(tmp_path, key, values, repeated):
     err = refused(tmp_path, table(**{key: values}))
-    assert err.what.startswith(f"{tmp_path / 'release.toml'}: curriculum.{key} repeats {repeated}, "
-                               "which would repeat its cases")
+    assert err.what.startswith(
+        f"{tmp_path / 'release.toml'}: curriculum.{key} repeats {repeated}, which would repeat its cases"
+    )
     assert err.actual == list(values)
 
 
-@pytest.mark.parametrize("text, says", [
-    (table(seeds=(101, -1)), "a negative seed"),
-    (table(families=()), "curriculum.families is empty"),
-    (table(blocks="seed-difficulty"), "names no block order"),
-    (table(difficulties=("1",)), "an array of whole numbers"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (table(seeds=(101, -1)), "a negative seed"),
+        (table(families=()), "curriculum.families is empty"),
+        (table(blocks="seed-difficulty"), "names no block order"),
+        (table(difficulties=("1",)), "an array of whole numbers"),
+    ],
+)
 def test_other_bad_values_are_refused(tmp_path, text, says):
     assert says in refused(tmp_path, text).one_line()
 
@@ -108,8 +121,10 @@ def test_other_bad_values_are_refused(tmp_path, text, says):
 def test_an_after_block_past_the_last_block_is_refused(tmp_path):
     # 2 blocks: the second external task (after block 3) follows none.
     err = refused(tmp_path, table(seeds=(101,)))
-    assert err.what.startswith(f"{tmp_path / 'release.toml'}: external.tasks[1].after_block "
-                               "(format-code-task-001926) names no block of the curriculum, which has 2")
+    assert err.what.startswith(
+        f"{tmp_path / 'release.toml'}: external.tasks[1].after_block "
+        "(format-code-task-001926) names no block of the curriculum, which has 2"
+    )
     assert err.expected == "a block from 1 to 2" and err.actual == 3
     assert config.load(with_curriculum(tmp_path, table(seeds=(101, 202)))).curriculum.blocks()[3]
 

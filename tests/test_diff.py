@@ -109,8 +109,9 @@ def test_a_changed_budget_is_named_per_task(pair, capsys):
     before = next(t for t in json.loads((old / "submission.json").read_text())["tasks"] if t["task_id"] == task)
     code, out, _ = run(capsys, str(old), str(new))
     assert code == 1
-    assert _rows(out) == [("budget", f"{task} tool_calls_total", str(before["tool_calls_total"]),
-                           str(before["tool_calls_total"] + 4))]
+    assert _rows(out) == [
+        ("budget", f"{task} tool_calls_total", str(before["tool_calls_total"]), str(before["tool_calls_total"] + 4))
+    ]
 
 
 def test_packages_upgraded_added_and_removed_are_named(pair, capsys):
@@ -157,8 +158,10 @@ def test_a_changed_file_is_named_in_its_layer(pair, capsys):
     edit(sbom, change)
     code, out, _ = run(capsys, str(old), str(new))
     assert code == 1
-    assert set(_rows(out)) == {("file", f"env: {target}", f"sha256:{was[:12]}", "sha256:000000000000"),
-                               ("file", f"licenses: {removed}", "removed", "-")}
+    assert set(_rows(out)) == {
+        ("file", f"env: {target}", f"sha256:{was[:12]}", "sha256:000000000000"),
+        ("file", f"licenses: {removed}", "removed", "-"),
+    }
 
 
 def test_allow_exits_0_on_a_difference(pair, capsys):
@@ -171,13 +174,20 @@ def test_allow_exits_0_on_a_difference(pair, capsys):
 
 def git_in(repo: Path):
     """A function running git in `repo` (no user or system configuration) and returning its stdout."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(repo.parent), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(repo.parent),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "-q", "-b", "main")
     return git
@@ -229,8 +239,7 @@ def test_the_release_report_compares_with_the_records_committed_at_head(tmp_path
     changed, lines = diff_mod.against_committed(repo)
     assert changed == "1 digest"
     base = json.loads(git("show", "HEAD:provenance.json"))["base"]["digest"]
-    assert lines[-1] == f"| digest | `base digest` | {base} " \
-                        f"| sha256:{'1' * 64} |"
+    assert lines[-1] == f"| digest | `base digest` | {base} | sha256:{'1' * 64} |"
 
 
 def test_a_directory_without_records_is_refused(tmp_path, capsys):
@@ -246,15 +255,18 @@ def test_the_toolchain_list_is_compared_and_its_absence_said():
 
     def built(*dists):
         tools = tuple(Distribution(n, v, f"{n}-{v}-py3-none-any.whl", "0" * 64) for n, v in dists)
-        return replace(release, provenance=replace(release.provenance, builder=replace(
-            release.provenance.builder, toolchain=tools)))
+        return replace(
+            release,
+            provenance=replace(release.provenance, builder=replace(release.provenance.builder, toolchain=tools)),
+        )
 
     a = built(("nox", "1"), ("uv", "2"))
     b = built(("nox", "3"))
     rows = diff_mod.rows(diff_mod.diff(a, b))
     assert rows == [("toolchain", "dist:uv", "2", "-"), ("toolchain", "dist:nox", "1", "3")]
     assert diff_mod.rows(diff_mod.diff(built(), b)) == [
-        ("toolchain", "installed distributions", "not recorded", "1 recorded")]
+        ("toolchain", "installed distributions", "not recorded", "1 recorded")
+    ]
 
 
 def _rows(table: str) -> list[tuple[str, ...]]:
@@ -263,7 +275,7 @@ def _rows(table: str) -> list[tuple[str, ...]]:
     header = next(i for i, l in enumerate(lines) if l.startswith("section "))
     starts = [lines[header].index(h) for h in ("section", "what", "old", "new")]
     out = []
-    for line in lines[header + 1:-1]:
+    for line in lines[header + 1 : -1]:
         cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
         out.append(tuple(cells))
     return out

@@ -23,7 +23,8 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 def documents(repo: Path) -> list[Path]:
     return [p for p in (repo / "README.md", repo / "CONTRIBUTING.md") if p.exists()] + sorted(
-        (repo / "docs").rglob("*.md"))
+        (repo / "docs").rglob("*.md")
+    )
 
 
 def _prose_lines(text: str):
@@ -99,13 +100,16 @@ def test_every_relative_link_of_the_readme_and_docs_resolves():
 # ------------------------------------------------------------ the checker has teeth
 
 
-@pytest.mark.parametrize("heading, expected", [
-    ("The environment's contract", "the-environments-contract"),
-    ("The two profiles of `release.toml`", "the-two-profiles-of-releasetoml"),
-    ("Releasing: records, then CI reproduces", "releasing-records-then-ci-reproduces"),
-    ("SLSA level", "slsa-level"),
-    ("Set-up (once)", "set-up-once"),
-])
+@pytest.mark.parametrize(
+    "heading, expected",
+    [
+        ("The environment's contract", "the-environments-contract"),
+        ("The two profiles of `release.toml`", "the-two-profiles-of-releasetoml"),
+        ("Releasing: records, then CI reproduces", "releasing-records-then-ci-reproduces"),
+        ("SLSA level", "slsa-level"),
+        ("Set-up (once)", "set-up-once"),
+    ],
+)
 def test_heading_ids_are_github_s(heading, expected):
     assert slug(heading) == expected
 
@@ -117,7 +121,8 @@ def test_broken_files_and_anchors_are_found_and_code_is_not_a_link(tmp_path):
         "[ok](docs/a.md#part-two) [ok](#set-up-1) [ok](docs/) [web](https://example.com/x#y)\n"
         "[gone](docs/missing.md) [no anchor](docs/a.md#part-three)\n"
         "`[code](docs/missing.md)`\n\n```md\n[fenced](docs/missing.md)\n```\n\n"
-        "[ref]: docs/a.md#nowhere\n")
+        "[ref]: docs/a.md#nowhere\n"
+    )
     (tmp_path / "docs" / "a.md").write_text("# A\n\n## Part two\n\n[up](../README.md#title) [out](../../x.md)\n")
     assert broken_links(tmp_path) == [
         "README.md:8: docs/missing.md: no such file",

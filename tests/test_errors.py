@@ -20,8 +20,10 @@ def test_both_values_read_expected_then_got():
 
 def test_an_expected_value_that_is_none_is_still_stated():
     """Teeth for the first: None given on purpose (an absent file was expected) is a value."""
-    assert str(ReleaseError("openenv.yaml", expected=None, actual="sha256:b")) == \
-        "openenv.yaml; expected None, got sha256:b"
+    assert (
+        str(ReleaseError("openenv.yaml", expected=None, actual="sha256:b"))
+        == "openenv.yaml; expected None, got sha256:b"
+    )
 
 
 def test_neither_value_is_just_what_and_hint():

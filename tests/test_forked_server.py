@@ -54,8 +54,9 @@ def _run(tmp_path: Path, name: str, argv_head: list[str]) -> tuple[dict, int]:
     env = {k: v for k, v in os.environ.items() if k != "UNSET_BY_TEST"}
     env.update(FORKED_TEST_MARK=name, PYTHONPATH=str(lib))
     out = share / "facts.json"
-    process = start_contained(share / "ns", share, [*argv_head, "-c", FACTS, str(out), str(Path.cwd())],
-                              cwd=share, env=env, log=share / "log")
+    process = start_contained(
+        share / "ns", share, [*argv_head, "-c", FACTS, str(out), str(Path.cwd())], cwd=share, env=env, log=share / "log"
+    )
     deadline = time.monotonic() + 60
     while process.poll() is None:
         assert time.monotonic() < deadline, (share / "log").read_text()
@@ -79,12 +80,20 @@ def test_a_forked_server_is_contained_as_an_executed_one(tmp_path, monkeypatch):
         assert all(facts["ns"][n] != host_ns[n] for n in host_ns), facts["ns"]
         [sandbox] = [int(host) for inside, host, count in facts["uid_map"] if inside == "2000"]
         assert sandbox >= 2**31
-        assert facts["mounts"] == {"/": "overlay", "/workspace": "tmpfs", "/dev/mqueue": "mqueue",
-                                   "/dev/shm": "overlay", "/proc": "proc"}
+        assert facts["mounts"] == {
+            "/": "overlay",
+            "/workspace": "tmpfs",
+            "/dev/mqueue": "mqueue",
+            "/dev/shm": "overlay",
+            "/proc": "proc",
+        }
         assert facts["cwd"] == str(tmp_path / name)
         assert facts["marker"] == name
-        assert facts["env"] == {"FORKED_TEST_MARK": name, "PYTHONPATH": str(tmp_path / name / "lib"),
-                                "UNSET_BY_TEST": None}
+        assert facts["env"] == {
+            "FORKED_TEST_MARK": name,
+            "PYTHONPATH": str(tmp_path / name / "lib"),
+            "UNSET_BY_TEST": None,
+        }
         assert facts["path_head"] == ["", str(tmp_path / name / "lib")]
         assert facts["repo_on_path"] is False
         assert facts["uid"] == 0 and facts["etc_passwd_writable_privately"] is True
@@ -96,8 +105,9 @@ def test_a_forked_server_that_is_killed_takes_its_namespace_with_it(tmp_path):
     share = tmp_path / "share"
     share.mkdir()
     code = "import subprocess, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"
-    process = start_contained(share / "ns", share, [sys.executable, "-c", code], cwd=share,
-                              env=dict(os.environ), log=share / "log")
+    process = start_contained(
+        share / "ns", share, [sys.executable, "-c", code], cwd=share, env=dict(os.environ), log=share / "log"
+    )
     contained = ContainedProcess(process)
     init = contained.init_pid()
     deadline = time.monotonic() + 30

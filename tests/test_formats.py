@@ -69,23 +69,32 @@ Version: 1:1.2.13.dfsg-1
 def test_continuation_lines_belong_to_their_field_and_are_never_fields():
     bash = deb822_paragraphs(STATUS)[0]
     assert bash["Version"] == "5.2.15-2+b13" and bash["Architecture"] == "amd64"
-    assert bash["Conffiles"].split("\n") == ["", "/etc/bash.bashrc 89269e1298235f1b12b4c16e4065ad0d",
-                                             "/etc/skel/.bashrc 7e3d9e9e3a9b0f0f1e1e1e1e1e1e1e1e"]
+    assert bash["Conffiles"].split("\n") == [
+        "",
+        "/etc/bash.bashrc 89269e1298235f1b12b4c16e4065ad0d",
+        "/etc/skel/.bashrc 7e3d9e9e3a9b0f0f1e1e1e1e1e1e1e1e",
+    ]
     assert bash["Description"].split("\n") == [
-        "GNU Bourne Again SHell", "Bash is an sh-compatible command language interpreter.", ".",
-        "Version: 9.9 (a continuation line that looks like a field)"]
+        "GNU Bourne Again SHell",
+        "Bash is an sh-compatible command language interpreter.",
+        ".",
+        "Version: 9.9 (a continuation line that looks like a field)",
+    ]
 
 
-@pytest.mark.parametrize("variant", [
-    pytest.param(lambda s: s, id="one-empty-line"),
-    pytest.param(lambda s: s.replace("\n\n", "\n\n\n\n"), id="several-empty-lines"),
-    pytest.param(lambda s: s.replace("\n\n", "\n \t\n"), id="whitespace-only-line"),
-    pytest.param(lambda s: s.replace("\n\n", "\n  \n\n\t\n"), id="mixed-blank-lines"),
-    pytest.param(lambda s: "\n \n" + s + "\n\n \n", id="blank-lines-around"),
-    pytest.param(lambda s: s.rstrip("\n"), id="no-final-newline"),
-    pytest.param(lambda s: s.replace("\n", "\r\n"), id="crlf"),
-    pytest.param(lambda s: "# written by hand\n" + s, id="comment-line"),
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(lambda s: s, id="one-empty-line"),
+        pytest.param(lambda s: s.replace("\n\n", "\n\n\n\n"), id="several-empty-lines"),
+        pytest.param(lambda s: s.replace("\n\n", "\n \t\n"), id="whitespace-only-line"),
+        pytest.param(lambda s: s.replace("\n\n", "\n  \n\n\t\n"), id="mixed-blank-lines"),
+        pytest.param(lambda s: "\n \n" + s + "\n\n \n", id="blank-lines-around"),
+        pytest.param(lambda s: s.rstrip("\n"), id="no-final-newline"),
+        pytest.param(lambda s: s.replace("\n", "\r\n"), id="crlf"),
+        pytest.param(lambda s: "# written by hand\n" + s, id="comment-line"),
+    ],
+)
 def test_paragraphs_are_apart_by_any_blank_lines(variant):
     paragraphs = deb822_paragraphs(variant(STATUS))
     assert [p["Package"] for p in paragraphs] == ["bash", "gone", "half", "zlib1g"]

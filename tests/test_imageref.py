@@ -11,14 +11,17 @@ HEX = "ab" * 32
 DIGEST = f"sha256:{HEX}"
 
 
-@pytest.mark.parametrize(("text", "registry", "repository", "tag", "digest"), [
-    (f"ghcr.io/owner/repo@{DIGEST}", "ghcr.io", "owner/repo", None, DIGEST),
-    (f"127.0.0.1:5000/openenv-arena@{DIGEST}", "127.0.0.1:5000", "openenv-arena", None, DIGEST),
-    (f"localhost/a/b:v1.2@{DIGEST}", "localhost", "a/b", "v1.2", DIGEST),
-    (f"openenv-arena@{DIGEST}", "", "openenv-arena", None, DIGEST),
-    ("library/debian:bookworm", "", "library/debian", "bookworm", None),
-    ("docker.io/x__y.z-w", "docker.io", "x__y.z-w", None, None),
-])
+@pytest.mark.parametrize(
+    ("text", "registry", "repository", "tag", "digest"),
+    [
+        (f"ghcr.io/owner/repo@{DIGEST}", "ghcr.io", "owner/repo", None, DIGEST),
+        (f"127.0.0.1:5000/openenv-arena@{DIGEST}", "127.0.0.1:5000", "openenv-arena", None, DIGEST),
+        (f"localhost/a/b:v1.2@{DIGEST}", "localhost", "a/b", "v1.2", DIGEST),
+        (f"openenv-arena@{DIGEST}", "", "openenv-arena", None, DIGEST),
+        ("library/debian:bookworm", "", "library/debian", "bookworm", None),
+        ("docker.io/x__y.z-w", "docker.io", "x__y.z-w", None, None),
+    ],
+)
 def test_a_reference_parses_into_its_parts_and_back(text, registry, repository, tag, digest):
     ref = ImageRef.parse(text)
     assert (ref.registry, ref.repository, ref.tag, ref.digest) == (registry, repository, tag, digest)
@@ -27,10 +30,25 @@ def test_a_reference_parses_into_its_parts_and_back(text, registry, repository, 
     assert ref.ref == (digest or tag or "latest")
 
 
-@pytest.mark.parametrize("text", [
-    "", "UPPER/case", "a//b", "a/b@sha256:" + "A" * 64, "a/b@sha256:" + "a" * 63, "a/b@sha512:" + "a" * 64,
-    f"a/b@{DIGEST}x", f"a/b @{DIGEST}", f"a/b@@{DIGEST}", "a/-b", "a/b:", f"bad_host.io/x@{DIGEST}", None, 7,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "UPPER/case",
+        "a//b",
+        "a/b@sha256:" + "A" * 64,
+        "a/b@sha256:" + "a" * 63,
+        "a/b@sha512:" + "a" * 64,
+        f"a/b@{DIGEST}x",
+        f"a/b @{DIGEST}",
+        f"a/b@@{DIGEST}",
+        "a/-b",
+        "a/b:",
+        f"bad_host.io/x@{DIGEST}",
+        None,
+        7,
+    ],
+)
 def test_a_malformed_reference_is_refused(text):
     with pytest.raises(ConfigError):
         ImageRef.parse(text)

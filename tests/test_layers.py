@@ -45,7 +45,7 @@ def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = module.split(".") if is_package else module.split(".")[:-1]
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -92,12 +92,15 @@ def test_every_module_is_on_a_floor() -> None:
         floor(module_name(path, PACKAGE))
 
 
-@pytest.mark.parametrize("statement", [
-    "from pipeline.release import release",
-    "from pipeline import release",
-    "import pipeline.records.attest",
-    "def late():\n    from ..records import sbom\n",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from pipeline.release import release",
+        "from pipeline import release",
+        "import pipeline.records.attest",
+        "def late():\n    from ..records import sbom\n",
+    ],
+)
 def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
     """Teeth: a copy of pipeline/ with one upward import planted in image/ fails."""
     found = violations(planted(tmp_path, "image", statement + "\n"))
@@ -108,8 +111,14 @@ def test_an_upward_import_is_caught(tmp_path: Path, statement: str) -> None:
 
 # The floors below the orchestration: they receive a resolved plan's values (pipeline.plan)
 # and never name a profile, look one up or read release.toml's profile tables.
-STAGES = ("pipeline.sources", "pipeline.image", "pipeline.registry", "pipeline.runtime",
-          "pipeline.checks", "pipeline.records")
+STAGES = (
+    "pipeline.sources",
+    "pipeline.image",
+    "pipeline.registry",
+    "pipeline.runtime",
+    "pipeline.checks",
+    "pipeline.records",
+)
 PROFILE_LOOKUPS = {"profile", "profiles", "sources_for", "Profile"}
 
 
@@ -123,11 +132,16 @@ def profile_lookups(root: Path = PACKAGE) -> list[str]:
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             what = None
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("profile", "sources_for"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("profile", "sources_for")
+            ):
                 what = f".{node.func.attr}(...)"
-            elif isinstance(node, (ast.Name, ast.Attribute)) and \
-                    (node.id if isinstance(node, ast.Name) else node.attr) == "Profile":
+            elif (
+                isinstance(node, (ast.Name, ast.Attribute))
+                and (node.id if isinstance(node, ast.Name) else node.attr) == "Profile"
+            ):
                 what = "Profile"
             elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "Profile":
                 what = "import Profile"
@@ -142,12 +156,15 @@ def test_no_stage_looks_a_profile_up() -> None:
     assert profile_lookups() == []
 
 
-@pytest.mark.parametrize("statement", [
-    "def f(cfg):\n    return cfg.profile('local')\n",
-    "def f(cfg, p):\n    return cfg.sources_for(p)\n",
-    "from pipeline.config import Profile\n",
-    "def f(cfg):\n    return cfg.raw['profiles']\n",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "def f(cfg):\n    return cfg.profile('local')\n",
+        "def f(cfg, p):\n    return cfg.sources_for(p)\n",
+        "from pipeline.config import Profile\n",
+        "def f(cfg):\n    return cfg.raw['profiles']\n",
+    ],
+)
 def test_a_profile_lookup_in_a_stage_is_caught(tmp_path: Path, statement: str) -> None:
     """Teeth: a copy of pipeline/ with one profile lookup planted in records/ fails."""
     found = profile_lookups(planted(tmp_path, "records", statement))

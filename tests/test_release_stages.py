@@ -22,9 +22,11 @@ def test_enospc_of_a_copy_names_the_directory_it_was_writing(tmp_path):
         raise err
     line = caught.value.one_line()
     free = shutil.disk_usage(dest).free / 1e6
-    assert line == (f"no space left on the file system of {dest} (the build stage: No space left on device); "
-                    f"expected about {STAGE_NEEDS['build'] / 1e6:,.0f} MB free, got {free:,.0f} MB free; "
-                    "free space on that file system (or put " + str(dest) + " on another one), then run again")
+    assert line == (
+        f"no space left on the file system of {dest} (the build stage: No space left on device); "
+        f"expected about {STAGE_NEEDS['build'] / 1e6:,.0f} MB free, got {free:,.0f} MB free; "
+        "free space on that file system (or put " + str(dest) + " on another one), then run again"
+    )
 
 
 def test_a_tools_full_disk_is_no_space_and_a_checks_finding_is_not(tmp_path):

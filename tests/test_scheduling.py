@@ -32,12 +32,14 @@ class Worker:
         self.shutting_down = True
 
     def queued(self) -> list[str]:
-        return [COLLECTION[i] for i in self.sent[self.done:]]
+        return [COLLECTION[i] for i in self.sent[self.done :]]
 
 
 def _config(workers: int):
-    return SimpleNamespace(getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None,
-                           option=SimpleNamespace(loadscopereorder=False))
+    return SimpleNamespace(
+        getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None,
+        option=SimpleNamespace(loadscopereorder=False),
+    )
 
 
 def _started(cls, tmp_path, workers: int = 2):
@@ -92,7 +94,7 @@ def test_at_the_end_of_a_group_no_release_is_queued_behind_it(tmp_path):
         for _ in range(2):  # a runs the group's first two tests; b is still on its release
             a.done += 1
             sched.mark_test_complete(a, a.sent[a.done - 1])
-        queued[cls.__name__] = [collection[i] for i in a.sent[a.done:]]
+        queued[cls.__name__] = [collection[i] for i in a.sent[a.done :]]
     assert queued["LoadGroupScheduling"] == [GROUP[2], "t.py::release_c", "t.py::release_d"]
     assert queued["SlowAwareScheduling"] == [GROUP[2], "t.py::unit_1"]  # b holds unit_0
 

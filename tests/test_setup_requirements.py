@@ -39,9 +39,13 @@ def test_a_session_without_uv_stops_at_once_naming_the_fix(tmp_path):
     """Without uv no virtualenv is made (a venv-made one failed late and, reused, kept failing
     once uv was there): the session stops at its first line, naming what to install."""
     envdir = tmp_path / "envs"
-    done = subprocess.run(["nox", "-f", str(REPO / "noxfile.py"), "--envdir", str(envdir), "-s", "lint"],
-                          env={**os.environ, "UV": str(tmp_path / "no-uv")}, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        ["nox", "-f", str(REPO / "noxfile.py"), "--envdir", str(envdir), "-s", "lint"],
+        env={**os.environ, "UV": str(tmp_path / "no-uv")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = done.stdout + done.stderr
     assert done.returncode != 0
     assert "Session lint aborted: uv is not installed" in out and "pip install uv==" in out

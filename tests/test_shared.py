@@ -87,10 +87,16 @@ def test_a_port_forward_of_a_removed_container_is_found():
     from .conftest import stale_port_forwards
 
     gone, alive = "aa6d20a9948c4f8240edb3786d72a5ca2b5214d2fc0a1b5bf7d5e1c2e503a69e", "7bf700e0" + "7" * 56
-    rules = "\n".join([
-        "-N CNI-HOSTPORT-DNAT",
-        *(f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \\"podman\\" id: \\"{cid}\\"" '
-          f"-m multiport --dports {port} -j CNI-DN-{cid[:21]}" for cid, port in ((gone, 35775), (alive, 35625)))])
+    rules = "\n".join(
+        [
+            "-N CNI-HOSTPORT-DNAT",
+            *(
+                f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \\"podman\\" id: \\"{cid}\\"" '
+                f"-m multiport --dports {port} -j CNI-DN-{cid[:21]}"
+                for cid, port in ((gone, 35775), (alive, 35625))
+            ),
+        ]
+    )
     assert stale_port_forwards(rules, [alive, "f" * 64]) == {gone}
     assert stale_port_forwards(rules, [alive, gone]) == set()
     assert stale_port_forwards("-N CNI-HOSTPORT-DNAT\n", []) == set()

@@ -28,8 +28,10 @@ THIS = Path(__file__).resolve().relative_to(REPO).as_posix()
 SPEC_NAMES = ("environment", "families", "verification", "mimo", "pipeline", "style")
 # Not preceded by a path character, so the tail of a URL or of a longer path never matches.
 CITATION = re.compile(
-    r"(?<![\w./:-])(?P<path>(?:[\w.-]+/)*(?:spec/[\w.-]+\.md|(?:" + "|".join(SPEC_NAMES)
-    + r")\.md)|(?:[\w.-]+/)+spec\b/?)")
+    r"(?<![\w./:-])(?P<path>(?:[\w.-]+/)*(?:spec/[\w.-]+\.md|(?:"
+    + "|".join(SPEC_NAMES)
+    + r")\.md)|(?:[\w.-]+/)+spec\b/?)"
+)
 SECTION = re.compile(r'(?:,[ \t]*|[ \t]+|,?[ \t]*\n[ \t]*(?:#+|//|\*)?[ \t]*)"(?P<section>[^"]{1,200})"')
 WRAP = re.compile(r"\s*\n\s*(?:#+|//|\*)?\s*")  # a line break inside a comment or docstring
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(?P<text>.*?)\s*#*\s*$")
@@ -110,8 +112,12 @@ def test_every_spec_citation_in_the_tree_names_a_file_and_heading_that_exist():
 
 def test_the_checks_statement_names_the_suite_s_spec_by_its_path():
     """The signed test-result statement carries the suite it ran ("suite"): a file here."""
-    suite = SuiteResult(image="registry.example/env@sha256:" + "0" * 64, targets=("t",),
-                        checks=(CheckResult(id="image/health", passed=True, seconds=0.1),), seconds=0.1)
+    suite = SuiteResult(
+        image="registry.example/env@sha256:" + "0" * 64,
+        targets=("t",),
+        checks=(CheckResult(id="image/health", passed=True, seconds=0.1),),
+        seconds=0.1,
+    )
     [conf] = attest.checks_predicate(suite, checks_sha256="0" * 64)["configuration"]
     assert conf["annotations"]["suite"] == attest.CHECK_SUITE_SPEC == "docs/spec/verification.md"
     assert "docs/spec/verification.md" in tracked(REPO)
@@ -130,11 +136,13 @@ def test_missing_files_and_headings_are_found_and_urls_are_not_citations(tmp_pat
         'Wrapped: (docs/spec/mimo.md, "The\n    records") and the spec docs/spec/ itself."""\n'
         '# (docs/spec/mimo.md, "Fenced"); see https://example.com/x/spec/mimo.md "Nowhere"\n'
         'SUITE = {"suite": "verification.md", "next": "docs/spec/mimo.md", "x": "y"}\n'
-        '# bare mimo.md, the old shared/spec/mimo.md, the gone docs/spec/gone.md, and shared/spec\n'
-        '# (docs/spec/mimo.md, "The\n# record")\n')
+        "# bare mimo.md, the old shared/spec/mimo.md, the gone docs/spec/gone.md, and shared/spec\n"
+        '# (docs/spec/mimo.md, "The\n# record")\n'
+    )
     (tmp_path / "docs" / "a.md").write_text(
         "[facts](spec/mimo.md#the-records), `docs/spec/mimo.md`, [up](../docs/spec/mimo.md) and "
-        "../../docs/spec/mimo.md\n")
+        "../../docs/spec/mimo.md\n"
+    )
     files = ["docs/a.md", "docs/spec/mimo.md", "pipeline/a.py"]
     assert broken_citations(tmp_path, files) == [
         "docs/a.md:1: ../../docs/spec/mimo.md: no such file or directory in the repository",
@@ -154,4 +162,5 @@ def test_the_committed_records_and_untracked_files_are_not_scanned(tmp_path):
         (tmp_path / name).write_text('{"suite": "verification.md"}\n')
     assert broken_citations(tmp_path, ["provenance.json", "attestations/checks.dsse.json"]) == []
     assert broken_citations(tmp_path, ["notes.py"]) == [
-        "notes.py:1: verification.md: no such file or directory in the repository"]
+        "notes.py:1: verification.md: no such file or directory in the repository"
+    ]

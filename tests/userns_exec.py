@@ -30,8 +30,10 @@ HOST_ID_FLOOR = 2**31
 
 
 def mapping(host_id: int) -> str:
-    return (f"0 0 {SANDBOX_ID}\n{SANDBOX_ID} {host_id} 1\n"
-            f"{SANDBOX_ID + 1} {SANDBOX_ID + 1} {IDENTITY_UP_TO - SANDBOX_ID - 1}\n")
+    return (
+        f"0 0 {SANDBOX_ID}\n{SANDBOX_ID} {host_id} 1\n"
+        f"{SANDBOX_ID + 1} {SANDBOX_ID + 1} {IDENTITY_UP_TO - SANDBOX_ID - 1}\n"
+    )
 
 
 def enter() -> None:

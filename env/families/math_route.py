@@ -83,8 +83,9 @@ def generate(rng: random.Random, difficulty: int) -> tuple[dict[str, Any], dict[
     return files, _search(edges, request, policy)
 
 
-def _search(edges: dict[tuple[str, str], dict[str, int]], request: dict[str, Any],
-            policy: dict[str, Any]) -> dict[str, Any]:
+def _search(
+    edges: dict[tuple[str, str], dict[str, int]], request: dict[str, Any], policy: dict[str, Any]
+) -> dict[str, Any]:
     """Depth-first search from the start, pruning on every constraint as soon as it breaks."""
     successors: dict[str, list[str]] = {}
     for a, b in sorted(edges):

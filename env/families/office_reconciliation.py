@@ -16,7 +16,7 @@ PROMPT = prompt(
         "contacts.json": 'master list of `{"id", "email", "phone", "team"}`.',
         "changes.json": (
             'list of change rows `{"id", "email", "timestamp", "source", "fields"}`; '
-            '`fields` holds `team` and sometimes `phone`.'
+            "`fields` holds `team` and sometimes `phone`."
         ),
         "policy.json": '`{"aliases": {legacy email: primary email}, "source_priority": {source: rank}}`.',
     },

@@ -74,9 +74,7 @@ def generate(rng: random.Random, difficulty: int) -> tuple[dict[str, Any], dict[
 
     medians = {s: sorted(v)[replicates // 2] for s, v in truths.items()}
     low, high = ACCEPTABLE_MEDIAN
-    quarantine = sorted(
-        s for s, v in truths.items() if max(v) - min(v) > max_span or not low <= medians[s] <= high
-    )
+    quarantine = sorted(s for s, v in truths.items() if max(v) - min(v) > max_span or not low <= medians[s] <= high)
     accepted = [s for s in ids if s not in quarantine]
     mean = Fraction(sum(medians[s] * weights[s] for s in accepted), sum(weights[s] for s in accepted))
     expected = {

@@ -78,10 +78,17 @@ def serve_standard_routes(app: FastAPI, environments: Callable[[], ShellEnvironm
     # openenv-core's /metadata route drops every field its own model lacks: this one serves
     # the environment's whole answer (its isolation mode included).
     app.router.routes[:] = [route for route in app.router.routes if getattr(route, "path", None) != "/metadata"]
-    app.add_api_route("/metadata", partial(_metadata, environments), methods=["GET"], response_model=ArenaMetadata,
-                      summary="Get environment metadata", tags=["Environment Info"])
-    app.add_api_route(mcp.MCP_PATH, mcp.endpoint(ENV_NAME), methods=["POST"],
-                      summary="MCP (JSON-RPC 2.0); no tools are offered")
+    app.add_api_route(
+        "/metadata",
+        partial(_metadata, environments),
+        methods=["GET"],
+        response_model=ArenaMetadata,
+        summary="Get environment metadata",
+        tags=["Environment Info"],
+    )
+    app.add_api_route(
+        mcp.MCP_PATH, mcp.endpoint(ENV_NAME), methods=["POST"], summary="MCP (JSON-RPC 2.0); no tools are offered"
+    )
 
 
 def _metadata(environments: Callable[[], ShellEnvironment]) -> ArenaMetadata:
@@ -128,8 +135,11 @@ class _QuietClientClose:
         except WebSocketDisconnected:
             client = scope.get("client")
             prefix = f"{client[0]}:{client[1]} - " if client else ""
-            _LOG.warning("%sWebSocket %s: the client went away before its reply; the session has ended",
-                         prefix, scope.get("path", ""))
+            _LOG.warning(
+                "%sWebSocket %s: the client went away before its reply; the session has ended",
+                prefix,
+                scope.get("path", ""),
+            )
 
 
 def keep_served_routes(app: FastAPI) -> None:

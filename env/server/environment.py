@@ -109,21 +109,31 @@ def instructions_for(task: dict[str, Any], config: ServerConfig) -> str:
 
 def sandbox_spec(config: ServerConfig) -> SandboxSpec:
     """The sandbox every episode of a server with ``config`` gets."""
-    spec = SandboxSpec(uid=config.uid, gid=config.gid, workspace=config.workspace_root,
-                       workspace_bytes=workspace_size(config.workspace_root),
-                       limits=RESOURCE_LIMITS, oom_score_adj=OOM_SCORE_ADJ)
+    spec = SandboxSpec(
+        uid=config.uid,
+        gid=config.gid,
+        workspace=config.workspace_root,
+        workspace_bytes=workspace_size(config.workspace_root),
+        limits=RESOURCE_LIMITS,
+        oom_score_adj=OOM_SCORE_ADJ,
+    )
     return fit_to_memory(spec, memory_limit())
 
 
 class ArenaMetadata(EnvironmentMetadata):
     """OpenEnv's metadata and how this server contains an episode (docs/isolation.md)."""
 
-    isolation: str = Field(description="how each episode is contained: namespaces (its own user, PID, "
-                           "network, mount and IPC namespaces) or unprivileged (the container's, with "
-                           "the agent's system calls filtered and its processes killed by UID at reset)")
-    proc: str = Field(default="container", description="the /proc an episode sees: episode (one of its "
-                      "own PID namespace, showing only its processes) or container (the container's: "
-                      "its PID counter crosses a reset, docs/isolation.md)")
+    isolation: str = Field(
+        description="how each episode is contained: namespaces (its own user, PID, "
+        "network, mount and IPC namespaces) or unprivileged (the container's, with "
+        "the agent's system calls filtered and its processes killed by UID at reset)"
+    )
+    proc: str = Field(
+        default="container",
+        description="the /proc an episode sees: episode (one of its "
+        "own PID namespace, showing only its processes) or container (the container's: "
+        "its PID counter crosses a reset, docs/isolation.md)",
+    )
 
 
 class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
@@ -131,8 +141,9 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = False
 
-    def __init__(self, curriculum: Curriculum, sandboxes: SandboxFactory | None,
-                 config: ServerConfig = ServerConfig()) -> None:
+    def __init__(
+        self, curriculum: Curriculum, sandboxes: SandboxFactory | None, config: ServerConfig = ServerConfig()
+    ) -> None:
         super().__init__()
         self._curriculum = curriculum
         self._sandboxes = sandboxes
@@ -154,8 +165,10 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
                 f"unknown reset field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(RESET_FIELDS)}"
             )
         if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID_CHARS):
-            raise ValueError(f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters, got "
-                             f"{type(episode_id).__name__} of length {len(str(episode_id))}; send a shorter one")
+            raise ValueError(
+                f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters, got "
+                f"{type(episode_id).__name__} of length {len(str(episode_id))}; send a shorter one"
+            )
         case_id = self._curriculum.case_ids[0] if task_id is None else task_id
         task = self._curriculum.task(case_id)
         if os.geteuid() != 0:
@@ -170,8 +183,13 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         instructions = instructions_for(task, self._config)
         sandbox = self._sandboxes.take()
         try:
-            write_case_files(sandbox.path(repo_dir(self._config.workspace_root)), task["files"],
-                             instructions, self._config.uid, self._config.gid)
+            write_case_files(
+                sandbox.path(repo_dir(self._config.workspace_root)),
+                task["files"],
+                instructions,
+                self._config.uid,
+                self._config.gid,
+            )
         except BaseException:
             sandbox.destroy()
             raise
@@ -179,8 +197,9 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         # The working directory, held open: the answer written there stays readable at
         # `finish` even if the agent's memory use got the sandbox's PID 1 killed (its mount
         # namespace, the workspace's tmpfs, lives on while this descriptor does).
-        self._repo = os.open(sandbox.path(repo_dir(self._config.workspace_root)),
-                             os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._repo = os.open(
+            sandbox.path(repo_dir(self._config.workspace_root)), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        )
         self._episode = _Episode(
             case_id=case_id,
             task=task,
@@ -194,9 +213,7 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
             reward=None,
         )
 
-    def step(
-        self, action: ShellAction, timeout_s: float | None = None, **kwargs: Any
-    ) -> ShellObservation:
+    def step(self, action: ShellAction, timeout_s: float | None = None, **kwargs: Any) -> ShellObservation:
         """Run one action; after ``done`` return the cached terminal result and run nothing."""
         episode = self._episode
         if episode is None:
@@ -206,9 +223,12 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
         if action.operation == "shell" and not _is_text(action.command):
             # Nothing is run and no action is counted: the session and its episode go on.
             return ShellObservation(
-                task_id=episode.case_id, exit_code=2, done=False, reward=None,
+                task_id=episode.case_id,
+                exit_code=2,
+                done=False,
+                reward=None,
                 output="[the command is not valid Unicode text (it holds a lone surrogate such as "
-                       "\\ud800); nothing was run: send the command as UTF-8 text]\n",
+                "\\ud800); nothing was run: send the command as UTF-8 text]\n",
             )
         episode.actions += 1
         last = episode.actions >= self._config.max_actions
@@ -230,8 +250,11 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
                 exit_code=result.exit_code,
             )
         return ShellObservation(
-            task_id=episode.case_id, output=result.output, exit_code=result.exit_code,
-            done=False, reward=None,
+            task_id=episode.case_id,
+            output=result.output,
+            exit_code=result.exit_code,
+            done=False,
+            reward=None,
         )
 
     def _finish(self, episode: _Episode, prefix: str, exit_code: int | None) -> ShellObservation:
@@ -258,8 +281,10 @@ class ShellEnvironment(Environment[ShellAction, ShellObservation, State]):
     def _grade(self, task: dict[str, Any], answer: dict[str, Any]) -> float:
         # Copies: a grader that mutated its arguments must not alter the cached task.
         score = self._curriculum.tasks.grade(copy.deepcopy(task), copy.deepcopy(answer))
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not (
-            math.isfinite(score) and 0.0 <= score <= 1.0
+        if (
+            isinstance(score, bool)
+            or not isinstance(score, (int, float))
+            or not (math.isfinite(score) and 0.0 <= score <= 1.0)
         ):
             raise RuntimeError(f"the task module's grade() returned {score!r}, not a score in [0, 1]")
         return float(score)

@@ -48,27 +48,31 @@ async def _body(request: Request) -> bytes | None:
 
 def answer(message: Any, server_name: str) -> JSONResponse | None:
     """The reply to one decoded JSON-RPC message (None for a notification)."""
-    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0"
-            or not isinstance(message.get("method"), str)):
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
         request_id = message.get("id") if isinstance(message, dict) else None
-        return _error(INVALID_REQUEST, "Invalid Request: a JSON-RPC 2.0 request object is expected",
-                      request_id if isinstance(request_id, (str, int)) else None)
+        return _error(
+            INVALID_REQUEST,
+            "Invalid Request: a JSON-RPC 2.0 request object is expected",
+            request_id if isinstance(request_id, (str, int)) else None,
+        )
     if "id" not in message:
         return None
     request_id, method = message["id"], message["method"]
     if method == "initialize":
-        return _result(request_id, {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": server_name, "version": "1.0.0"},
-            "instructions": "This environment offers no MCP tools; episodes run over the /ws session.",
-        })
+        return _result(
+            request_id,
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": server_name, "version": "1.0.0"},
+                "instructions": "This environment offers no MCP tools; episodes run over the /ws session.",
+            },
+        )
     if method == "ping":
         return _result(request_id, {})
     if method == "tools/list":
         return _result(request_id, {"tools": []})
-    return _error(METHOD_NOT_FOUND, f"Method not found: {method} (this endpoint offers no tools)",
-                  request_id)
+    return _error(METHOD_NOT_FOUND, f"Method not found: {method} (this endpoint offers no tools)", request_id)
 
 
 def endpoint(server_name: str):

@@ -37,8 +37,9 @@ def problem(event: Message) -> tuple[str, str] | None:
     except ValueError as exc:
         return INVALID_JSON, f"the message is not JSON: {exc}"
     if not isinstance(value, dict):
-        return VALIDATION_ERROR, ('a message is a JSON object such as {"type": "step", "data": {...}}, '
-                                  f"not {type(value).__name__}")
+        return VALIDATION_ERROR, (
+            f'a message is a JSON object such as {{"type": "step", "data": {{...}}}}, not {type(value).__name__}'
+        )
     return _structure_problem(value)
 
 
@@ -50,8 +51,10 @@ def _structure_problem(value: Any) -> tuple[str, str] | None:
             return VALIDATION_ERROR, f"the message nests deeper than {MAX_DEPTH} levels (at {where[:80]})"
         if isinstance(item, str):
             if not _encodable(item):
-                return VALIDATION_ERROR, (f"the string at {where[:80]} is not valid Unicode (it holds a lone "
-                                          "surrogate such as \\ud800); send UTF-8 text")
+                return VALIDATION_ERROR, (
+                    f"the string at {where[:80]} is not valid Unicode (it holds a lone "
+                    "surrogate such as \\ud800); send UTF-8 text"
+                )
         elif isinstance(item, dict):
             for key, child in item.items():
                 if not _encodable(key):

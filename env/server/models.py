@@ -22,10 +22,10 @@ MAX_OUTPUT_CHARS = 16_000
 
 # Extra fields are refused (``extra="forbid"`` inherited from Action).
 class ShellAction(Action):
-    operation: Literal["shell", "finish"] = Field(
-        description="Run a bash command or finish and grade the repository.")
-    command: str = Field(default="", max_length=MAX_COMMAND_CHARS,
-                         description="Bash command; each call starts in the task repository.")
+    operation: Literal["shell", "finish"] = Field(description="Run a bash command or finish and grade the repository.")
+    command: str = Field(
+        default="", max_length=MAX_COMMAND_CHARS, description="Bash command; each call starts in the task repository."
+    )
 
 
 class ShellObservation(Observation):

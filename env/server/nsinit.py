@@ -89,16 +89,19 @@ EPERM, ENOSYS = 1, 38
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 SECCOMP_DATA_NR, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARG0 = 0, 4, 16
 PR_SET_PDEATHSIG = 1
-NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000,
-                   "ipc": 0x08000000}
+NAMESPACE_FLAGS = {"user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000, "ipc": 0x08000000}
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 SHELL = "/bin/bash"
 PACKET = 131_072  # sandbox.PACKET: this file runs without the env package
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _check(result: int, what: str) -> None:
@@ -108,14 +111,24 @@ def _check(result: int, what: str) -> None:
 
 
 def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) -> None:
-    _check(_libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags),
-                       data.encode() if data is not None else None), f"mount -t {fstype} {target}")
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode(),
+            ctypes.c_ulong(flags),
+            data.encode() if data is not None else None,
+        ),
+        f"mount -t {fstype} {target}",
+    )
 
 
 def _read_only_everywhere() -> None:
     attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    _check(_libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr),
-                         ctypes.sizeof(attr)), "mount_setattr(/, read-only, recursive)")
+    _check(
+        _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
+        "mount_setattr(/, read-only, recursive)",
+    )
 
 
 def _loopback_up() -> None:
@@ -171,7 +184,7 @@ def _filter_program(setup: dict) -> list[tuple[int, int, int, int]]:
         program.append((BPF_JEQ_K, jump(len(program), clone_flags), 0, SYS_CLONE))
     program += [
         (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
-        (BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_ARG0),             # clone's flags (their low word)
+        (BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_ARG0),  # clone's flags (their low word)
         (BPF_JSET_K, jump(clone_flags + 1, eperm), 0, CLONE_NEW_FLAGS),
         (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
         (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
@@ -186,8 +199,10 @@ def _install_filter(setup: dict) -> None:
     program = _filter_program(setup)
     filters = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
     fprog = _SockFprog(len(program), filters)
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
-           "prctl(PR_SET_SECCOMP): the episode's system call filter")
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(PR_SET_SECCOMP): the episode's system call filter",
+    )
 
 
 def _drop_bounding_set() -> None:
@@ -278,17 +293,27 @@ def prepare(setup: dict) -> dict:
             _read_only_everywhere()
         for path, size, inodes, mode in setup["scratch"]:
             if os.path.isdir(path):
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
-                       f"size={size},nr_inodes={inodes},mode={mode:o}")
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes={inodes},mode={mode:o}")
         workspace = setup["workspace"]
         # Under a scratch directory (a host-mode workspace in /tmp), its fresh tmpfs lacks the path.
         _named("the workspace's mount point", os.makedirs, workspace["path"], 0o755, True)
-        _mount("tmpfs", workspace["path"], "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755")
+        _mount(
+            "tmpfs",
+            workspace["path"],
+            "tmpfs",
+            MS_NOSUID | MS_NODEV,
+            f"size={workspace['size']},nr_inodes={workspace['inodes']},mode=755",
+        )
         uid, gid = setup["uid"], setup["gid"]
         for name, mode in (("repo", 0o755), ("home", 0o700)):
-            _named(f"the workspace's {name} directory", _make_owned_dir,
-                   os.path.join(workspace["path"], name), mode, uid, gid)
+            _named(
+                f"the workspace's {name} directory",
+                _make_owned_dir,
+                os.path.join(workspace["path"], name),
+                mode,
+                uid,
+                gid,
+            )
         if setup["mqueue"] and os.path.isdir("/dev/mqueue"):
             _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         if setup["network"]:

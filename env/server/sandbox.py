@@ -123,10 +123,10 @@ class SandboxSpec:
     def setup(self) -> dict:
         """The setup message nsinit.py reads."""
         return {
-            "uid": self.uid, "gid": self.gid,
+            "uid": self.uid,
+            "gid": self.gid,
             "namespaces": bool(self.namespaces),
-            "workspace": {"path": str(self.workspace), "size": self.workspace_bytes,
-                          "inodes": self.workspace_inodes},
+            "workspace": {"path": str(self.workspace), "size": self.workspace_bytes, "inodes": self.workspace_inodes},
             "scratch": [list(entry) for entry in self.scratch],
             "limits": [list(limit) for limit in self.limits],
             "oom_score_adj": self.oom_score_adj,
@@ -147,8 +147,16 @@ class SandboxSpec:
 
 def unprivileged(spec: SandboxSpec) -> SandboxSpec:
     """``spec`` without namespaces: the container's, every unprivileged defence on."""
-    return replace(spec, namespaces=(), read_only=False, session_keyring=False, deny_sockets=True,
-                   deny_mqueue=True, kill_by_uid=True, lock_scratch=True)
+    return replace(
+        spec,
+        namespaces=(),
+        read_only=False,
+        session_keyring=False,
+        deny_sockets=True,
+        deny_mqueue=True,
+        kill_by_uid=True,
+        lock_scratch=True,
+    )
 
 
 # Of the container's memory limit, the most the episode's tmpfs filesystems may hold
@@ -180,8 +188,10 @@ def memory_limit() -> int:
 MEMORY_WAIT_SHARE = 0.5
 # The cgroup's memory.stat (v2, then v1) and the keys that count what processes and tmpfs
 # files hold: the page cache, which the kernel reclaims when it must, does not count.
-MEMORY_STAT_FILES = (("/sys/fs/cgroup/memory.stat", ("anon", "shmem")),
-                     ("/sys/fs/cgroup/memory/memory.stat", ("total_rss", "total_shmem")))
+MEMORY_STAT_FILES = (
+    ("/sys/fs/cgroup/memory.stat", ("anon", "shmem")),
+    ("/sys/fs/cgroup/memory/memory.stat", ("total_rss", "total_shmem")),
+)
 
 
 def memory_in_use() -> int:
@@ -316,8 +326,10 @@ class Zygote:
                     return self._ask(request, sandbox_end)
                 except OSError as again:
                     self._stop()
-                    raise SandboxError(f"{NSINIT} (the zygote) failed twice ({exc}; then {again}): is "
-                                       "the server out of processes or memory?") from again
+                    raise SandboxError(
+                        f"{NSINIT} (the zygote) failed twice ({exc}; then {again}): is "
+                        "the server out of processes or memory?"
+                    ) from again
 
     def kill_uid(self, uid: int) -> None:
         """Kill every process of ``uid`` and wait until none is left (SandboxError if some
@@ -339,8 +351,9 @@ class Zygote:
                 except OSError as exc:
                     self._stop()
                     if attempt == 2:
-                        raise SandboxError(f"{NSINIT} (the zygote) did not kill UID {uid}'s processes, "
-                                           f"twice: {exc}") from exc
+                        raise SandboxError(
+                            f"{NSINIT} (the zygote) did not kill UID {uid}'s processes, twice: {exc}"
+                        ) from exc
             assert self._process is not None  # the loop leaves only with a zygote that answered
             zygote = self._process.pid
         # Their orphans come to this process (the sandbox's PID 1, their subreaper, was
@@ -349,8 +362,7 @@ class Zygote:
         while nsinit.processes_of(uid):
             reap_strays({zygote})
             if time.monotonic() > give_up:
-                raise SandboxError(f"UID {uid}'s processes were not all gone {TEARDOWN_S:g} s after they "
-                                   "were killed")
+                raise SandboxError(f"UID {uid}'s processes were not all gone {TEARDOWN_S:g} s after they were killed")
             time.sleep(0.0005)
 
     def _ask(self, request: bytes, sandbox_end: socket.socket) -> tuple[int, int]:
@@ -375,7 +387,10 @@ class Zygote:
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(NSINIT), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env={}, cwd="/",
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env={},
+                cwd="/",
             )
         except OSError as exc:
             ours.close()
@@ -473,8 +488,7 @@ class Sandbox:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                self.send({"op": "run", "command": command, "cwd": str(cwd), "env": env},
-                          fds=[write_end])
+                self.send({"op": "run", "command": command, "cwd": str(cwd), "env": env}, fds=[write_end])
             finally:
                 os.close(write_end)
             while True:
@@ -493,8 +507,10 @@ class Sandbox:
         """One message to PID 1 (SandboxError if it is gone)."""
         data = json.dumps(message, ensure_ascii=False).encode()
         if len(data) > PACKET:
-            raise SandboxError(f"a message to the sandbox has {len(data)} bytes; at most {PACKET} "
-                               "(a command is at most 16,000 characters)")
+            raise SandboxError(
+                f"a message to the sandbox has {len(data)} bytes; at most {PACKET} "
+                "(a command is at most 16,000 characters)"
+            )
         try:
             with self._lock:
                 socket.send_fds(self.control, [data], fds or [])
@@ -576,8 +592,7 @@ class Sandbox:
         os.close(self.first_pidfd)
         self.first_pidfd = -1
         if not gone:
-            raise SandboxError(f"the last episode's processes were not gone {TEARDOWN_S:g} s after "
-                               "they were killed")
+            raise SandboxError(f"the last episode's processes were not gone {TEARDOWN_S:g} s after they were killed")
 
 
 def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:
@@ -610,7 +625,8 @@ class SandboxFactory:
             from env.server import unprivileged
 
             self.lockdown = unprivileged.lock_scratch(
-                (*(path for path, *_ in spec.scratch), *unprivileged.ALSO_LOCKED), spec.workspace)
+                (*(path for path, *_ in spec.scratch), *unprivileged.ALSO_LOCKED), spec.workspace
+            )
             self.lockdown += unprivileged.lock_home(spec.uid, spec.gid, spec.workspace)
         if not spec.namespaces:
             from env.server.unprivileged import EpisodeFiles
@@ -631,9 +647,10 @@ class SandboxFactory:
         self._unreaped = 0  # killed and not yet reaped (queued or being reaped)
         self._teardown_failure: SandboxError | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # wakes the reaper
-        self._threads = [threading.Thread(target=loop, name=name, daemon=True)
-                         for loop, name in ((self._prepare_loop, "arena-next-sandbox"),
-                                            (self._reap_loop, "arena-reaper"))]
+        self._threads = [
+            threading.Thread(target=loop, name=name, daemon=True)
+            for loop, name in ((self._prepare_loop, "arena-next-sandbox"), (self._reap_loop, "arena-reaper"))
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -819,8 +836,7 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
 
     SandboxError if no mode can contain an episode here, naming what each one lacks."""
     if requested not in ("auto", *ISOLATION_MODES):
-        raise SandboxError(f"unknown isolation mode {requested!r}; expected auto, "
-                           f"{' or '.join(ISOLATION_MODES)}")
+        raise SandboxError(f"unknown isolation mode {requested!r}; expected auto, {' or '.join(ISOLATION_MODES)}")
     refused: list[str] = []
     candidates = [spec, unprivileged(spec)]
     for candidate in candidates:
@@ -840,8 +856,7 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
             refused.append(f"{candidate.mode}: {exc}")
             continue
         why = f" (namespaces refused: {refused[0].split(': ', 1)[1]})" if refused else ""
-        print(f"arena: isolation: {candidate.mode}{why}; /proc: the {factory.proc}'s", file=sys.stderr,
-              flush=True)
+        print(f"arena: isolation: {candidate.mode}{why}; /proc: the {factory.proc}'s", file=sys.stderr, flush=True)
         for line in factory.lockdown:
             print(f"arena: locked {line}", file=sys.stderr, flush=True)
         return factory
@@ -850,5 +865,5 @@ def start_sandboxes(spec: SandboxSpec, requested: str = "auto") -> SandboxFactor
         + "; ".join(refused)
         + ". The namespaces mode needs user, PID, network, mount and IPC namespaces; the "
         "unprivileged mode needs root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and "
-        "seccomp filters (prctl PR_SET_SECCOMP)")
-
+        "seccomp filters (prctl PR_SET_SECCOMP)"
+    )

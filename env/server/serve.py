@@ -108,8 +108,7 @@ class GuardedH11Protocol(H11Protocol):
             return
         super().connection_made(transport)
         # uvicorn arms the keep-alive timer only after a response; arm it from the start.
-        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
-                                                            self.timeout_keep_alive_handler)
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
         self._await_request()
 
     def _make_room(self, transport: asyncio.Transport) -> bool:
@@ -210,22 +209,30 @@ class GuardedH11Protocol(H11Protocol):
         """One line for a request the client left unfinished (nothing for an idle connection)."""
         if self.cycle is not None and not self.cycle.response_complete:
             if self.cycle.more_body:
-                self.logger.warning("%s%s: the client went away before its request body was complete",
-                                    self._prefix(), self._request())
+                self.logger.warning(
+                    "%s%s: the client went away before its request body was complete", self._prefix(), self._request()
+                )
             else:
-                self.logger.warning("%s%s: the client went away before its response", self._prefix(),
-                                    self._request())
+                self.logger.warning("%s%s: the client went away before its response", self._prefix(), self._request())
         elif self.conn.trailing_data[0]:
-            self.logger.warning("%sthe client went away before its request headers were complete",
-                                self._prefix())
+            self.logger.warning("%sthe client went away before its request headers were complete", self._prefix())
 
 
 def config(app: Any = APP, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, **options: Any) -> uvicorn.Config:
     """The uvicorn configuration of the server (``options`` add uvicorn's own)."""
     protocol = functools.partial(GuardedH11Protocol, per_peer=peer_connections())
-    return uvicorn.Config(app, host=host, port=port, http=protocol, backlog=BACKLOG,  # type: ignore[arg-type]
-                          timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=max_connections(),
-                          **options)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        backlog=BACKLOG,  # type: ignore[arg-type]
+        timeout_keep_alive=KEEP_ALIVE_S,
+        limit_concurrency=max_connections(),
+        **options,
+    )
+
+
 def run(app: Any = APP, **kwargs: Any) -> None:
     """Serve ``app`` (an ASGI app or its import string) until stopped."""
     uvicorn.Server(config(app, **kwargs)).run()

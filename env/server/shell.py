@@ -67,8 +67,9 @@ def sandbox_environment(home: Path) -> dict[str, str]:
     return {"PATH": SCRUBBED_PATH, "HOME": str(home), "LANG": SCRUBBED_LANG}
 
 
-def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID,
-                            home: Path = Path("/workspace/home")) -> None:
+def ensure_sandbox_identity(
+    uid: int = SANDBOX_UID, gid: int = SANDBOX_GID, home: Path = Path("/workspace/home")
+) -> None:
     """Create the sandbox group and user if the system has no entry for them.
 
     The UID drop itself works with bare numbers; the names make `id`, `ls -l` and
@@ -84,8 +85,7 @@ def ensure_sandbox_identity(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID,
     except KeyError:
         if shutil.which("useradd"):
             subprocess.run(
-                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", str(home),
-                 "-s", SHELL, SANDBOX_NAME],
+                ["useradd", "-u", str(uid), "-g", str(gid), "-M", "-d", str(home), "-s", SHELL, SANDBOX_NAME],
                 check=True,
                 capture_output=True,
             )
@@ -95,9 +95,7 @@ def check_sandbox_tools() -> None:
     """Raise FileNotFoundError naming what is missing if the UID drop or limits cannot be applied."""
     missing = [tool for tool in (SHELL,) if not os.access(tool, os.X_OK)]
     if missing:
-        raise FileNotFoundError(
-            f"the sandbox needs {', '.join(missing)} (Debian package bash)"
-        )
+        raise FileNotFoundError(f"the sandbox needs {', '.join(missing)} (Debian package bash)")
 
 
 def run_command(
@@ -173,8 +171,7 @@ def _collect(proc: Command, fd: int, timeout_s: float) -> ShellResult:
     if truncated:
         text = notes.pop(0) + text
     text += "".join(notes)
-    return ShellResult(output=text, exit_code=exit_code, timed_out=timed_out,
-                       truncated=truncated, total_bytes=total)
+    return ShellResult(output=text, exit_code=exit_code, timed_out=timed_out, truncated=truncated, total_bytes=total)
 
 
 def _read_available(fd: int) -> bytes | None:

@@ -51,8 +51,10 @@ def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
         if stat.S_ISLNK(info.st_mode):
             if path in LINKED_TO_TMP and os.readlink(path) == str(tmp) and info.st_uid == 0:
                 continue  # done by this container's earlier start
-            raise SandboxError(f"{path} is a symbolic link to {os.readlink(path)}; expected a directory "
-                               f"or a link to {tmp}: rebuild the image")
+            raise SandboxError(
+                f"{path} is a symbolic link to {os.readlink(path)}; expected a directory "
+                f"or a link to {tmp}: rebuild the image"
+            )
         if path in LINKED_TO_TMP:
             try:
                 os.rmdir(path)
@@ -66,8 +68,10 @@ def lock_scratch(scratch: tuple[str, ...], workspace: Path) -> list[str]:
             try:
                 os.chmod(path, mode & ~0o1022)
             except OSError as exc:
-                raise SandboxError(f"{path} is writable by every user and cannot be locked ({exc.strerror}); "
-                                   "the episode's files would outlive its reset") from exc
+                raise SandboxError(
+                    f"{path} is writable by every user and cannot be locked ({exc.strerror}); "
+                    "the episode's files would outlive its reset"
+                ) from exc
             done.append(f"{path} mode {mode:o} -> {mode & ~0o1022:o}")
     return done
 
@@ -147,8 +151,9 @@ class EpisodeFiles:
             try:
                 os.mkdir(path, mode)
             except FileExistsError as exc:
-                raise SandboxError(f"{path} exists at the start of an episode; expected it renamed away "
-                                   "by the last reset") from exc
+                raise SandboxError(
+                    f"{path} exists at the start of an episode; expected it renamed away by the last reset"
+                ) from exc
             os.chown(path, self.uid, self.gid)
             os.chmod(path, mode)
 
@@ -167,8 +172,13 @@ class EpisodeFiles:
                 taken = self._waiting
             paths = [str(self._retired / name) for name in self._leftovers()]
             if paths:
-                subprocess.run(["rm", "-rf", "--one-file-system", "--", *paths], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+                subprocess.run(
+                    ["rm", "-rf", "--one-file-system", "--", *paths],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    check=False,
+                )
             with self._pending:
                 self._waiting -= taken
                 self._pending.notify_all()

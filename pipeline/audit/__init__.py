@@ -126,8 +126,14 @@ from pipeline.records import submission as submission_mod
 __all__ = ["Check", "INFO", "SKIPPED", "audit", "main", "render_table", "verdict"]
 
 
-def audit(root: Path, *, trust_root: trust.TrustRoot | None = None, registry: bool = False,
-          skip: frozenset[str] = frozenset(), now: datetime | None = None) -> list[Check]:
+def audit(
+    root: Path,
+    *,
+    trust_root: trust.TrustRoot | None = None,
+    registry: bool = False,
+    skip: frozenset[str] = frozenset(),
+    now: datetime | None = None,
+) -> list[Check]:
     """Run every check on the records under `root`; return the rows (failures included)."""
     root = Path(root)
     s = State(root=root, att_dir=root / "attestations")
@@ -183,8 +189,10 @@ def render_table(rows: list[Check], *, image: str | None = None, verbose: bool =
     for area, checks in areas.items():
         bad = [c for c in checks if c.status in (FAIL, SKIPPED)]
         state = "FAIL" if any(c.status == FAIL for c in bad) else "SKIPPED" if bad else "PASS"
-        lines.append(f"{state:7}  {area:<11} {f'{len(checks) - len(bad)}/{len(checks)}':>5}  "
-                     + " ".join(c.id.split("/", 1)[-1] for c in checks))
+        lines.append(
+            f"{state:7}  {area:<11} {f'{len(checks) - len(bad)}/{len(checks)}':>5}  "
+            + " ".join(c.id.split("/", 1)[-1] for c in checks)
+        )
         for c in checks:
             if c.status != PASS and c.detail:
                 lines.append(f"{'':9}{c.status.upper()} {c.id}: {c.detail}")

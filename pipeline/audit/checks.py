@@ -32,9 +32,11 @@ def _runtimes_match(s: State) -> None:
     suite = load_suite(s)
     runtimes_mod.check(suite, s.cfg.runtime.verify, where=f"attestations/{attest.CHECKS_FILE}")
     if s.prov is not None:
-        equal("runtimes of provenance.json vs checks.json",
-              json.loads(json.dumps(runtimes_mod.provenance_runtimes(suite))),
-              json.loads(json.dumps(list(s.prov.runtimes or ()))))
+        equal(
+            "runtimes of provenance.json vs checks.json",
+            json.loads(json.dumps(runtimes_mod.provenance_runtimes(suite))),
+            json.loads(json.dumps(list(s.prov.runtimes or ()))),
+        )
 
 
 def audit_checks(r: Rows, s: State) -> None:
@@ -48,37 +50,51 @@ def audit_checks(r: Rows, s: State) -> None:
     def conf() -> dict:
         return (pred.get("configuration") or [{}])[0]
 
-    r.run("checks/record", rec, lambda: equal(
-        f"sha256 of {rec} vs the checks statement", conf().get("digest", {}).get("sha256"),
-        sha256_file(s.att_dir / attest.CHECKS_FILE), hint="checks.json was edited after signing"))
+    r.run(
+        "checks/record",
+        rec,
+        lambda: equal(
+            f"sha256 of {rec} vs the checks statement",
+            conf().get("digest", {}).get("sha256"),
+            sha256_file(s.att_dir / attest.CHECKS_FILE),
+            hint="checks.json was edited after signing",
+        ),
+    )
 
     def results() -> None:
         suite = load_suite(s)
-        equal(f"passed checks of {rec} vs the statement", pred.get("passedTests"),
-               sorted(c.id for c in suite.checks if c.passed))
-        equal(f"failed checks of {rec} vs the statement", pred.get("failedTests"),
-               sorted(c.id for c in suite.failures))
+        equal(
+            f"passed checks of {rec} vs the statement",
+            pred.get("passedTests"),
+            sorted(c.id for c in suite.checks if c.passed),
+        )
+        equal(f"failed checks of {rec} vs the statement", pred.get("failedTests"), sorted(c.id for c in suite.failures))
         # Everything else the statement says (checks that could not apply, the counts, the image)
         # is a function of checks.json too; its digest is checks/record's to compare.
         expected = attest.checks_predicate(suite, checks_sha256=conf().get("digest", {}).get("sha256"))
         where = first_path_difference(json.loads(json.dumps(expected)), pred, "predicate")
         if where is not None:
-            raise VerificationError(f"checks statement {where[0]} vs {rec}", expected=json.dumps(where[1]),
-                                    actual=json.dumps(where[2]))
+            raise VerificationError(
+                f"checks statement {where[0]} vs {rec}", expected=json.dumps(where[1]), actual=json.dumps(where[2])
+            )
 
     r.run("checks/results", rec, results)
     srec = f"attestations/checks{s.suffix}"
 
     def passed() -> None:
-        equal(f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
-              "PASSED", pred.get("result"))
+        equal(
+            f"check suite result (failed: {', '.join(pred.get('failedTests', [])[:5]) or 'none'})",
+            "PASSED",
+            pred.get("result"),
+        )
         # The verdict is read from checks.json too: a statement saying PASSED over failed checks
         # (or over none) is not a passed suite.
         suite = load_suite(s)
         equal(f"failed checks in {rec} (the statement says PASSED)", [], sorted(c.id for c in suite.failures))
         if not suite.ok:
-            raise VerificationError(f"{rec} holds no passed check", expected="a whole suite",
-                                    actual=f"{len(suite.checks)} check(s)")
+            raise VerificationError(
+                f"{rec} holds no passed check", expected="a whole suite", actual=f"{len(suite.checks)} check(s)"
+            )
 
     r.run("checks/passed", srec, passed)
     if s.cfg is None:
@@ -87,6 +103,12 @@ def audit_checks(r: Rows, s: State) -> None:
         r.run("checks/runtimes", rec, lambda: _runtimes_match(s))
     image = s.image
     if image is not None:
-        r.run("checks/image", srec, lambda: equal(
-            "digest of the image the check suite ran on", image.digest,
-            ImageRef.parse(str(conf().get("annotations", {}).get("image", ""))).digest))
+        r.run(
+            "checks/image",
+            srec,
+            lambda: equal(
+                "digest of the image the check suite ran on",
+                image.digest,
+                ImageRef.parse(str(conf().get("annotations", {}).get("image", ""))).digest,
+            ),
+        )

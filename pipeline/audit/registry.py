@@ -31,9 +31,10 @@ def image_location(name: str):
         return ImageRef.parse(name, registry=True)
     running = local.status()
     if running is None:
-        raise VerificationError(f"the image {name} names no registry, and no local registry is running",
-                                hint="start the one the release pushed to (`nox -s registry -- start`), "
-                                     "or audit without --registry")
+        raise VerificationError(
+            f"the image {name} names no registry, and no local registry is running",
+            hint="start the one the release pushed to (`nox -s registry -- start`), or audit without --registry",
+        )
     return ImageRef.parse(f"{running.address}/{name}", registry=True)
 
 
@@ -62,35 +63,51 @@ def audit_registry(r: Rows, s: State) -> None:
         listing = referrers.list_referrers(client, ref.repository, image.digest)
         found = [d for d in listing.descriptors if d.artifact_type == bundles.MEDIA_TYPE]
         if not found:
-            raise VerificationError(f"no Sigstore bundle refers to {where} ({listing.found_by})",
-                                    expected=f"the release's {len(bundles.NAMES)} signed statements and its "
-                                             "verification summary",
-                                    actual=f"{len(listing.descriptors)} referrer(s) of other types",
-                                    hint="a release attaches them; push the records' bundles again with "
-                                         "`python -m pipeline release`")
+            raise VerificationError(
+                f"no Sigstore bundle refers to {where} ({listing.found_by})",
+                expected=f"the release's {len(bundles.NAMES)} signed statements and its verification summary",
+                actual=f"{len(listing.descriptors)} referrer(s) of other types",
+                hint="a release attaches them; push the records' bundles again with `python -m pipeline release`",
+            )
         out = []
         for desc in found:
             what = f"referrer {desc.digest} ({listing.found_by})"
-            got = referrers.fetch_referrer(client, ref.repository, desc, image.digest,
-                                           artifact_type=bundles.MEDIA_TYPE, media_type=bundles.MEDIA_TYPE)
+            got = referrers.fetch_referrer(
+                client,
+                ref.repository,
+                desc,
+                image.digest,
+                artifact_type=bundles.MEDIA_TYPE,
+                media_type=bundles.MEDIA_TYPE,
+            )
             ours, who = bundles.claimed_signer(got.payload, trust_root)
             if not ours:
-                others.append(f"{desc.digest} ({got.manifest.annotations.get(bundles.PREDICATE_TYPE, '?')}) "
-                              f"signed by {who}")
+                others.append(
+                    f"{desc.digest} ({got.manifest.annotations.get(bundles.PREDICATE_TYPE, '?')}) signed by {who}"
+                )
                 continue
-            equal(f"{what}: annotation {bundles.CONTENT}", bundles.DSSE_CONTENT,
-                  got.manifest.annotations.get(bundles.CONTENT))
+            equal(
+                f"{what}: annotation {bundles.CONTENT}",
+                bundles.DSSE_CONTENT,
+                got.manifest.annotations.get(bundles.CONTENT),
+            )
             v = bundles.verify(got.payload, trust_root, what=what, att_dir=s.att_dir)
             bundles.about(v.statement, image.digest, what=what)
-            equal(f"{what}: annotation {bundles.PREDICATE_TYPE} vs the signed statement's predicateType",
-                  v.statement.get("predicateType"), got.manifest.annotations.get(bundles.PREDICATE_TYPE))
+            equal(
+                f"{what}: annotation {bundles.PREDICATE_TYPE} vs the signed statement's predicateType",
+                v.statement.get("predicateType"),
+                got.manifest.annotations.get(bundles.PREDICATE_TYPE),
+            )
             out.append(v)
         if not out:
-            raise VerificationError(f"none of the {len(found)} Sigstore bundle(s) referring to {where} "
-                                    f"({listing.found_by}) claims the trust root as its signer",
-                                    expected=trust_root.describe(), actual="; ".join(others),
-                                    hint="audit with the release's own trust root (--key, or --identity "
-                                         "and --issuer), or attach the release's bundles")
+            raise VerificationError(
+                f"none of the {len(found)} Sigstore bundle(s) referring to {where} "
+                f"({listing.found_by}) claims the trust root as its signer",
+                expected=trust_root.describe(),
+                actual="; ".join(others),
+                hint="audit with the release's own trust root (--key, or --identity "
+                "and --issuer), or attach the release's bundles",
+            )
         return out
 
     pulled = r.run("registry/referrers", where, verified)
@@ -102,8 +119,9 @@ def audit_registry(r: Rows, s: State) -> None:
         return
     records = r.run("registry/records", "attestations/", lambda: bundles.of_records(s.att_dir, suffix))
     for att in records or ():
-        r.run(f"registry/{att.name}", f"attestations/{att.name}{suffix}",
-              functools.partial(_pushed, att, pulled, where))
+        r.run(
+            f"registry/{att.name}", f"attestations/{att.name}{suffix}", functools.partial(_pushed, att, pulled, where)
+        )
 
 
 def _listed(pulled: list[bundles.Verified], others: list[str]) -> str:
@@ -111,8 +129,9 @@ def _listed(pulled: list[bundles.Verified], others: list[str]) -> str:
     types = ", ".join(str(v.statement.get("predicateType")) for v in pulled)
     line = f"{len(pulled)} Sigstore bundle(s) signed by the trust root: {types}"
     if others:
-        line += f"; {len(others)} signed by others, not checked (they prove nothing about the release): " \
-                + "; ".join(others)
+        line += f"; {len(others)} signed by others, not checked (they prove nothing about the release): " + "; ".join(
+            others
+        )
     return line
 
 
@@ -121,11 +140,12 @@ def _summary(pulled: list[bundles.Verified], where: str) -> None:
     them says PASSED (its subject, the image, was checked with every bundle's)."""
     summaries = [v for v in pulled if v.statement.get("predicateType") == vsa.PREDICATE_TYPE]
     if not summaries:
-        raise VerificationError(f"no verification summary signed by the trust root refers to {where}",
-                                expected=f"a {vsa.PREDICATE_TYPE} bundle (the release's self-check)",
-                                actual=f"{len(pulled)} other bundle(s)",
-                                hint="a release audits its records and attaches the summary it signs; "
-                                     "release again to attach one")
+        raise VerificationError(
+            f"no verification summary signed by the trust root refers to {where}",
+            expected=f"a {vsa.PREDICATE_TYPE} bundle (the release's self-check)",
+            actual=f"{len(pulled)} other bundle(s)",
+            hint="a release audits its records and attaches the summary it signs; release again to attach one",
+        )
     for v in summaries:
         predicate = v.statement.get("predicate")
         result = predicate.get("verificationResult") if isinstance(predicate, dict) else None
@@ -134,9 +154,9 @@ def _summary(pulled: list[bundles.Verified], where: str) -> None:
 
 def _pushed(att: bundles.Attestation, pulled: list[bundles.Verified], where: str) -> None:
     if not any(v.envelope == att.envelope for v in pulled):
-        raise VerificationError(f"the signed {att.name} statement of the records is not among the bundles "
-                                f"referring to {where}",
-                                expected=f"a bundle of {att.predicate_type} with the records' signature",
-                                actual=f"{len(pulled)} verified bundle(s), none with it",
-                                hint="the records and the registry differ: push the records' bundles "
-                                     "(a release attaches them)")
+        raise VerificationError(
+            f"the signed {att.name} statement of the records is not among the bundles referring to {where}",
+            expected=f"a bundle of {att.predicate_type} with the records' signature",
+            actual=f"{len(pulled)} verified bundle(s), none with it",
+            hint="the records and the registry differ: push the records' bundles (a release attaches them)",
+        )

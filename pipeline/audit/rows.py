@@ -59,8 +59,15 @@ class Rows:
         except RecursionError:
             # json's decoder recurses once per nesting level: a forged record of "[[[[..." must
             # fail its check, not stop the audit.
-            self.rows.append(Check(cid, record, FAIL, f"{record} is nested too deeply to parse (RecursionError); "
-                                                      "expected a record as a release writes it"))
+            self.rows.append(
+                Check(
+                    cid,
+                    record,
+                    FAIL,
+                    f"{record} is nested too deeply to parse (RecursionError); "
+                    "expected a record as a release writes it",
+                )
+            )
             return None
         detail = value if info and isinstance(value, str) else ""
         self.rows.append(Check(cid, record, INFO if info else PASS, detail))

@@ -40,6 +40,7 @@ _STATUS_D = "var/lib/dpkg/status.d/"
 
 def _licence_entries(doc: dict) -> Iterator[tuple[str, object]]:
     """(where, entry) for every entry of every `licenses` list of the document."""
+
     def walk(component: object, where: str) -> Iterator[tuple[str, object]]:
         if not isinstance(component, dict):
             return
@@ -100,8 +101,10 @@ def check_licences(doc: dict) -> None:
     if problems:
         raise VerificationError(
             f"{len(problems)} licence(s) of the SBOM are not valid SPDX (license-expression)",
-            expected="SPDX ids, SPDX expressions or named licences", actual="; ".join(problems[:3]),
-            hint="a licence that is not an SPDX id or expression belongs in the licence's `name`")
+            expected="SPDX ids, SPDX expressions or named licences",
+            actual="; ".join(problems[:3]),
+            hint="a licence that is not an SPDX id or expression belongs in the licence's `name`",
+        )
 
 
 # ------------------------------------------------------------------ coverage
@@ -112,9 +115,15 @@ def coverage_paths(app_dir: str) -> Callable[[str], bool]:
     app = app_dir.strip("/") + "/"
 
     def keep(path: str) -> bool:
-        return (path == _STATUS or path.startswith(_STATUS_D) or path.startswith(app)
-                or path.endswith(".dist-info/METADATA") or path.endswith(".egg-info")
-                or path.endswith(".egg-info/PKG-INFO"))
+        return (
+            path == _STATUS
+            or path.startswith(_STATUS_D)
+            or path.startswith(app)
+            or path.endswith(".dist-info/METADATA")
+            or path.endswith(".egg-info")
+            or path.endswith(".egg-info/PKG-INFO")
+        )
+
     return keep
 
 
@@ -162,8 +171,7 @@ def _names(items: set[tuple[str, str, str]]) -> str:
     return text + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
 
 
-def check_coverage(doc: dict, image: LayoutImage, app_dir: str,
-                   read: FileView | None = None) -> None:
+def check_coverage(doc: dict, image: LayoutImage, app_dir: str, read: FileView | None = None) -> None:
     """Raise unless the SBOM has a component for everything installed in the image, and
     none for anything the image does not hold. `read`: the image's files already read
     with a keep that holds `coverage_paths` (else the layers are read here)."""
@@ -175,8 +183,12 @@ def check_coverage(doc: dict, image: LayoutImage, app_dir: str,
         raise VerificationError(
             f"the SBOM has no component for {len(missing)} package(s) or file(s) installed in the image",
             expected="a component for every dpkg package, Python distribution and application file",
-            actual=_names(missing), hint="regenerate the SBOM from the image: python -m pipeline sbom")
+            actual=_names(missing),
+            hint="regenerate the SBOM from the image: python -m pipeline sbom",
+        )
     if extra:
         raise VerificationError(
             f"the SBOM lists {len(extra)} component(s) the image does not hold",
-            expected="only what the image's layers install", actual=_names(extra))
+            expected="only what the image's layers install",
+            actual=_names(extra),
+        )

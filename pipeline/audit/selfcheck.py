@@ -56,21 +56,24 @@ def trust_root(signer, *, pinned: bool, profile: str) -> trust.TrustRoot | None:
 def audit(root: Path, *, root_of_trust: trust.TrustRoot | None, registry: bool = True) -> list[audit_mod.Check]:
     """The audit of the records under `root`, every check but the one that looks for this
     summary; VerificationError naming the first failure unless every check passed."""
-    rows = [replace(c, detail=NOT_YET) if c.id == VSA_CHECK and c.status == audit_mod.SKIPPED else c
-            for c in audit_mod.audit(root, trust_root=root_of_trust, registry=registry,
-                                     skip=frozenset({VSA_CHECK}))]
+    rows = [
+        replace(c, detail=NOT_YET) if c.id == VSA_CHECK and c.status == audit_mod.SKIPPED else c
+        for c in audit_mod.audit(root, trust_root=root_of_trust, registry=registry, skip=frozenset({VSA_CHECK}))
+    ]
     failed = [c for c in rows if not c.ok]
     if failed:
         raise VerificationError(
             f"the release's records fail their own audit: {len(failed)} check(s), first {failed[0].id}: "
             f"{failed[0].detail}",
             hint="no verification summary was signed or attached; `nox -s audit -- --registry --verbose` "
-                 "prints every check")
+            "prints every check",
+        )
     return rows
 
 
-def run(root: Path, *, signer, pinned: bool, profile: str, image: str, out_dir: Path,
-        registry: bool = True) -> SelfCheck:
+def run(
+    root: Path, *, signer, pinned: bool, profile: str, image: str, out_dir: Path, registry: bool = True
+) -> SelfCheck:
     """Audit the records under `root`, then sign the summary with `signer` and write it to
     `out_dir` (vsa.release.dsse.json, or .sigstore.json keyless)."""
     rows = audit(root, root_of_trust=trust_root(signer, pinned=pinned, profile=profile), registry=registry)

@@ -39,14 +39,20 @@ def peek_profile(path: Path) -> str | None:
 
 
 def release_file(att_dir: Path) -> Path:
-    found = [release_statement.path(att_dir, s) for s in (signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)
-             if release_statement.path(att_dir, s).is_file()]
+    found = [
+        release_statement.path(att_dir, s)
+        for s in (signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)
+        if release_statement.path(att_dir, s).is_file()
+    ]
     if len(found) != 1:
         raise VerificationError(
-            "attestations/release.dsse.json or release.sigstore.json is missing" if not found
+            "attestations/release.dsse.json or release.sigstore.json is missing"
+            if not found
             else "both a DSSE and a sigstore release statement are present",
-            expected="exactly one release statement", actual=", ".join(p.name for p in found) or "none",
-            hint="every release writes one; records without it are incomplete or tampered with")
+            expected="exactly one release statement",
+            actual=", ".join(p.name for p in found) or "none",
+            hint="every release writes one; records without it are incomplete or tampered with",
+        )
     return found[0]
 
 
@@ -71,11 +77,15 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
         v = trust.verify(rel_path.read_bytes(), trust_root, what=rec, att_dir=s.att_dir)
         stmt = attest.load_statement(v.payload, what=rec)
         if s.cfg is not None:
-            equal(f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url),
-                   stmt.get("predicateType"))
+            equal(
+                f"{rec}: predicateType", release_statement.predicate_type(s.cfg.source_url), stmt.get("predicateType")
+            )
         _predicate_is_object(stmt, rec)
-        equal(f"{rec}: predicate.signing (how the statement says it was signed)", signing.signing_kind(suffix),
-              stmt["predicate"].get("signing"))
+        equal(
+            f"{rec}: predicate.signing (how the statement says it was signed)",
+            signing.signing_kind(suffix),
+            stmt["predicate"].get("signing"),
+        )
         s.signer = v
         return stmt
 
@@ -85,17 +95,28 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
     r.run("release/subjects", rec, lambda: release_statement.check_subjects(s.root, release))
     image = s.image
     if image is not None:
-        r.run("release/image", rec, lambda: equal(
-            "the release statement's image differs from submission.json's",
-            image.to_json(), (release.get("subject") or [{}])[0]))
+        r.run(
+            "release/image",
+            rec,
+            lambda: equal(
+                "the release statement's image differs from submission.json's",
+                image.to_json(),
+                (release.get("subject") or [{}])[0],
+            ),
+        )
     if s.cfg is not None:
+
         def profile():
             named = release["predicate"]["profile"]
             if auditor is None:
                 # The pins were chosen from the unverified file: a key pinned for one profile must
                 # not sign a release that names another.
-                equal(f"the profile {rec} names vs the profile whose [trust.<profile>] pins verified it",
-                      profile_name, named, hint="a signer is trusted only for the profile it is pinned for")
+                equal(
+                    f"the profile {rec} names vs the profile whose [trust.<profile>] pins verified it",
+                    profile_name,
+                    named,
+                    hint="a signer is trusted only for the profile it is pinned for",
+                )
             return plan.resolve(s.cfg, named)
 
         s.plan = r.run("release/profile", rec, profile)
@@ -103,8 +124,9 @@ def audit_release(r: Rows, s: State, auditor: trust.TrustRoot | None) -> None:
 
 def _predicate_is_object(stmt: dict[str, Any], rec: str) -> None:
     if not isinstance(stmt.get("predicate"), dict):
-        raise VerificationError(f"{rec}: the predicate is not a JSON object", expected="object",
-                                actual=type(stmt.get("predicate")).__name__)
+        raise VerificationError(
+            f"{rec}: the predicate is not a JSON object", expected="object", actual=type(stmt.get("predicate")).__name__
+        )
 
 
 def audit_statements(r: Rows, s: State) -> None:
@@ -137,8 +159,11 @@ def audit_statements(r: Rows, s: State) -> None:
         if image is not None:
             r.run(f"{kind}/subject", rec, functools.partial(_subject_is, image, stmt))
     if signer is not None and s.cfg is not None and set(statements) == set(attest.PREDICATES):
-        r.run("readme", f"attestations/{attest.README_FILE}",
-              lambda: _readme_matches(s, statements, signer, s.suffix or signing.DSSE_SUFFIX))
+        r.run(
+            "readme",
+            f"attestations/{attest.README_FILE}",
+            lambda: _readme_matches(s, statements, signer, s.suffix or signing.DSSE_SUFFIX),
+        )
 
 
 def _subject_is(image: attest.Subject, stmt: dict[str, Any]) -> None:
@@ -147,19 +172,31 @@ def _subject_is(image: attest.Subject, stmt: dict[str, Any]) -> None:
 
 def _readme_matches(s: State, statements: dict[str, dict[str, Any]], signer: trust.Verified, suffix: str) -> None:
     subj = statements["provenance"]["subject"][0]
-    files = [attest.AttestationFile(kind, attest.attestation_path(s.att_dir, kind, suffix), stmt["predicateType"],
-                                    sha256_bytes(canonical_json(stmt)))
-             for kind, stmt in statements.items()]
+    files = [
+        attest.AttestationFile(
+            kind,
+            attest.attestation_path(s.att_dir, kind, suffix),
+            stmt["predicateType"],
+            sha256_bytes(canonical_json(stmt)),
+        )
+        for kind, stmt in statements.items()
+    ]
     subject = attest.Subject(subj["name"], "sha256:" + subj["digest"]["sha256"])
     if suffix == signing.DSSE_SUFFIX:
-        expected = attest.readme(subject, "key", files, signer_id=signer.signer.removeprefix("key "),
-                                 source_url=s.cfg.source_url)
+        expected = attest.readme(
+            subject, "key", files, signer_id=signer.signer.removeprefix("key "), source_url=s.cfg.source_url
+        )
     else:
         san, _, issuer = signer.signer.partition(" (")
-        expected = attest.readme(subject, "sigstore", files, signer_id=san, issuer=issuer.rstrip(")"),
-                                 source_url=s.cfg.source_url)
-    equal(f"sha256 of attestations/{attest.README_FILE}", sha256_bytes(expected),
-           sha256_file(s.att_dir / attest.README_FILE), hint="the README was edited; a release regenerates it")
+        expected = attest.readme(
+            subject, "sigstore", files, signer_id=san, issuer=issuer.rstrip(")"), source_url=s.cfg.source_url
+        )
+    equal(
+        f"sha256 of attestations/{attest.README_FILE}",
+        sha256_bytes(expected),
+        sha256_file(s.att_dir / attest.README_FILE),
+        hint="the README was edited; a release regenerates it",
+    )
 
 
 def _trusted_key(s: State, trust_root: trust.TrustRoot):
@@ -177,8 +214,17 @@ def audit_intoto(r: Rows, s: State, now: datetime | None) -> None:
         return
     key = _trusted_key(s, trust_root) if s.suffix == signing.DSSE_SUFFIX else None
     identity = None if key is not None else signer.signer.partition(" (")[0]
-    note = r.run("intoto/links", rec, lambda: intoto_links.verify(
-        s.root, key=key, released_on=release_statement.released_on(release), now=now, identity=identity,
-        suffix=s.suffix))
+    note = r.run(
+        "intoto/links",
+        rec,
+        lambda: intoto_links.verify(
+            s.root,
+            key=key,
+            released_on=release_statement.released_on(release),
+            now=now,
+            identity=identity,
+            suffix=s.suffix,
+        ),
+    )
     if note is not None:
         r.run("intoto/expiry", rec, lambda: note, info=True)

@@ -27,8 +27,13 @@ def audit_submission(r: Rows, s: State) -> None:
         return
     order = expected_task_order(s.cfg)
     kinds = dict(order)
-    r.run("submission/tasks", "submission.json", lambda: equal(
-        "task ids of submission.json, in request order", [t for t, _ in order], [t.task_id for t in s.sub.tasks]))
+    r.run(
+        "submission/tasks",
+        "submission.json",
+        lambda: equal(
+            "task ids of submission.json, in request order", [t for t, _ in order], [t.task_id for t in s.sub.tasks]
+        ),
+    )
 
     def budgets() -> None:
         for t in s.sub.tasks:
@@ -36,9 +41,11 @@ def audit_submission(r: Rows, s: State) -> None:
             if pinned is None:
                 raise VerificationError(f"release.toml has no [budgets.{kinds.get(t.task_id)}]")
             diff = sorted(k for k in REQUEST_BUDGET_FIELDS if t.budgets.get(k) != pinned.values[k])
-            equal(f"budgets of task {t.task_id} ({', '.join(diff) or 'split'}) vs release.toml",
-                   {**{k: pinned.values[k] for k in diff}, "split": pinned.split},
-                   {**{k: t.budgets.get(k) for k in diff}, "split": t.split})
+            equal(
+                f"budgets of task {t.task_id} ({', '.join(diff) or 'split'}) vs release.toml",
+                {**{k: pinned.values[k] for k in diff}, "split": pinned.split},
+                {**{k: t.budgets.get(k) for k in diff}, "split": t.split},
+            )
 
     r.run("submission/budgets", "submission.json", budgets)
 
@@ -46,15 +53,19 @@ def audit_submission(r: Rows, s: State) -> None:
         pinned = {t.task_id: t.image for t in s.cfg.external.tasks}
         built = s.sub.image
         if s.prov is not None and s.prov.image is not None:
-            equal("submission.json's image vs the image provenance.json records",
-                   f"{s.prov.image.name}@{s.prov.image.digest}", built)
+            equal(
+                "submission.json's image vs the image provenance.json records",
+                f"{s.prov.image.name}@{s.prov.image.digest}",
+                built,
+            )
         for t in s.sub.tasks:
             equal(f"image of task {t.task_id}", pinned.get(t.task_id, built), t.image)
 
     r.run("submission/images", "submission.json", images)
     if s.plan is None or s.prov is None:
-        r.not_checked("submission/request", "submission.json",
-                      "provenance.json or the release statement's profile did not load")
+        r.not_checked(
+            "submission/request", "submission.json", "provenance.json or the release statement's profile did not load"
+        )
         return
     r.run("submission/request", "submission.json", lambda: _request_matches(s))
 
@@ -65,14 +76,23 @@ def _request_matches(s: State) -> None:
     from pipeline.checks import schema as release_schema
     from pipeline.records import submission as submission_mod
 
-    want = {"submission_id": s.plan.request.submission_id, "dataset": s.plan.request.dataset,
-            "name": s.cfg.name, "source": submission_mod.source_at(s.cfg.source_url, s.prov.project.commit),
-            "schema": release_schema.declared(), "example_actions": release_schema.example_actions(),
-            "finish_action": release_schema.finish_action()}
+    want = {
+        "submission_id": s.plan.request.submission_id,
+        "dataset": s.plan.request.dataset,
+        "name": s.cfg.name,
+        "source": submission_mod.source_at(s.cfg.source_url, s.prov.project.commit),
+        "schema": release_schema.declared(),
+        "example_actions": release_schema.example_actions(),
+        "finish_action": release_schema.finish_action(),
+    }
     got = {k: getattr(s.sub, k) for k in want}
     diff = [k for k in want if want[k] != got[k]]
-    equal(f"{', '.join(diff) or 'fields'} of submission.json vs release.toml (profile {s.plan.profile}) and "
-          "provenance.json's project commit", {k: want[k] for k in diff}, {k: got[k] for k in diff})
+    equal(
+        f"{', '.join(diff) or 'fields'} of submission.json vs release.toml (profile {s.plan.profile}) and "
+        "provenance.json's project commit",
+        {k: want[k] for k in diff},
+        {k: got[k] for k in diff},
+    )
 
 
 def audit_request_records(r: Rows, s: State) -> None:
@@ -80,9 +100,15 @@ def audit_request_records(r: Rows, s: State) -> None:
     measures rebuilt from checks.json, the budgets = release.toml's tables."""
     if s.prov is None or s.cfg is None:
         return
-    r.run("provenance/budgets", "provenance.json", lambda: equal(
-        "budgets of provenance.json vs release.toml's [budgets.*] tables",
-        json.loads(json.dumps(provenance_mod.budgets_record(s.cfg.budgets))), s.prov.budgets))
+    r.run(
+        "provenance/budgets",
+        "provenance.json",
+        lambda: equal(
+            "budgets of provenance.json vs release.toml's [budgets.*] tables",
+            json.loads(json.dumps(provenance_mod.budgets_record(s.cfg.budgets))),
+            s.prov.budgets,
+        ),
+    )
     if s.plan is None or s.sub is None:
         for cid in ("provenance/tasks", "provenance/sizes"):
             r.not_checked(cid, "provenance.json", "submission.json or the release statement's profile did not load")
@@ -96,14 +122,23 @@ def _tasks_match(s: State) -> None:
     from pipeline.records import verification
 
     rebuilt = verification.build(s.cfg, s.plan.external, load_suite(s), image=s.sub.image)
-    equal("tasks of provenance.json vs submission.json's (id and image, in request order)",
-          [(t.task_id, t.image) for t in s.sub.tasks], [(t.task_id, t.image) for t in s.prov.tasks])
-    equal("tasks of provenance.json vs release.toml's (id, image and kind, in request order)",
-          [(t.task_id, t.image, t.kind) for t in rebuilt], [(t.task_id, t.image, t.kind) for t in s.prov.tasks])
+    equal(
+        "tasks of provenance.json vs submission.json's (id and image, in request order)",
+        [(t.task_id, t.image) for t in s.sub.tasks],
+        [(t.task_id, t.image) for t in s.prov.tasks],
+    )
+    equal(
+        "tasks of provenance.json vs release.toml's (id, image and kind, in request order)",
+        [(t.task_id, t.image, t.kind) for t in rebuilt],
+        [(t.task_id, t.image, t.kind) for t in s.prov.tasks],
+    )
     for want, got in zip(rebuilt, s.prov.tasks):
-        equal(f"verification of task {got.task_id} in provenance.json vs checks.json",
-              want.verification.to_json(), got.verification.to_json(),
-              hint="provenance.json claims what the checks did not show")
+        equal(
+            f"verification of task {got.task_id} in provenance.json vs checks.json",
+            want.verification.to_json(),
+            got.verification.to_json(),
+            hint="provenance.json claims what the checks did not show",
+        )
 
 
 def _sizes_match(s: State) -> None:
@@ -111,6 +146,8 @@ def _sizes_match(s: State) -> None:
     from pipeline.records import sizes as sizes_mod
 
     rebuilt = sizes_mod.measure(sizes_mod.descriptors(load_suite(s), s.sub.image, s.cfg.external.tasks))
-    equal("sizes of provenance.json vs the manifests checks.json recorded",
-          json.loads(json.dumps(rebuilt.to_json())),
-          json.loads(json.dumps(s.prov.sizes.to_json())) if s.prov.sizes is not None else None)
+    equal(
+        "sizes of provenance.json vs the manifests checks.json recorded",
+        json.loads(json.dumps(rebuilt.to_json())),
+        json.loads(json.dumps(s.prov.sizes.to_json())) if s.prov.sizes is not None else None,
+    )

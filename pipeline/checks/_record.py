@@ -20,19 +20,18 @@ class Recorder:
     def restart_clock(self) -> None:
         self._mark = time.monotonic()
 
-    def add(self, name: str, passed: bool, *, observed: Any = None, expected: Any = None,
-            detail: str = "") -> bool:
+    def add(self, name: str, passed: bool, *, observed: Any = None, expected: Any = None, detail: str = "") -> bool:
         now = time.monotonic()
-        self.results.append(CheckResult(f"{self.prefix}/{name}", bool(passed), now - self._mark,
-                                        observed, expected, detail))
+        self.results.append(
+            CheckResult(f"{self.prefix}/{name}", bool(passed), now - self._mark, observed, expected, detail)
+        )
         self._mark = now
         return bool(passed)
 
     def not_applicable(self, name: str, reason: str) -> None:
         """Record `name` as not applicable (neither passed nor failed), saying why."""
         now = time.monotonic()
-        self.results.append(CheckResult(f"{self.prefix}/{name}", False, now - self._mark,
-                                        not_applicable=reason))
+        self.results.append(CheckResult(f"{self.prefix}/{name}", False, now - self._mark, not_applicable=reason))
         self._mark = now
 
     def error(self, name: str, exc: ServerError, expected: Any = None) -> bool:

@@ -95,8 +95,7 @@ def graded_variants(correct: dict[str, Any]) -> list[Variant]:
         out.append(Variant(f"partial-{k}", answer, score(correct, answer)))
     # Leave out a component whose absence still leaves a substantive correct one, so
     # the check exercises the partial-credit cap rather than the "nothing substantive" rule.
-    spoil = next((k for k in reversed(keys)
-                  if any(substantive(correct[j]) for j in keys if j != k)), keys[-1])
+    spoil = next((k for k in reversed(keys) if any(substantive(correct[j]) for j in keys if j != k)), keys[-1])
     answer = {j: wrong(correct[j]) if j == spoil else correct[j] for j in keys}
     out.append(Variant("all-but-one", answer, score(correct, answer)))
     answer = {j: wrong(correct[j]) for j in keys}

@@ -29,8 +29,17 @@ CACHED_SLEEP_S = 2
 # cached reply at once but runs the command in the background creates it within this.
 MARKER_WAIT_S = 0.5
 # Check names in report order; partial-<component> names come from the answer itself.
-ORDER = ("reset", "identity-across-seeds", "correct", "partial-*", "all-but-one", "wrong",
-         "unknown-key", "edited-inputs", "cached-terminal")
+ORDER = (
+    "reset",
+    "identity-across-seeds",
+    "correct",
+    "partial-*",
+    "all-but-one",
+    "wrong",
+    "unknown-key",
+    "edited-inputs",
+    "cached-terminal",
+)
 
 
 def reset_listing_ok(listing: list[str], files: tuple[str, ...]) -> bool:
@@ -91,10 +100,16 @@ def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target 
     else:
         listing, h = cmd.parse_probe(probe.output)
         hashes.append((seed, h))
-        rec.add("reset", first.task_id == case.id and not first.done and reset_listing_ok(listing, files),
-                observed={"task_id": first.task_id, "done": first.done, "workspace": listing},
-                expected={"task_id": case.id, "done": False,
-                          "workspace": f"{sorted([*files, INSTRUCTIONS])} as regular files of UID {SHELL_UID}"})
+        rec.add(
+            "reset",
+            first.task_id == case.id and not first.done and reset_listing_ok(listing, files),
+            observed={"task_id": first.task_id, "done": first.done, "workspace": listing},
+            expected={
+                "task_id": case.id,
+                "done": False,
+                "workspace": f"{sorted([*files, INSTRUCTIONS])} as regular files of UID {SHELL_UID}",
+            },
+        )
 
     after: Reply | None = None
     terminal: Reply | None = None
@@ -104,9 +119,12 @@ def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target 
         run = session.shell(solvers.shell_command(case.family))
         answer = cmd.last_json_line(run.output)
         terminal = session.finish()
-        rec.add("correct", answer is not None and _reward_is(terminal, 1.0),
-                observed={"finish": terminal.brief(), "solver": run.brief()},
-                expected={"reward": 1.0, "done": True})
+        rec.add(
+            "correct",
+            answer is not None and _reward_is(terminal, 1.0),
+            observed={"finish": terminal.brief(), "solver": run.brief()},
+            expected={"reward": 1.0, "done": True},
+        )
         stage = "cached-terminal"
         probe_token = cmd.token()
         # Three witnesses of execution: the computed echo, the time a sleep takes (for a
@@ -114,15 +132,20 @@ def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target 
         # for on the server before the next reset deletes it (for a server that replies
         # at once and runs the command in the background).
         marker_path = f"{target.workspace if target else '/workspace/repo'}/arena-cached-{marker}"
-        after = session.shell(f"touch {marker_path} 2>/dev/null; sleep {CACHED_SLEEP_S}; "
-                              f"echo cached-$((6*7))-{probe_token}")
+        after = session.shell(
+            f"touch {marker_path} 2>/dev/null; sleep {CACHED_SLEEP_S}; echo cached-$((6*7))-{probe_token}"
+        )
         executed = f"cached-42-{probe_token}" in after.output or after.seconds >= CACHED_SLEEP_S
         marker_seen = _marker_appears(target, marker_path)
     except ServerError as exc:
         rec.error(stage, exc)
         if stage == "correct":
-            rec.add("cached-terminal", False, observed="no terminal episode to probe",
-                    expected="an action after done that executes nothing")
+            rec.add(
+                "cached-terminal",
+                False,
+                observed="no terminal episode to probe",
+                expected="an action after done that executes nothing",
+            )
 
     variants: list[Variant] = graded_variants(answer) if isinstance(answer, dict) and answer else []
     edit = " && ".join(f"printf '[]\\n' > {f}" for f in files)
@@ -139,22 +162,32 @@ def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target 
             out = session.shell("; ".join(steps))
             hashes.append((seed, cmd.parse_probe(out.output)[1]))
             graded = session.finish()
-            rec.add(name, _reward_is(graded, expected), observed=graded.brief(),
-                    expected={"reward": expected, "done": True})
+            rec.add(
+                name, _reward_is(graded, expected), observed=graded.brief(), expected={"reward": expected, "done": True}
+            )
         except ServerError as exc:
             rec.error(name, exc, expected={"reward": expected, "done": True})
     if not variants:
-        rec.add("graded-variants", False, observed=answer,
-                expected="a JSON object answer from the solver to derive variants from")
+        rec.add(
+            "graded-variants",
+            False,
+            observed=answer,
+            expected="a JSON object answer from the solver to derive variants from",
+        )
 
     if after is not None and terminal is not None:
-        rec.add("cached-terminal",
-                after.done and after.reward == terminal.reward and not executed and not marker_seen,
-                observed={"after_done": after.brief(), "executed": executed,
-                          "marker_file_created": "not observable (the suite cannot see the server's files)"
-                          if marker_seen is None else marker_seen},
-                expected={"reward": terminal.reward, "done": True, "executed": False,
-                          "marker_file_created": False})
+        rec.add(
+            "cached-terminal",
+            after.done and after.reward == terminal.reward and not executed and not marker_seen,
+            observed={
+                "after_done": after.brief(),
+                "executed": executed,
+                "marker_file_created": "not observable (the suite cannot see the server's files)"
+                if marker_seen is None
+                else marker_seen,
+            },
+            expected={"reward": terminal.reward, "done": True, "executed": False, "marker_file_created": False},
+        )
 
     distinct = {s for s, _ in hashes}
     values = [h for _, h in hashes]
@@ -162,17 +195,21 @@ def run_case(session: Session, case: Case, seeds: Iterator[int], target: Target 
     variants_seen: dict[str, list[int]] = {}
     for s, h in hashes:
         variants_seen.setdefault(json.dumps(h, sort_keys=True), []).append(s)
-    rec.add("identity-across-seeds", identical,
-            observed=[{"seeds": v, "sha256": json.loads(k)} for k, v in variants_seen.items()],
-            expected="byte-identical input files for every reset seed (at least two seeds)")
+    rec.add(
+        "identity-across-seeds",
+        identical,
+        observed=[{"seeds": v, "sha256": json.loads(k)} for k, v in variants_seen.items()],
+        expected="byte-identical input files for every reset seed (at least two seeds)",
+    )
     return _ordered(rec.results, case.id)
 
 
 def _ordered(results: list[CheckResult], case_id: str) -> list[CheckResult]:
     def rank(r: CheckResult) -> tuple[int, str]:
-        name = r.id[len(case_id) + 1:]
+        name = r.id[len(case_id) + 1 :]
         key = "partial-*" if name.startswith("partial-") else name
         return (ORDER.index(key) if key in ORDER else len(ORDER), name)
+
     return sorted(results, key=rank)
 
 

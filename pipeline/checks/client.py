@@ -85,8 +85,7 @@ class Reply:
 
     def brief(self) -> dict[str, Any]:
         """A short description for failure reports."""
-        return {"reward": self.reward, "done": self.done, "exit_code": self.exit_code,
-                "output": self.output[-300:]}
+        return {"reward": self.reward, "done": self.done, "exit_code": self.exit_code, "output": self.output[-300:]}
 
 
 class Session:
@@ -95,8 +94,9 @@ class Session:
     def __init__(self, base_url: str, *, message_timeout_s: float = MESSAGE_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
         client = _client_class()
-        self._client = client(base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S,
-                              message_timeout_s=message_timeout_s).sync()
+        self._client = client(
+            base_url=self.base_url, connect_timeout_s=CONNECT_TIMEOUT_S, message_timeout_s=message_timeout_s
+        ).sync()
 
     def __enter__(self) -> Session:
         self.open()
@@ -121,10 +121,15 @@ class Session:
         except (ConnectionError, OSError, TimeoutError, RuntimeError, WebSocketException) as exc:
             raise ServerError(f"{type(exc).__name__}: {exc}") from exc
         obs = result.observation or {}
-        return Reply(task_id=obs.get("task_id"), output=obs.get("output") or "",
-                     exit_code=obs.get("exit_code"), reward=result.reward, done=bool(result.done),
-                     seconds=time.monotonic() - started,
-                     payload={"observation": obs, "reward": result.reward, "done": result.done})
+        return Reply(
+            task_id=obs.get("task_id"),
+            output=obs.get("output") or "",
+            exit_code=obs.get("exit_code"),
+            reward=result.reward,
+            done=bool(result.done),
+            seconds=time.monotonic() - started,
+            payload={"observation": obs, "reward": result.reward, "done": result.done},
+        )
 
     def reset(self, task_id: str, seed: int | None = None, *, id_field: str = "task_id") -> Reply:
         """Start an episode of case `task_id` (the OpenEnv seed must not matter); `id_field`

@@ -61,8 +61,12 @@ class Validation:
 
     def observed(self) -> dict[str, Any]:
         criteria = {c.get("id", "?"): bool(c.get("passed")) for c in self.report.get("criteria", [])}
-        out: dict[str, Any] = {"command": shlex.join(self.command), "exit_code": self.exit_code,
-                               "criteria": criteria, "mode": self.report.get("mode")}
+        out: dict[str, Any] = {
+            "command": shlex.join(self.command),
+            "exit_code": self.exit_code,
+            "criteria": criteria,
+            "mode": self.report.get("mode"),
+        }
         if self.error:
             out["error"] = self.error
         failed = [c for c in self.report.get("criteria", []) if not c.get("passed")]
@@ -80,7 +84,8 @@ def openenv_command() -> str:
     if found is None:
         raise FileNotFoundError(
             "openenv-core's command line `openenv` is not installed here: install the "
-            "pipeline's dependencies (nox does) or `pip install 'openenv-core[cli]==0.3.0'`")
+            "pipeline's dependencies (nox does) or `pip install 'openenv-core[cli]==0.3.0'`"
+        )
     return found
 
 
@@ -121,8 +126,9 @@ def _validator() -> Callable[..., dict[str, Any]] | None:
     return validate_running_environment
 
 
-def _validate_here(validator: Callable[..., dict[str, Any]], command: tuple[str, ...], url: str,
-                   timeout_s: float) -> Validation:
+def _validate_here(
+    validator: Callable[..., dict[str, Any]], command: tuple[str, ...], url: str, timeout_s: float
+) -> Validation:
     """What the command line would say, from the validator it calls, in a thread of this
     process given `timeout_s` in all (past it, the thread is left to its requests' own
     timeouts and the run is reported unfinished)."""
@@ -146,8 +152,7 @@ def _validate_here(validator: Callable[..., dict[str, Any]], command: tuple[str,
     return Validation(command, 0 if report.get("passed") else 1, report)
 
 
-def _run_command(argv: tuple[str, ...], env: dict[str, str],
-                 timeout_s: float) -> tuple[int, str, str] | None:
+def _run_command(argv: tuple[str, ...], env: dict[str, str], timeout_s: float) -> tuple[int, str, str] | None:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
     except subprocess.TimeoutExpired:
@@ -158,8 +163,11 @@ def _run_command(argv: tuple[str, ...], env: dict[str, str],
 def record_validation(rec: Recorder, name: str, url: str) -> Validation:
     """Run the validator against `url` and record it as check `name`."""
     result = validate(url)
-    rec.add(name, result.passed, observed=result.observed(),
-            expected="`openenv validate --url` exits 0: every criterion of the OpenEnv runtime "
-                     "standard passes",
-            detail="" if result.passed else "failed: " + ", ".join(result.failed_criteria or [result.error]))
+    rec.add(
+        name,
+        result.passed,
+        observed=result.observed(),
+        expected="`openenv validate --url` exits 0: every criterion of the OpenEnv runtime standard passes",
+        detail="" if result.passed else "failed: " + ", ".join(result.failed_criteria or [result.error]),
+    )
     return result

@@ -61,10 +61,11 @@ class ExternalResult:
 
     def outcomes(self) -> dict[str, Any]:
         """Check names by outcome: {"passed": [...], "failed": [...], "not_applicable": {name: reason}}."""
-        return {"passed": [repair.check_name(c) for c in self.checks if c.passed],
-                "failed": [repair.check_name(c) for c in self.checks if c.failed],
-                "not_applicable": {repair.check_name(c): c.not_applicable
-                                   for c in self.checks if c.not_applicable}}
+        return {
+            "passed": [repair.check_name(c) for c in self.checks if c.passed],
+            "failed": [repair.check_name(c) for c in self.checks if c.failed],
+            "not_applicable": {repair.check_name(c): c.not_applicable for c in self.checks if c.not_applicable},
+        }
 
     @property
     def fully_checked(self) -> bool:
@@ -80,52 +81,72 @@ class ExternalResult:
         return sum(size for _, size in self.layers)
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "image": self.image, "status": self.status,
-                "media_type": self.media_type, "config_digest": self.config_digest,
-                "config_size": self.config_size,
-                "layers": [{"digest": d, "size": s} for d, s in self.layers],
-                "compressed_bytes": self.compressed_bytes, "layer_count": len(self.layers),
-                "schema_equal": self.schema_equal, "notes": list(self.notes),
-                "checks": [c.to_json() for c in self.checks],
-                "writable_layer_peak_bytes": self.writable_layer_peak_bytes}
+        return {
+            "task_id": self.task_id,
+            "image": self.image,
+            "status": self.status,
+            "media_type": self.media_type,
+            "config_digest": self.config_digest,
+            "config_size": self.config_size,
+            "layers": [{"digest": d, "size": s} for d, s in self.layers],
+            "compressed_bytes": self.compressed_bytes,
+            "layer_count": len(self.layers),
+            "schema_equal": self.schema_equal,
+            "notes": list(self.notes),
+            "checks": [c.to_json() for c in self.checks],
+            "writable_layer_peak_bytes": self.writable_layer_peak_bytes,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ExternalResult:
         status = d["status"]
-        return cls(task_id=d["task_id"], image=d["image"],
-                   reason="" if status == "verified" else status.removeprefix("not verified: "),
-                   media_type=d.get("media_type", ""), config_digest=d.get("config_digest", ""),
-                   config_size=int(d.get("config_size", 0)),
-                   layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers", [])),
-                   schema_equal=d.get("schema_equal"), notes=tuple(d.get("notes", ())),
-                   checks=tuple(CheckResult.from_json(c) for c in d.get("checks", ())),
-                   writable_layer_peak_bytes=d.get("writable_layer_peak_bytes"))
+        return cls(
+            task_id=d["task_id"],
+            image=d["image"],
+            reason="" if status == "verified" else status.removeprefix("not verified: "),
+            media_type=d.get("media_type", ""),
+            config_digest=d.get("config_digest", ""),
+            config_size=int(d.get("config_size", 0)),
+            layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers", [])),
+            schema_equal=d.get("schema_equal"),
+            notes=tuple(d.get("notes", ())),
+            checks=tuple(CheckResult.from_json(c) for c in d.get("checks", ())),
+            writable_layer_peak_bytes=d.get("writable_layer_peak_bytes"),
+        )
 
 
 def registry_facts(image: str, task_id: str, client: RegistryClient | None = None) -> ExternalResult:
     """Manifest and config of `image` fetched anonymously by digest, every layer present."""
     ref = ImageRef.parse(image, registry=True)
     if ref.digest is None:
-        raise ReleaseError("external images are checked by digest", expected="name@sha256:<hex>",
-                           actual=image)
+        raise ReleaseError("external images are checked by digest", expected="name@sha256:<hex>", actual=image)
     client = client or RegistryClient(ref.registry)
     if client.credentials is not None:
-        raise ReleaseError("external tasks are verified without credentials",
-                           hint="pass a RegistryClient without credentials")
+        raise ReleaseError(
+            "external tasks are verified without credentials", hint="pass a RegistryClient without credentials"
+        )
     fetched = client.get_manifest(ref.repository, ref.digest)
     manifest = parse(fetched.raw, fetched.media_type)
     if isinstance(manifest, Index):
         fetched = client.get_manifest(ref.repository, manifest.select().digest)
         manifest = parse(fetched.raw, fetched.media_type)
         if isinstance(manifest, Index):
-            raise ReleaseError(f"{image}: its index names another index, not an image manifest",
-                               expected="an image manifest (or an index of them)", actual=manifest.media_type)
+            raise ReleaseError(
+                f"{image}: its index names another index, not an image manifest",
+                expected="an image manifest (or an index of them)",
+                actual=manifest.media_type,
+            )
     config = parse_config(client.get_blob_bytes(ref.repository, manifest.config.digest))
     missing = [d.digest for d in manifest.layers if not client.has_blob(ref.repository, d.digest)]
     layers = tuple((d.digest, d.size) for d in manifest.layers)
-    result = ExternalResult(task_id=task_id, image=image, media_type=manifest.media_type,
-                            config_digest=manifest.config.digest, config_size=manifest.config.size,
-                            layers=layers)
+    result = ExternalResult(
+        task_id=task_id,
+        image=image,
+        media_type=manifest.media_type,
+        config_digest=manifest.config.digest,
+        config_size=manifest.config.size,
+        layers=layers,
+    )
     if len(config.diff_ids) != len(layers):
         return _fail(result, f"config lists {len(config.diff_ids)} layers, manifest {len(layers)}")
     if missing:
@@ -170,8 +191,9 @@ class _WritableLayer:
         self.peak = size if self.peak is None else max(self.peak, size)
 
 
-def _checks_of_started(image: str, task_id: str, plan: StartPlan,
-                       client: RegistryClient | None) -> tuple[list[CheckResult], int | None]:
+def _checks_of_started(
+    image: str, task_id: str, plan: StartPlan, client: RegistryClient | None
+) -> tuple[list[CheckResult], int | None]:
     with tempfile.TemporaryDirectory(prefix="external-pull-") as tmp:
         pull(image, Path(tmp) / "oci", client=client)
     plan.runtime.pull(image)
@@ -180,9 +202,14 @@ def _checks_of_started(image: str, task_id: str, plan: StartPlan,
     try:
         layer = _WritableLayer(plan.runtime, container)
         checks = repair.run_repair_checks(
-            container.url, task_id, plan.references.get(task_id, repair.NO_REFERENCE), started_at=started,
+            container.url,
+            task_id,
+            plan.references.get(task_id, repair.NO_REFERENCE),
+            started_at=started,
             start_timeout_s=float(max(plan.budget["reset_wall_s"], repair.HEALTH_WITHIN_S)),
-            timeout_s=plan.call_timeout_s, after_grading=layer.sample)
+            timeout_s=plan.call_timeout_s,
+            after_grading=layer.sample,
+        )
         return checks, layer.peak
     finally:
         plan.runtime.remove(container)
@@ -195,14 +222,14 @@ def _started(result: ExternalResult, start: StartPlan, client: RegistryClient | 
     except ReleaseError as exc:
         return _fail(result, f"image could not be pulled and started: {exc.one_line()}")
     schema = [c for c in checks if repair.check_name(c) == "schema"]
-    result = replace(result, checks=tuple(checks), schema_equal=bool(schema) and schema[0].passed,
-                     writable_layer_peak_bytes=peak)
+    result = replace(
+        result, checks=tuple(checks), schema_equal=bool(schema) and schema[0].passed, writable_layer_peak_bytes=peak
+    )
     failed = [repair.check_name(c) for c in checks if c.failed]
     return _fail(result, f"repair check(s) failed: {', '.join(failed)}") if failed else result
 
 
-def check_image(image: str, task_id: str, *, start: StartPlan,
-                client: RegistryClient | None = None) -> ExternalResult:
+def check_image(image: str, task_id: str, *, start: StartPlan, client: RegistryClient | None = None) -> ExternalResult:
     """Any repair image (`name@sha256:...`) as task `task_id`: reachable anonymously,
     complete, started under `start` and repair-checked (`repair-checks`)."""
     try:
@@ -212,16 +239,19 @@ def check_image(image: str, task_id: str, *, start: StartPlan,
     return _started(result, start, client) if result.verified else result
 
 
-def verify_task(task: ExternalTask, *, client: RegistryClient | None = None,
-                start: StartPlan | None = None) -> ExternalResult:
+def verify_task(
+    task: ExternalTask, *, client: RegistryClient | None = None, start: StartPlan | None = None
+) -> ExternalResult:
     """Verify one external task's image; unreachable registries give a "not verified" result."""
     try:
         result = registry_facts(task.image, task.task_id, client)
     except ReleaseError as exc:
         return ExternalResult(task_id=task.task_id, image=task.image, reason=exc.one_line())
     if result.verified and result.compressed_bytes != task.compressed_bytes:
-        result = _fail(result, f"compressed size {result.compressed_bytes:,} bytes, "
-                               f"release.toml declares {task.compressed_bytes:,}")
+        result = _fail(
+            result,
+            f"compressed size {result.compressed_bytes:,} bytes, release.toml declares {task.compressed_bytes:,}",
+        )
     if not result.verified:
         return result
     if start is None:
@@ -229,8 +259,9 @@ def verify_task(task: ExternalTask, *, client: RegistryClient | None = None,
     return _started(result, start, client)
 
 
-def verify_all(tasks: Sequence[ExternalTask], *, client_for: Any = None,
-               start: StartPlan | None = None) -> list[ExternalResult]:
+def verify_all(
+    tasks: Sequence[ExternalTask], *, client_for: Any = None, start: StartPlan | None = None
+) -> list[ExternalResult]:
     """Verify every external task; `client_for(registry)` may supply registry clients."""
     results = []
     for task in tasks:
@@ -238,8 +269,14 @@ def verify_all(tasks: Sequence[ExternalTask], *, client_for: Any = None,
         result = verify_task(task, client=client, start=start)
         size = f"{result.compressed_bytes:,} bytes in {len(result.layers)} layers" if result.layers else ""
         ran = result.outcomes()
-        counts = (f"; repair checks {len(ran['passed'])} passed, {len(ran['failed'])} failed, "
-                  f"{len(ran['not_applicable'])} not applicable") if result.checks else ""
+        counts = (
+            (
+                f"; repair checks {len(ran['passed'])} passed, {len(ran['failed'])} failed, "
+                f"{len(ran['not_applicable'])} not applicable"
+            )
+            if result.checks
+            else ""
+        )
         if result.writable_layer_peak_bytes is not None:
             counts += f"; writable layer peak {result.writable_layer_peak_bytes:,} bytes"
         say(f"  external {task.task_id}: {result.status}{'; ' + size if size else ''}{counts}")
@@ -266,13 +303,18 @@ def enforce(results: Sequence[ExternalResult], policy: ExternalPolicy) -> None:
         return
     lines = [f"{r.task_id}: {_why_unverified(r)}" for r in unverified]
     if policy.required:
-        raise CheckFailure(f"profile {policy.profile} requires every external task verified",
-                           expected="verified", actual="; ".join(lines),
-                           hint="run where the registry is reachable; nothing was published")
+        raise CheckFailure(
+            f"profile {policy.profile} requires every external task verified",
+            expected="verified",
+            actual="; ".join(lines),
+            hint="run where the registry is reachable; nothing was published",
+        )
     bar = "!" * 72
     say(bar)
-    say(f"WARNING: {len(unverified)} external task(s) NOT VERIFIED by repair checks "
-        f"(profile {policy.profile} carries on):")
+    say(
+        f"WARNING: {len(unverified)} external task(s) NOT VERIFIED by repair checks "
+        f"(profile {policy.profile} carries on):"
+    )
     for line in lines:
         say(f"WARNING:   {line}")
     say(bar)

@@ -64,11 +64,20 @@ from pipeline.checks.client import ServerError, Session, http_get
 from pipeline.checks.target import Target
 from pipeline.curriculum import Case
 
-ISOLATION_CHECKS = ("isolation-hopper", "isolation-network", "isolation-keyring", "isolation-scratch",
-                    "isolation-leftovers", "isolation-nested", "isolation-writable", "isolation-pid-counter",
-                    "isolation-oom-order", "connection-flood",
-                    "malformed-input",
-                    "slow-headers")
+ISOLATION_CHECKS = (
+    "isolation-hopper",
+    "isolation-network",
+    "isolation-keyring",
+    "isolation-scratch",
+    "isolation-leftovers",
+    "isolation-nested",
+    "isolation-writable",
+    "isolation-pid-counter",
+    "isolation-oom-order",
+    "connection-flood",
+    "malformed-input",
+    "slow-headers",
+)
 # The server's isolation modes (/metadata's `isolation`, docs/isolation.md): namespaces of
 # the episode's own, or the container's with the agent's system calls filtered.
 NAMESPACES_MODE, UNPRIVILEGED_MODE = "namespaces", "unprivileged"
@@ -164,8 +173,10 @@ for place in sys.argv[2:]:
 
 def _script(name: str, text: str, *args: str) -> str:
     path = f"/workspace/home/{name}"
-    return (f"cat > {path} <<'ARENA_CHECK_EOF'\n{text}\nARENA_CHECK_EOF\n"
-            f"python3 {path} {' '.join(shlex.quote(a) for a in args)}")
+    return (
+        f"cat > {path} <<'ARENA_CHECK_EOF'\n{text}\nARENA_CHECK_EOF\n"
+        f"python3 {path} {' '.join(shlex.quote(a) for a in args)}"
+    )
 
 
 def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None:
@@ -176,17 +187,31 @@ def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
         seen = "seen" in started.output
         session.reset(case.id, seed=seed + 1)
         time.sleep(1.0)
-        after = session.shell(f"ls -A . /tmp /dev/shm; echo processes=$({cmd.count_processes(marker)}); "
-                              "for i in $(seq 50); do sleep 0.01 & done; wait && echo forks-ok")
+        after = session.shell(
+            f"ls -A . /tmp /dev/shm; echo processes=$({cmd.count_processes(marker)}); "
+            "for i in $(seq 50); do sleep 0.01 & done; wait && echo forks-ok"
+        )
         procs = re.search(r"processes=(\d+)", after.output)
         left = marker in after.output
         forks = "forks-ok" in after.output
         running = procs is None or procs.group(1) != "0"
-        rec.add("isolation-hopper", seen and not left and not running and forks,
-                observed={"hopper_ran": seen, "marker_after_reset": left, "hopper_running_after": running,
-                          "next_episode_forks": forks, "after": after.output[-300:]},
-                expected={"hopper_ran": True, "marker_after_reset": False, "hopper_running_after": False,
-                          "next_episode_forks": True})
+        rec.add(
+            "isolation-hopper",
+            seen and not left and not running and forks,
+            observed={
+                "hopper_ran": seen,
+                "marker_after_reset": left,
+                "hopper_running_after": running,
+                "next_episode_forks": forks,
+                "after": after.output[-300:],
+            },
+            expected={
+                "hopper_ran": True,
+                "marker_after_reset": False,
+                "hopper_running_after": False,
+                "next_episode_forks": True,
+            },
+        )
     except ServerError as exc:
         rec.error("isolation-hopper", exc)
 
@@ -237,10 +262,17 @@ def network_check(session: Session, target: Target, case: Case, seed: int, rec: 
         else:
             contained = interfaces is not None and interfaces.group(1) == "lo" and "REFUSED" in out.output
             expected = {"server_port_reached": False, "interfaces": "lo"}
-        rec.add("isolation-network", tried and contained and not reached,
-                observed={"mode": mode, "server_port_reached": reached,
-                          "interfaces": interfaces and interfaces.group(1), "output": out.output[-300:]},
-                expected=expected)
+        rec.add(
+            "isolation-network",
+            tried and contained and not reached,
+            observed={
+                "mode": mode,
+                "server_port_reached": reached,
+                "interfaces": interfaces and interfaces.group(1),
+                "output": out.output[-300:],
+            },
+            expected=expected,
+        )
     except ServerError as exc:
         rec.error("isolation-network", exc)
 
@@ -254,10 +286,12 @@ def keyring_check(session: Session, case: Case, seed: int, rec: Recorder) -> Non
         read = session.shell(_script("keys.py", _KEYRING, "read", marker))
         tried = planted.output.count("planted") + planted.output.count("refused")
         leaked = marker in read.output
-        rec.add("isolation-keyring", tried == 2 and not leaked,
-                observed={"planting": re.findall(r"planted|refused-\d+", planted.output),
-                          "seen_by_next_episode": leaked},
-                expected={"planting": "planted or refused, twice", "seen_by_next_episode": False})
+        rec.add(
+            "isolation-keyring",
+            tried == 2 and not leaked,
+            observed={"planting": re.findall(r"planted|refused-\d+", planted.output), "seen_by_next_episode": leaked},
+            expected={"planting": "planted or refused, twice", "seen_by_next_episode": False},
+        )
     except ServerError as exc:
         rec.error("isolation-keyring", exc)
 
@@ -275,19 +309,40 @@ def scratch_check(session: Session, case: Case, seed: int, rec: Recorder, mode: 
         session.reset(case.id, seed=seed + 1)
         reset_s = time.monotonic() - started
         after = session.shell(_script("count.py", _COUNT, marker, *SCRATCH))
-        found = {m.group(1): (int(m.group(2)), int(m.group(3)))
-                 for m in re.finditer(r"LEFT (\S+) (\d+) (\d+)", after.output)}
+        found = {
+            m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(r"LEFT (\S+) (\d+) (\d+)", after.output)
+        }
         left = sum(count for count, _ in found.values())
-        unlimited = sorted(p for p, (_, inodes) in found.items() if not 0 < inodes < INODE_LIMIT_MAX
-                           ) if mode == NAMESPACES_MODE else []
-        ok = (sum(made.values()) > 0 and len(found) == len(SCRATCH) and left == 0 and not unlimited
-              and reset_s <= RESET_AFTER_FLOOD_S)
-        rec.add("isolation-scratch", ok,
-                observed={"mode": mode, "files_made": made, "reset_seconds": round(reset_s, 2), "files_left": left,
-                          "without_inode_limit": unlimited, "after": after.output[-300:] if not ok else ""},
-                expected={"files_left": 0, "reset_seconds": f"<= {RESET_AFTER_FLOOD_S:g}",
-                          "without_inode_limit": [],
-                          "inode_limit": f"< {INODE_LIMIT_MAX}" if mode == NAMESPACES_MODE else "any"})
+        unlimited = (
+            sorted(p for p, (_, inodes) in found.items() if not 0 < inodes < INODE_LIMIT_MAX)
+            if mode == NAMESPACES_MODE
+            else []
+        )
+        ok = (
+            sum(made.values()) > 0
+            and len(found) == len(SCRATCH)
+            and left == 0
+            and not unlimited
+            and reset_s <= RESET_AFTER_FLOOD_S
+        )
+        rec.add(
+            "isolation-scratch",
+            ok,
+            observed={
+                "mode": mode,
+                "files_made": made,
+                "reset_seconds": round(reset_s, 2),
+                "files_left": left,
+                "without_inode_limit": unlimited,
+                "after": after.output[-300:] if not ok else "",
+            },
+            expected={
+                "files_left": 0,
+                "reset_seconds": f"<= {RESET_AFTER_FLOOD_S:g}",
+                "without_inode_limit": [],
+                "inode_limit": f"< {INODE_LIMIT_MAX}" if mode == NAMESPACES_MODE else "any",
+            },
+        )
     except ServerError as exc:
         rec.error("isolation-scratch", exc)
 
@@ -352,9 +407,12 @@ def leftovers_check(session: Session, case: Case, seed: int, rec: Recorder) -> N
         found = session.shell(_script("find.py", LEFTOVERS_FIND, marker))
         left = re.findall(r"LEFT-\S+(?: \S+)?", found.output)
         made = re.findall(r"^(FILE \S+|SHM \d+|MQ \d+|DAEMON)$", planted.output, re.MULTILINE)
-        rec.add("isolation-leftovers", "DAEMON" in planted.output and "LOOKED" in found.output and not left,
-                observed={"made": made, "left_after_reset": left, "output": found.output[-300:]},
-                expected={"made": "at least the daemon", "left_after_reset": []})
+        rec.add(
+            "isolation-leftovers",
+            "DAEMON" in planted.output and "LOOKED" in found.output and not left,
+            observed={"made": made, "left_after_reset": left, "output": found.output[-300:]},
+            expected={"made": "at least the daemon", "left_after_reset": []},
+        )
     except ServerError as exc:
         rec.error("isolation-leftovers", exc)
 
@@ -392,11 +450,23 @@ def nested_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
         no_caps = caps is not None and int(caps.group(1), 16) == 0 and int(caps.group(2), 16) == 0
         # clone3 with no arguments fails with EINVAL where it is allowed; refused, ENOSYS.
         clone3_refused = clone3 is not None and clone3.group(1) == "refused-38"
-        rec.add("isolation-nested", tried == 8 and not made and clone3_refused and no_caps,
-                observed={"namespaces_made": made, "tried": tried, "clone3": clone3 and clone3.group(1),
-                          "capabilities": caps and caps.groups(), "output": out.output[-300:]},
-                expected={"namespaces_made": [], "tried": 8, "clone3": "refused-38 (ENOSYS)",
-                          "capabilities": ["0000000000000000", "0000000000000000"]})
+        rec.add(
+            "isolation-nested",
+            tried == 8 and not made and clone3_refused and no_caps,
+            observed={
+                "namespaces_made": made,
+                "tried": tried,
+                "clone3": clone3 and clone3.group(1),
+                "capabilities": caps and caps.groups(),
+                "output": out.output[-300:],
+            },
+            expected={
+                "namespaces_made": [],
+                "tried": 8,
+                "clone3": "refused-38 (ENOSYS)",
+                "capabilities": ["0000000000000000", "0000000000000000"],
+            },
+        )
     except ServerError as exc:
         rec.error("isolation-nested", exc)
 
@@ -404,9 +474,11 @@ def nested_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
 # Where the agent may write: the episode's own places (docs/isolation.md).
 WRITABLE_WITH_NAMESPACES = ("/workspace/", "/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 WRITABLE_UNPRIVILEGED = ("/workspace/repo", "/workspace/home", "/workspace/tmp")
-WRITABLE_PROBE = ("find / \\( -path /proc -o -path /sys -o -path /dev/pts \\) -prune -o "
-                  "\\( -type d -o -type f \\) -writable -print 2>/dev/null "
-                  "| grep -v '^/dev/\\(null\\|zero\\|full\\|random\\|urandom\\|tty\\)$' | head -200; echo FOUND-END")
+WRITABLE_PROBE = (
+    "find / \\( -path /proc -o -path /sys -o -path /dev/pts \\) -prune -o "
+    "\\( -type d -o -type f \\) -writable -print 2>/dev/null "
+    "| grep -v '^/dev/\\(null\\|zero\\|full\\|random\\|urandom\\|tty\\)$' | head -200; echo FOUND-END"
+)
 
 
 def writable_check(session: Session, case: Case, seed: int, rec: Recorder, mode: str) -> None:
@@ -416,12 +488,20 @@ def writable_check(session: Session, case: Case, seed: int, rec: Recorder, mode:
         session.reset(case.id, seed=seed)
         out = session.shell(WRITABLE_PROBE)
         found = [line for line in out.output.splitlines() if line.startswith("/")]
-        outside = [path for path in found
-                   if not any(path == place or path.startswith(place.rstrip("/") + "/") or path == place.rstrip("/")
-                              for place in allowed)]
-        rec.add("isolation-writable", "FOUND-END" in out.output and not outside,
-                observed={"mode": mode, "writable_elsewhere": outside[:20]},
-                expected={"writable_elsewhere": [], "allowed": list(allowed)})
+        outside = [
+            path
+            for path in found
+            if not any(
+                path == place or path.startswith(place.rstrip("/") + "/") or path == place.rstrip("/")
+                for place in allowed
+            )
+        ]
+        rec.add(
+            "isolation-writable",
+            "FOUND-END" in out.output and not outside,
+            observed={"mode": mode, "writable_elsewhere": outside[:20]},
+            expected={"writable_elsewhere": [], "allowed": list(allowed)},
+        )
     except ServerError as exc:
         rec.error("isolation-writable", exc)
 
@@ -432,8 +512,7 @@ PID_MESSAGES = (0, 300, 7)
 PID_PROBE = "readlink /proc/self"
 
 
-def pid_counter_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder,
-                      mode: str) -> None:
+def pid_counter_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder, mode: str) -> None:
     """No episode's first PID depends on what the last one forked (module doc)."""
     try:
         firsts = []
@@ -447,11 +526,16 @@ def pid_counter_check(session: Session, target: Target, case: Case, seed: int, r
         if mode == NAMESPACES_MODE:
             ok, want = proc == "episode" and independent, {"proc": "episode", "first_pids": "all equal"}
         else:  # the container's /proc: the channel docs/isolation.md measures, as reported
-            ok, want = proc == "container" and not independent, {"proc": "container",
-                                                                 "first_pids": "the container's counter"}
-        rec.add("isolation-pid-counter", ok,
-                observed={"mode": mode, "proc": proc, "forked": list(PID_MESSAGES), "first_pids": firsts},
-                expected=want)
+            ok, want = (
+                proc == "container" and not independent,
+                {"proc": "container", "first_pids": "the container's counter"},
+            )
+        rec.add(
+            "isolation-pid-counter",
+            ok,
+            observed={"mode": mode, "proc": proc, "forked": list(PID_MESSAGES), "first_pids": firsts},
+            expected=want,
+        )
     except ServerError as exc:
         rec.error("isolation-pid-counter", exc)
 
@@ -479,9 +563,12 @@ def oom_order_check(session: Session, case: Case, seed: int, rec: Recorder) -> N
         out = session.shell(_script("oom.py", OOM_PROBE))
         found = re.search(r"^OOM (-?\d+) (-?\d+) (\d+)$", out.output, re.MULTILINE)
         command, init = (int(found.group(1)), int(found.group(2))) if found else (None, None)
-        rec.add("isolation-oom-order", command == OOM_MAX and init is not None and init < command,
-                observed={"command": command, "sandbox_pid_1": init, "output": out.output[-300:]},
-                expected={"command": OOM_MAX, "sandbox_pid_1": f"below {OOM_MAX}"})
+        rec.add(
+            "isolation-oom-order",
+            command == OOM_MAX and init is not None and init < command,
+            observed={"command": command, "sandbox_pid_1": init, "output": out.output[-300:]},
+            expected={"command": OOM_MAX, "sandbox_pid_1": f"below {OOM_MAX}"},
+        )
     except ServerError as exc:
         rec.error("isolation-oom-order", exc)
 
@@ -528,10 +615,16 @@ def connection_flood_check(session: Session, target: Target, case: Case, seed: i
         works = session.reset(case.id, seed=seed).task_id == case.id
     except ServerError:
         works = False
-    rec.add("connection-flood", healthy_after is not None and works,
-            observed={"idle_connections_held": len(held), "health_answered_after_s":
-                      None if healthy_after is None else round(healthy_after, 1), "session_after": works},
-            expected={"health_answered_after_s": f"<= {FLOOD_HEALTHY_WITHIN_S:g}", "session_after": True})
+    rec.add(
+        "connection-flood",
+        healthy_after is not None and works,
+        observed={
+            "idle_connections_held": len(held),
+            "health_answered_after_s": None if healthy_after is None else round(healthy_after, 1),
+            "session_after": works,
+        },
+        expected={"health_answered_after_s": f"<= {FLOOD_HEALTHY_WITHIN_S:g}", "session_after": True},
+    )
 
 
 def _open(host: str, port: int, count: int) -> list[socket.socket]:
@@ -581,7 +674,7 @@ def slow_headers_check(session: Session, target: Target, case: Case, seed: int, 
         for second in range(SLOW_ROUNDS):
             for fd, sock in list(open_socks.items()):
                 try:
-                    sock.send(SLOW_REQUEST[second:second + 1])
+                    sock.send(SLOW_REQUEST[second : second + 1])
                 except OSError:
                     open_socks.pop(fd).close()
             probes.append(_timed_health(target.url))
@@ -600,30 +693,41 @@ def slow_headers_check(session: Session, target: Target, case: Case, seed: int, 
         works = False
     slow = [p for p in probes if p[0] != 200 or p[1] > SLOW_HEALTH_WITHIN_S]
     # More than the per-peer limit must have connected, or the limit was not tried.
-    rec.add("slow-headers", len(opened) > PEER_CONNECTIONS and most_open <= PEER_CONNECTIONS and not open_socks
-            and not slow and works,
-            observed={"trickling_connections": len(opened), "most_open_at_once": most_open,
-                      f"open_after_{SLOW_ROUNDS}_s": len(open_socks), "health_probes": len(probes),
-                      "health_slow_or_failed": slow[:10], "session_after": works},
-            expected={"trickling_connections": f"> {PEER_CONNECTIONS}",
-                      "most_open_at_once": f"<= {PEER_CONNECTIONS} (the per-peer limit)",
-                      f"open_after_{SLOW_ROUNDS}_s": f"0 (headers within {HEADERS_WITHIN_S} s)",
-                      "health_slow_or_failed": f"none (200 within {SLOW_HEALTH_WITHIN_S:g} s)",
-                      "session_after": True})
+    rec.add(
+        "slow-headers",
+        len(opened) > PEER_CONNECTIONS and most_open <= PEER_CONNECTIONS and not open_socks and not slow and works,
+        observed={
+            "trickling_connections": len(opened),
+            "most_open_at_once": most_open,
+            f"open_after_{SLOW_ROUNDS}_s": len(open_socks),
+            "health_probes": len(probes),
+            "health_slow_or_failed": slow[:10],
+            "session_after": works,
+        },
+        expected={
+            "trickling_connections": f"> {PEER_CONNECTIONS}",
+            "most_open_at_once": f"<= {PEER_CONNECTIONS} (the per-peer limit)",
+            f"open_after_{SLOW_ROUNDS}_s": f"0 (headers within {HEADERS_WITHIN_S} s)",
+            "health_slow_or_failed": f"none (200 within {SLOW_HEALTH_WITHIN_S:g} s)",
+            "session_after": True,
+        },
+    )
 
 
 def _malformed_messages() -> list[tuple[str, str | bytes, str | None]]:
     """(name, the raw message, a word its error reply must hold; None: it must succeed)."""
     return [
-        ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}',
-         "surrogate"),
+        ("lone-surrogate", '{"type": "step", "data": {"operation": "shell", "command": "echo \\ud800"}}', "surrogate"),
         ("deep-nesting", "[" * 100_000, "nest"),
         ("long-episode-id", json.dumps({"type": "reset", "data": {"episode_id": "x" * 100_000}}), "episode_id"),
         ("not-json", "{not json", "JSON"),
         ("binary-frame", b"\x00\xff\xfe", "binary"),
         ("not-an-object", "[]", "JSON object"),
-        ("longest-command", json.dumps({"type": "step", "data": {"operation": "shell",
-                                        "command": ": " + "\U0001F600" * 15_980}}), None),
+        (
+            "longest-command",
+            json.dumps({"type": "step", "data": {"operation": "shell", "command": ": " + "\U0001f600" * 15_980}}),
+            None,
+        ),
     ]
 
 
@@ -669,6 +773,7 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
     session.close()  # one session at a time: this check needs its own raw connection
     try:
         with _raw_session(ws_url, json.dumps({"type": "reset", "data": {"task_id": case.id, "seed": seed}})) as ws:
+
             def call(payload: str | bytes) -> dict[str, Any]:
                 ws.send(payload)
                 return json.loads(ws.recv(timeout=60))
@@ -677,12 +782,14 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
                 reply = call(payload)
                 message = str(reply.get("data", {}).get("message", ""))
                 if word is None:  # valid, at the limit: it runs and answers
-                    replies[name] = (reply.get("type") == "observation"
-                                     and reply.get("data", {}).get("observation", {}).get("exit_code") == 0
-                                     ) or (reply.get("type"), message[:200])
+                    replies[name] = (
+                        reply.get("type") == "observation"
+                        and reply.get("data", {}).get("observation", {}).get("exit_code") == 0
+                    ) or (reply.get("type"), message[:200])
                 else:
-                    replies[name] = (reply.get("type") == "error" and word.lower() in message.lower()
-                                     and len(message) < 2_000) or message[:200]
+                    replies[name] = (
+                        reply.get("type") == "error" and word.lower() in message.lower() and len(message) < 2_000
+                    ) or message[:200]
             step = call(json.dumps({"type": "step", "data": {"operation": "shell", "command": "echo went-on"}}))
             went_on = "went-on" in json.dumps(step)
             finished = call(json.dumps({"type": "step", "data": {"operation": "finish"}}))
@@ -693,10 +800,12 @@ def malformed_input_check(session: Session, target: Target, case: Case, seed: in
         _reopen(session, case, seed + 1)
     every_reply = all(value is True for value in replies.values()) and len(replies) == len(_malformed_messages())
     ok = every_reply and went_on and graded
-    rec.add("malformed-input", ok,
-            observed={"error_replies": replies, "episode_went_on": went_on, "graded": graded},
-            expected={"error_replies": "each an error naming the problem", "episode_went_on": True,
-                      "graded": True})
+    rec.add(
+        "malformed-input",
+        ok,
+        observed={"error_replies": replies, "episode_went_on": went_on, "graded": graded},
+        expected={"error_replies": "each an error naming the problem", "episode_went_on": True, "graded": True},
+    )
 
 
 def isolation_checks(session: Session, target: Target, case: Case, seeds: Any, rec: Recorder) -> None:

@@ -103,10 +103,18 @@ def limit_checks(session: Session, case: Case, seed: int, expected: Mapping[str,
             rec.error(name, exc)
         return
     line = next((l for l in out.output.splitlines() if l.startswith("LIMITS ")), None)
-    seen = json.loads(line[len("LIMITS "):]) if line else {}
-    keys = {"limit-memory": "memory_bytes", "limit-pids": "pids", "limit-cpus": "cpus",
-            "limit-workspace": "workspace_bytes"}
+    seen = json.loads(line[len("LIMITS ") :]) if line else {}
+    keys = {
+        "limit-memory": "memory_bytes",
+        "limit-pids": "pids",
+        "limit-cpus": "cpus",
+        "limit-workspace": "workspace_bytes",
+    }
     for name, (passed, observed) in verdicts(seen, expected).items():
         ok = passed and seen.get("uid") == 2000
-        rec.add(name, ok, observed={"value": observed, "seen_as_uid": seen.get("uid")} if line else out.output[-300:],
-                expected={"value": expected[keys[name]], "seen_as_uid": 2000})
+        rec.add(
+            name,
+            ok,
+            observed={"value": observed, "seen_as_uid": seen.get("uid")} if line else out.output[-300:],
+            expected={"value": expected[keys[name]], "seen_as_uid": 2000},
+        )

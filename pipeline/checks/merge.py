@@ -39,9 +39,12 @@ def _complete(parts: Sequence[SuiteResult]) -> list[tuple[Shard, SuiteResult]]:
     if indices != list(range(1, count + 1)):
         missing = sorted(set(range(1, count + 1)) - set(indices))
         repeated = sorted({i for i in indices if indices.count(i) > 1})
-        raise VerificationError(f"the shards of a {count}-way run are not all here exactly once",
-                                expected=f"shards 1..{count}", actual=f"missing {missing}, repeated {repeated}",
-                                hint="pass every shard's checks.json once (a failed shard job must be re-run)")
+        raise VerificationError(
+            f"the shards of a {count}-way run are not all here exactly once",
+            expected=f"shards 1..{count}",
+            actual=f"missing {missing}, repeated {repeated}",
+            hint="pass every shard's checks.json once (a failed shard job must be re-run)",
+        )
     return sorted(pairs, key=lambda pair: pair[0].index)
 
 
@@ -64,17 +67,20 @@ def _owned(shard: Shard, part: SuiteResult, cases: Sequence[Case]) -> None:
     for the shard that verified the external tasks, their repair checks)."""
     planned = shard_jobs(shard, cases)
     if shard.jobs != planned:
-        raise VerificationError(f"shard {shard} did not run the jobs the plan gives it",
-                                expected=list(planned), actual=list(shard.jobs))
+        raise VerificationError(
+            f"shard {shard} did not run the jobs the plan gives it", expected=list(planned), actual=list(shard.jobs)
+        )
     groups = {_group(k) for k in planned}
     stray = [c.id for c in part.checks if _group(c.id) not in groups | _external_groups(part)]
     if stray:
-        raise VerificationError(f"shard {shard} reports checks of jobs it does not own",
-                                expected=sorted(groups), actual=stray[:10])
+        raise VerificationError(
+            f"shard {shard} reports checks of jobs it does not own", expected=sorted(groups), actual=stray[:10]
+        )
     empty = sorted(groups - {_group(c.id) for c in part.checks})
     if empty:
-        raise VerificationError(f"shard {shard} reports no check for some of its jobs",
-                                expected="at least one check per job", actual=empty)
+        raise VerificationError(
+            f"shard {shard} reports no check for some of its jobs", expected="at least one check per job", actual=empty
+        )
 
 
 def _of_runtime(check_id: str, suffix: str | None) -> bool:
@@ -106,8 +112,9 @@ def _ordered(pairs: list[tuple[Shard, SuiteResult]], cases: Sequence[Case]) -> t
     ids = [c.id for c in out]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
-        raise VerificationError("a check is reported more than once", expected="each check id once",
-                                actual=repeated[:10])
+        raise VerificationError(
+            "a check is reported more than once", expected="each check id once", actual=repeated[:10]
+        )
     return tuple(out)
 
 
@@ -115,6 +122,7 @@ def _runtimes(records: Sequence[SuiteResult], checks: tuple[CheckResult, ...]) -
     """The runtimes of the merged record: every shard ran under the same engines, in the same
     order, with the same security; the isolation mode is the one shard's that ran the image
     checks, and each runtime's counts and containers are the merged ones."""
+
     def same(r: dict) -> tuple:
         return (r.get("name"), r.get("suffix"), r.get("engine", {}).get("version"), r.get("container_security"))
 
@@ -126,11 +134,22 @@ def _runtimes(records: Sequence[SuiteResult], checks: tuple[CheckResult, ...]) -
     for position, first in enumerate(records[0].runtimes):
         modes = [p.runtimes[position].get("isolation") for p in records if p.runtimes[position].get("isolation")]
         _same(modes, f"the isolation mode under {first.get('name')}")
-        mine = SuiteResult(image="", targets=(), seconds=0.0, checks=tuple(
-            c for c in checks if _group(c.id) not in externals and _of_runtime(c.id, str(first.get("suffix", "")))))
-        out.append({**first, "isolation": modes[0] if modes else None,
-                    "containers": sum(p.runtimes[position].get("containers", 0) for p in records),
-                    "summary": mine.counts()})
+        mine = SuiteResult(
+            image="",
+            targets=(),
+            seconds=0.0,
+            checks=tuple(
+                c for c in checks if _group(c.id) not in externals and _of_runtime(c.id, str(first.get("suffix", "")))
+            ),
+        )
+        out.append(
+            {
+                **first,
+                "isolation": modes[0] if modes else None,
+                "containers": sum(p.runtimes[position].get("containers", 0) for p in records),
+                "summary": mine.counts(),
+            }
+        )
     return tuple(out)
 
 
@@ -148,12 +167,21 @@ def merge(parts: Sequence[SuiteResult], cases: Sequence[Case]) -> SuiteResult:
     _same(schemas, "the served schema")
     externals = [(shard.index, part.external) for shard, part in pairs if part.external]
     if len(externals) > 1:
-        raise VerificationError("more than one shard verified the external tasks", expected="one shard (shard 1)",
-                                actual=[index for index, _ in externals])
+        raise VerificationError(
+            "more than one shard verified the external tasks",
+            expected="one shard (shard 1)",
+            actual=[index for index, _ in externals],
+        )
     checks = _ordered(pairs, cases)
-    return replace(records[0], targets=tuple(t for p in records for t in p.targets), checks=checks,
-                   runtimes=_runtimes(records, checks),
-                   seconds=max(p.seconds for p in records), schema=schemas[0] if schemas else {},
-                   external=externals[0][1] if externals else (),
-                   layers=next((p.layers for p in records if p.layers), ()),
-                   config=next((p.config for p in records if p.config), None), shard=None)
+    return replace(
+        records[0],
+        targets=tuple(t for p in records for t in p.targets),
+        checks=checks,
+        runtimes=_runtimes(records, checks),
+        seconds=max(p.seconds for p in records),
+        schema=schemas[0] if schemas else {},
+        external=externals[0][1] if externals else (),
+        layers=next((p.layers for p in records if p.layers), ()),
+        config=next((p.config for p in records if p.config), None),
+        shard=None,
+    )

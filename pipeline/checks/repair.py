@@ -33,12 +33,20 @@ from pipeline.checks.image_checks import record_one_session, schema_check
 from pipeline.checks.results import CheckResult
 from pipeline.errors import ConfigError
 
-SEED_CHECKS = ("health_within_120_seconds", "openenv_endpoint_validation", "reset_task_identity",
-               "unprivileged_agent_and_protected_verifier", "no_future_git_history",
-               "unsolved_terminal_reward_zero", "terminal_reward_is_stable",
-               "reset_removes_previous_edits", "verifier_git_hooks_are_unprivileged",
-               "reference_repair_applied_through_action", "reference_terminal_reward_one",
-               "reset_restores_unsolved_task")
+SEED_CHECKS = (
+    "health_within_120_seconds",
+    "openenv_endpoint_validation",
+    "reset_task_identity",
+    "unprivileged_agent_and_protected_verifier",
+    "no_future_git_history",
+    "unsolved_terminal_reward_zero",
+    "terminal_reward_is_stable",
+    "reset_removes_previous_edits",
+    "verifier_git_hooks_are_unprivileged",
+    "reference_repair_applied_through_action",
+    "reference_terminal_reward_one",
+    "reset_restores_unsolved_task",
+)
 EXTRA_CHECKS = ("schema", "metadata", "other-task-refused", "one-session")
 # Every check, in the order of the results.
 REPAIR_CHECKS = SEED_CHECKS + EXTRA_CHECKS
@@ -76,15 +84,22 @@ class ReferenceRepair:
         try:
             text = self.script.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"reference repair {self.source} is not UTF-8 text",
-                              actual=str(exc), hint="a shell action is a JSON string") from None
+            raise ConfigError(
+                f"reference repair {self.source} is not UTF-8 text",
+                actual=str(exc),
+                hint="a shell action is a JSON string",
+            ) from None
         if HEREDOC in text.splitlines():
-            raise ConfigError(f"reference repair {self.source} has a line `{HEREDOC}`",
-                              hint="it would end the heredoc that carries the script")
+            raise ConfigError(
+                f"reference repair {self.source} has a line `{HEREDOC}`",
+                hint="it would end the heredoc that carries the script",
+            )
         if len(self.action()) > MAX_COMMAND_CHARS:
-            raise ConfigError(f"reference repair {self.source} does not fit in one shell action",
-                              expected=f"at most {MAX_COMMAND_CHARS} characters",
-                              actual=f"{len(self.action())} characters")
+            raise ConfigError(
+                f"reference repair {self.source} does not fit in one shell action",
+                expected=f"at most {MAX_COMMAND_CHARS} characters",
+                actual=f"{len(self.action())} characters",
+            )
 
     @classmethod
     def read(cls, path: Path | str, source: str = "") -> ReferenceRepair:
@@ -93,8 +108,9 @@ class ReferenceRepair:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise ConfigError(f"cannot read the reference repair {path}: {exc.strerror}",
-                              hint="pass the script file with --reference") from None
+            raise ConfigError(
+                f"cannot read the reference repair {path}: {exc.strerror}", hint="pass the script file with --reference"
+            ) from None
         return cls(data, source or str(path))
 
     @property
@@ -118,13 +134,15 @@ def another_task_id(task_id: str) -> str:
 def _access_probe() -> str:
     # Only PermissionError passes: a wrong path (ENOENT) would prove nothing. "r+b" opens
     # for writing without creating or truncating, so an allowed probe changes nothing.
-    program = ("import sys\n"
-               "def probe(path, mode):\n"
-               " try:\n  open(path, mode).close()\n  return 'ALLOWED'\n"
-               " except PermissionError:\n  return 'DENIED'\n"
-               " except OSError as e:\n  return 'ERROR ' + str(e.strerror)\n"
-               "print('read', probe(sys.argv[1], 'rb'))\n"
-               "print('write', probe(sys.argv[2], 'r+b'))\n")
+    program = (
+        "import sys\n"
+        "def probe(path, mode):\n"
+        " try:\n  open(path, mode).close()\n  return 'ALLOWED'\n"
+        " except PermissionError:\n  return 'DENIED'\n"
+        " except OSError as e:\n  return 'ERROR ' + str(e.strerror)\n"
+        "print('read', probe(sys.argv[1], 'rb'))\n"
+        "print('write', probe(sys.argv[2], 'r+b'))\n"
+    )
     return f"id -u; python3 -c {shlex.quote(program)} {INSTANCE_FILE} {SERVER_FILE}"
 
 
@@ -149,8 +167,7 @@ def wait_healthy(url: str, since: float, limit_s: float) -> tuple[float | None, 
 class _Run:
     """One check run: one session on one started image."""
 
-    def __init__(self, session: Session, task_id: str, rec: Recorder,
-                 after_grading: Callable[[], None]) -> None:
+    def __init__(self, session: Session, task_id: str, rec: Recorder, after_grading: Callable[[], None]) -> None:
         self.session, self.task_id, self.rec = session, task_id, rec
         self.after_grading = after_grading
 
@@ -166,31 +183,46 @@ class _Run:
         """reset_task_identity ... terminal_reward_is_stable: one episode."""
         rec = self.rec
         first = self.reset()
-        rec.add("reset_task_identity", first.task_id == self.task_id and not first.done,
-                observed={"task_id": first.task_id, "done": first.done},
-                expected={"task_id": self.task_id, "done": False})
+        rec.add(
+            "reset_task_identity",
+            first.task_id == self.task_id and not first.done,
+            observed={"task_id": first.task_id, "done": first.done},
+            expected={"task_id": self.task_id, "done": False},
+        )
         out = self.session.shell(_access_probe()).output
         lines = [line.strip() for line in out.splitlines() if line.strip()]
         want = [AGENT_UID, "read DENIED", "write DENIED"]
-        rec.add("unprivileged_agent_and_protected_verifier", lines == want,
-                observed=lines or out[-300:],
-                expected={"id -u": AGENT_UID, f"read {INSTANCE_FILE}": "DENIED",
-                          f"write {SERVER_FILE}": "DENIED"})
+        rec.add(
+            "unprivileged_agent_and_protected_verifier",
+            lines == want,
+            observed=lines or out[-300:],
+            expected={"id -u": AGENT_UID, f"read {INSTANCE_FILE}": "DENIED", f"write {SERVER_FILE}": "DENIED"},
+        )
         # `&& echo` proves git ran and succeeded: an empty output alone would also be
         # what a missing repository's silenced error looks like.
         token = f"rev-list-ok-{cmd.token()}"
         out = self.session.shell(f"git rev-list --all --not HEAD && echo {token}").output
         leaked = out.strip().splitlines()
-        rec.add("no_future_git_history", leaked == [token],
-                observed={"output": out[-600:]},
-                expected=f"`git rev-list --all --not HEAD` succeeds and prints nothing ({token})")
+        rec.add(
+            "no_future_git_history",
+            leaked == [token],
+            observed={"output": out[-600:]},
+            expected=f"`git rev-list --all --not HEAD` succeeds and prints nothing ({token})",
+        )
         graded = self.finish()
-        rec.add("unsolved_terminal_reward_zero", _done_with(graded, 0.0), observed=graded.brief(),
-                expected={"reward": 0.0, "done": True})
+        rec.add(
+            "unsolved_terminal_reward_zero",
+            _done_with(graded, 0.0),
+            observed=graded.brief(),
+            expected={"reward": 0.0, "done": True},
+        )
         again = self.finish()
-        rec.add("terminal_reward_is_stable", graded.done and again.payload == graded.payload,
-                observed={"first": graded.payload, "second": again.payload},
-                expected="a second finish returns the first terminal payload unchanged")
+        rec.add(
+            "terminal_reward_is_stable",
+            graded.done and again.payload == graded.payload,
+            observed={"first": graded.payload, "second": again.payload},
+            expected="a second finish returns the first terminal payload unchanged",
+        )
 
     def edits_episode(self) -> None:
         """reset_removes_previous_edits: a marker file written, reset, gone."""
@@ -198,15 +230,22 @@ class _Run:
         self.reset()
         wrote = self.session.shell(f"echo edit > {marker} && [ -f {marker} ] && echo wrote-{marker}").output
         self.reset()
-        seen = self.session.shell(f"if [ -e {marker} ]; then echo present-{marker}; "
-                                  f"else echo absent-{marker}; fi; [ -d .git ] && echo repo-{marker}").output
-        made, gone, repo = (f"wrote-{marker}" in wrote, f"absent-{marker}" in seen,
-                            f"repo-{marker}" in seen)
-        self.rec.add("reset_removes_previous_edits", made and gone and repo,
-                     observed={"marker_written": made, "marker_gone_after_reset": gone,
-                               "repository_after_reset": repo, "output": seen[-300:]},
-                     expected={"marker_written": True, "marker_gone_after_reset": True,
-                               "repository_after_reset": True})
+        seen = self.session.shell(
+            f"if [ -e {marker} ]; then echo present-{marker}; "
+            f"else echo absent-{marker}; fi; [ -d .git ] && echo repo-{marker}"
+        ).output
+        made, gone, repo = (f"wrote-{marker}" in wrote, f"absent-{marker}" in seen, f"repo-{marker}" in seen)
+        self.rec.add(
+            "reset_removes_previous_edits",
+            made and gone and repo,
+            observed={
+                "marker_written": made,
+                "marker_gone_after_reset": gone,
+                "repository_after_reset": repo,
+                "output": seen[-300:],
+            },
+            expected={"marker_written": True, "marker_gone_after_reset": True, "repository_after_reset": True},
+        )
 
     def hook_episode(self) -> None:
         """verifier_git_hooks_are_unprivileged: an fsmonitor hook planted, finish, its file
@@ -218,20 +257,28 @@ class _Run:
         self.reset()
         planted = self.session.shell(
             f"rm -f {hook_file} && git config core.fsmonitor {shlex.quote(hook)} && "
-            f"[ ! -e {hook_file} ] && echo planted-{token}").output
+            f"[ ! -e {hook_file} ] && echo planted-{token}"
+        ).output
         self.finish()
         self.reset()
-        seen = self.session.shell(f"if [ -e {hook_file} ]; then echo \"hook-uid=$(cat {hook_file})\"; "
-                                  f"else echo hook-not-run; fi; echo end-{token}").output
+        seen = self.session.shell(
+            f'if [ -e {hook_file} ]; then echo "hook-uid=$(cat {hook_file})"; '
+            f"else echo hook-not-run; fi; echo end-{token}"
+        ).output
         m = re.search(r"hook-uid=(\S*)", seen)
         ran_as = m.group(1) if m else None
         ok = f"planted-{token}" in planted and ran_as == AGENT_UID
-        self.rec.add("verifier_git_hooks_are_unprivileged", ok,
-                     observed={"hook_planted": f"planted-{token}" in planted,
-                               "hook_ran_as_uid": ran_as if m else ("not run" if "hook-not-run" in seen else None),
-                               "output": seen[-200:]},
-                     expected={"hook_planted": True, "hook_ran_as_uid": AGENT_UID},
-                     detail="" if ok else f"git config core.fsmonitor {hook!r}, then finish")
+        self.rec.add(
+            "verifier_git_hooks_are_unprivileged",
+            ok,
+            observed={
+                "hook_planted": f"planted-{token}" in planted,
+                "hook_ran_as_uid": ran_as if m else ("not run" if "hook-not-run" in seen else None),
+                "output": seen[-200:],
+            },
+            expected={"hook_planted": True, "hook_ran_as_uid": AGENT_UID},
+            detail="" if ok else f"git config core.fsmonitor {hook!r}, then finish",
+        )
 
     def reference_episode(self, reference: ReferenceRepair | str) -> None:
         """reference_repair_applied_through_action, reference_terminal_reward_one."""
@@ -242,19 +289,26 @@ class _Run:
             return
         self.reset()
         ran = self.session.shell(reference.action())
-        self.rec.add(names[0], ran.exit_code == 0, observed=ran.brief(),
-                     expected={"exit_code": 0},
-                     detail=f"{reference.source} (sha256 {reference.sha256}) as one shell action")
+        self.rec.add(
+            names[0],
+            ran.exit_code == 0,
+            observed=ran.brief(),
+            expected={"exit_code": 0},
+            detail=f"{reference.source} (sha256 {reference.sha256}) as one shell action",
+        )
         graded = self.finish()
-        self.rec.add(names[1], _done_with(graded, 1.0), observed=graded.brief(),
-                     expected={"reward": 1.0, "done": True})
+        self.rec.add(names[1], _done_with(graded, 1.0), observed=graded.brief(), expected={"reward": 1.0, "done": True})
 
     def restored_episode(self) -> None:
         """reset_restores_unsolved_task: after the repaired episode, reset, finish -> 0."""
         self.reset()
         graded = self.finish()
-        self.rec.add("reset_restores_unsolved_task", _done_with(graded, 0.0), observed=graded.brief(),
-                     expected={"reward": 0.0, "done": True})
+        self.rec.add(
+            "reset_restores_unsolved_task",
+            _done_with(graded, 0.0),
+            observed=graded.brief(),
+            expected={"reward": 0.0, "done": True},
+        )
 
     def other_task(self) -> None:
         """other-task-refused: a reset naming another task is an error reply; the session lives on."""
@@ -266,25 +320,47 @@ class _Run:
         except ServerError as exc:
             refused = exc.code != "CONNECTION_CLOSED"
             observed = {"accepted": False, "error": str(exc)[-300:], "code": exc.code}
-        self.rec.add("other-task-refused", refused, observed=observed,
-                     expected=f"reset with task_id {other!r} refused with an error reply")
+        self.rec.add(
+            "other-task-refused",
+            refused,
+            observed=observed,
+            expected=f"reset with task_id {other!r} refused with an error reply",
+        )
 
     def one_session(self, url: str, timeout_s: float) -> None:
-        record_one_session(self.rec, Session(url, message_timeout_s=timeout_s),
-                           lambda second: second.reset(self.task_id), self.session, self.reset)
+        record_one_session(
+            self.rec,
+            Session(url, message_timeout_s=timeout_s),
+            lambda second: second.reset(self.task_id),
+            self.session,
+            self.reset,
+        )
 
 
 def _metadata_check(url: str, rec: Recorder) -> None:
     status, body = http_get(url, "/metadata")
-    named = status == 200 and isinstance(body, dict) and isinstance(body.get("name"), str) \
-        and bool(body["name"].strip())
-    rec.add("metadata", named, observed={"status": status, "body": body},
-            expected="200 with an EnvironmentMetadata whose name is not empty")
+    named = (
+        status == 200 and isinstance(body, dict) and isinstance(body.get("name"), str) and bool(body["name"].strip())
+    )
+    rec.add(
+        "metadata",
+        named,
+        observed={"status": status, "body": body},
+        expected="200 with an EnvironmentMetadata whose name is not empty",
+    )
 
 
 _STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("first", ("reset_task_identity", "unprivileged_agent_and_protected_verifier", "no_future_git_history",
-               "unsolved_terminal_reward_zero", "terminal_reward_is_stable")),
+    (
+        "first",
+        (
+            "reset_task_identity",
+            "unprivileged_agent_and_protected_verifier",
+            "no_future_git_history",
+            "unsolved_terminal_reward_zero",
+            "terminal_reward_is_stable",
+        ),
+    ),
     ("edits", ("reset_removes_previous_edits",)),
     ("hook", ("verifier_git_hooks_are_unprivileged",)),
     ("reference", ("reference_repair_applied_through_action", "reference_terminal_reward_one")),
@@ -304,10 +380,16 @@ def _fail_missing(rec: Recorder, names: tuple[str, ...], exc: ServerError) -> No
 NO_REFERENCE = "no reference repair script was given"
 
 
-def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | str = NO_REFERENCE, *,
-                      started_at: float | None = None, start_timeout_s: float = 180.0,
-                      timeout_s: float = 180.0,
-                      after_grading: Callable[[], None] = lambda: None) -> list[CheckResult]:
+def run_repair_checks(
+    url: str,
+    task_id: str,
+    reference: ReferenceRepair | str = NO_REFERENCE,
+    *,
+    started_at: float | None = None,
+    start_timeout_s: float = 180.0,
+    timeout_s: float = 180.0,
+    after_grading: Callable[[], None] = lambda: None,
+) -> list[CheckResult]:
     """Every repair check against the server at `url`; results in REPAIR_CHECKS order.
 
     `started_at` (time.monotonic()) is when the container was started: /health must
@@ -322,16 +404,24 @@ def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | str =
     since = time.monotonic() if started_at is None else started_at
     rec = Recorder(task_id)
     took, last = wait_healthy(url, since, HEALTH_WITHIN_S)
-    rec.add("health_within_120_seconds", took is not None,
-            observed={"seconds": None if took is None else round(took, 1), "last": last},
-            expected={"status": 200, "within_s": HEALTH_WITHIN_S},
-            detail="" if took is None else f"healthy {took:.1f} s after start")
+    rec.add(
+        "health_within_120_seconds",
+        took is not None,
+        observed={"seconds": None if took is None else round(took, 1), "last": last},
+        expected={"status": 200, "within_s": HEALTH_WITHIN_S},
+        detail="" if took is None else f"healthy {took:.1f} s after start",
+    )
     if took is None:
         took, last = wait_healthy(url, since, start_timeout_s)
     if took is None:
-        _fail_missing(rec, REPAIR_CHECKS, ServerError(
-            f"the server never answered GET /health with 200 within {start_timeout_s:g} s of start: {last}",
-            "NOT_HEALTHY"))
+        _fail_missing(
+            rec,
+            REPAIR_CHECKS,
+            ServerError(
+                f"the server never answered GET /health with 200 within {start_timeout_s:g} s of start: {last}",
+                "NOT_HEALTHY",
+            ),
+        )
         return _ordered(rec)
     conformance.record_validation(rec, "openenv_endpoint_validation", url)
     schema_check(url, rec)
@@ -340,17 +430,23 @@ def run_repair_checks(url: str, task_id: str, reference: ReferenceRepair | str =
         with Session(url, message_timeout_s=timeout_s) as session:
             run = _Run(session, task_id, rec, after_grading)
             steps: dict[str, Callable[[], None]] = {
-                "first": run.first_episode, "edits": run.edits_episode, "hook": run.hook_episode,
-                "reference": lambda: run.reference_episode(reference), "restored": run.restored_episode,
-                "other": run.other_task, "one-session": lambda: run.one_session(url, timeout_s)}
+                "first": run.first_episode,
+                "edits": run.edits_episode,
+                "hook": run.hook_episode,
+                "reference": lambda: run.reference_episode(reference),
+                "restored": run.restored_episode,
+                "other": run.other_task,
+                "one-session": lambda: run.one_session(url, timeout_s),
+            }
             for stage, owed in _STAGES:
                 try:
                     steps[stage]()
                 except ServerError as exc:
                     _fail_missing(rec, owed, exc)
     except (ServerError, ConnectionError, OSError, RuntimeError) as exc:  # no session at all
-        _fail_missing(rec, REPAIR_CHECKS, exc if isinstance(exc, ServerError)
-                      else ServerError(f"{type(exc).__name__}: {exc}"))
+        _fail_missing(
+            rec, REPAIR_CHECKS, exc if isinstance(exc, ServerError) else ServerError(f"{type(exc).__name__}: {exc}")
+        )
     return _ordered(rec)
 
 
@@ -362,4 +458,3 @@ def _ordered(rec: Recorder) -> list[CheckResult]:
 def check_name(result: CheckResult) -> str:
     """`reset_task_identity` of `format-code-task-000666/reset_task_identity`."""
     return result.id.rsplit("/", 1)[1]
-

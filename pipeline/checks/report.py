@@ -9,10 +9,23 @@ from pipeline.checks.repair import REPAIR_CHECKS
 from pipeline.checks.results import CheckResult, SuiteResult
 from pipeline.curriculum import Case
 
-COLUMNS = ("reset", "identity-across-seeds", "correct", "partial", "all-but-one", "wrong",
-           "unknown-key", "edited-inputs", "cached-terminal")
-SHORT = {"identity-across-seeds": "identity", "edited-inputs": "edited", "cached-terminal": "cached",
-         "unknown-key": "unknown"}
+COLUMNS = (
+    "reset",
+    "identity-across-seeds",
+    "correct",
+    "partial",
+    "all-but-one",
+    "wrong",
+    "unknown-key",
+    "edited-inputs",
+    "cached-terminal",
+)
+SHORT = {
+    "identity-across-seeds": "identity",
+    "edited-inputs": "edited",
+    "cached-terminal": "cached",
+    "unknown-key": "unknown",
+}
 
 
 def _column(check_name: str) -> str:
@@ -50,8 +63,9 @@ def family_table(result: SuiteResult) -> str:
     image = result.for_prefix("image/")
     bad = [c.id.split("/", 1)[1] for c in image if not c.passed]
     lines.append("")
-    lines.append(f"image checks: {len(image) - len(bad)}/{len(image)} passed"
-                 + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    lines.append(
+        f"image checks: {len(image) - len(bad)}/{len(image)} passed" + (f"; FAILED: {', '.join(bad)}" if bad else "")
+    )
     lines += [runtime_line(r) for r in result.runtimes]
     return "\n".join(lines)
 
@@ -61,13 +75,16 @@ def runtime_line(runtime: dict[str, Any]) -> str:
     server reported, its counts."""
     engine, sec = runtime.get("engine") or {}, runtime.get("container_security") or {}
     counts = runtime.get("summary") or {}
-    loosened = [f"{k} {sec.get(k)}" for k in ("security_opt", "cap_add") if sec.get(k)] + \
-        (["privileged"] if sec.get("privileged") else [])
+    loosened = [f"{k} {sec.get(k)}" for k in ("security_opt", "cap_add") if sec.get(k)] + (
+        ["privileged"] if sec.get("privileged") else []
+    )
     ids = f" (check ids ...{runtime['suffix']})" if runtime.get("suffix") else ""
-    return (f"runtime {runtime.get('name')} {engine.get('version')}{ids}: "
-            f"seccomp {sec.get('seccomp')}, {', '.join(loosened) or 'nothing loosened'}, user namespace mode "
-            f"{sec.get('userns_mode') or 'default'}; isolation {runtime.get('isolation') or 'NOT REPORTED'}; "
-            f"{counts.get('passed')}/{counts.get('total')} passed")
+    return (
+        f"runtime {runtime.get('name')} {engine.get('version')}{ids}: "
+        f"seccomp {sec.get('seccomp')}, {', '.join(loosened) or 'nothing loosened'}, user namespace mode "
+        f"{sec.get('userns_mode') or 'default'}; isolation {runtime.get('isolation') or 'NOT REPORTED'}; "
+        f"{counts.get('passed')}/{counts.get('total')} passed"
+    )
 
 
 def _cell(check: CheckResult | None) -> str:
@@ -87,8 +104,7 @@ def _repair_rows(result: SuiteResult) -> list[tuple[dict[str, Any], list[str]]]:
 def external_markdown(result: SuiteResult) -> str:
     """The external tasks' repair checks as a Markdown table (ok, FAIL, n/a, - = not run),
     then each task's status and what did not apply."""
-    lines = ["| task | " + " | ".join(REPAIR_CHECKS) + " |",
-             "|---|" + "---|" * len(REPAIR_CHECKS)]
+    lines = ["| task | " + " | ".join(REPAIR_CHECKS) + " |", "|---|" + "---|" * len(REPAIR_CHECKS)]
     notes = []
     for ext, cells in _repair_rows(result):
         lines.append(f"| {ext['task_id']} | " + " | ".join(cells) + " |")
@@ -106,8 +122,9 @@ def external_table(result: SuiteResult) -> str:
     lines = []
     for ext, cells in _repair_rows(result):
         ran = [f"{name}={cell}" for name, cell in zip(REPAIR_CHECKS, cells) if cell != "-"]
-        lines.append(f"external {ext['task_id']}: {ext['status']}"
-                     + (f"\n  repair checks: {' '.join(ran)}" if ran else ""))
+        lines.append(
+            f"external {ext['task_id']}: {ext['status']}" + (f"\n  repair checks: {' '.join(ran)}" if ran else "")
+        )
     return "\n".join(lines)
 
 
@@ -139,6 +156,8 @@ def repair_table(result: SuiteResult) -> str:
         lines.append(f"{name:<{width}}  {outcome:<8}  {c.seconds:7.1f}  {detail}")
     for ext in result.external:
         peak = ext.get("writable_layer_peak_bytes")
-        lines.append(f"{ext['task_id']} {ext['image']}: {ext['status']}"
-                     + (f"; writable layer peak {peak:,} bytes" if peak is not None else ""))
+        lines.append(
+            f"{ext['task_id']} {ext['image']}: {ext['status']}"
+            + (f"; writable layer peak {peak:,} bytes" if peak is not None else "")
+        )
     return "\n".join(lines)

@@ -46,7 +46,7 @@ class CheckResult:
 
     @property
     def outcome(self) -> str:
-        """"passed", "failed" or "not applicable: <reason>"."""
+        """ "passed", "failed" or "not applicable: <reason>"."""
         if self.not_applicable:
             return f"not applicable: {self.not_applicable}"
         return "passed" if self.passed else "failed"
@@ -63,9 +63,15 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckResult:
-        return cls(id=d["id"], passed=bool(d["passed"]), seconds=float(d["seconds"]),
-                   observed=d.get("observed"), expected=d.get("expected"), detail=d.get("detail", ""),
-                   not_applicable=d.get("not_applicable", ""))
+        return cls(
+            id=d["id"],
+            passed=bool(d["passed"]),
+            seconds=float(d["seconds"]),
+            observed=d.get("observed"),
+            expected=d.get("expected"),
+            detail=d.get("detail", ""),
+            not_applicable=d.get("not_applicable", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,7 @@ class SuiteResult:
         return any(c.passed for c in self.checks) and not self.failures
 
     def counts(self) -> dict[str, int]:
-        counts = {"total": len(self.checks), "passed": sum(c.passed for c in self.checks),
-                  "failed": len(self.failures)}
+        counts = {"total": len(self.checks), "passed": sum(c.passed for c in self.checks), "failed": len(self.failures)}
         if self.not_applicable:
             # Only when there are any: records of runs without them stay as they were.
             counts["not_applicable"] = len(self.not_applicable)
@@ -144,14 +149,18 @@ class SuiteResult:
     def from_json(cls, d: dict[str, Any]) -> SuiteResult:
         if d.get("format") != FORMAT:
             raise VerificationError("not a check-results record", expected=FORMAT, actual=d.get("format"))
-        return cls(image=d["image"], targets=tuple(d["targets"]),
-                   checks=tuple(CheckResult.from_json(c) for c in d["checks"]),
-                   seconds=float(d["seconds"]), schema=d.get("schema") or {},
-                   external=tuple(d.get("external") or ()),
-                   layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()),
-                   config=(d["config"]["digest"], int(d["config"]["size"])) if d.get("config") else None,
-                   shard=Shard.from_json(d["shard"]) if d.get("shard") else None,
-                   runtimes=tuple(dict(r) for r in d.get("runtimes") or ()))
+        return cls(
+            image=d["image"],
+            targets=tuple(d["targets"]),
+            checks=tuple(CheckResult.from_json(c) for c in d["checks"]),
+            seconds=float(d["seconds"]),
+            schema=d.get("schema") or {},
+            external=tuple(d.get("external") or ()),
+            layers=tuple((x["digest"], int(x["size"])) for x in d.get("layers") or ()),
+            config=(d["config"]["digest"], int(d["config"]["size"])) if d.get("config") else None,
+            shard=Shard.from_json(d["shard"]) if d.get("shard") else None,
+            runtimes=tuple(dict(r) for r in d.get("runtimes") or ()),
+        )
 
 
 def write(path: Path | str, result: SuiteResult) -> None:
@@ -168,14 +177,21 @@ def load(path: Path | str, *, shard: bool = False) -> SuiteResult:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise VerificationError(f"check results {path} not found",
-                                hint="run `python -m pipeline verify <image>` first") from None
+        raise VerificationError(
+            f"check results {path} not found", hint="run `python -m pipeline verify <image>` first"
+        ) from None
     result = SuiteResult.from_json(data)
     if result.shard is not None and not shard:
-        raise VerificationError(f"{path} holds one shard of the suite, not the whole suite",
-                                expected="a whole or merged check-results record", actual=f"shard {result.shard}",
-                                hint="merge every shard first: `python -m pipeline checks merge SHARD.json ...`")
+        raise VerificationError(
+            f"{path} holds one shard of the suite, not the whole suite",
+            expected="a whole or merged check-results record",
+            actual=f"shard {result.shard}",
+            hint="merge every shard first: `python -m pipeline checks merge SHARD.json ...`",
+        )
     if shard and result.shard is None:
-        raise VerificationError(f"{path} is not the record of one shard", expected="a record with a `shard` field",
-                                hint="write it with `--shard I/N`")
+        raise VerificationError(
+            f"{path} is not the record of one shard",
+            expected="a record with a `shard` field",
+            hint="write it with `--shard I/N`",
+        )
     return result

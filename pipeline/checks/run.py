@@ -41,9 +41,12 @@ def verdict(result: SuiteResult, out: Path) -> int:
     print(report.summary(result))
     print(f"results: {out}")
     if not result.ok:
-        raise CheckFailure(f"{result.counts()['failed']} check(s) failed against {result.image}",
-                           expected="every check passes", actual=", ".join(c.id for c in result.failures[:10]),
-                           hint=f"observed vs expected for each is in {out}")
+        raise CheckFailure(
+            f"{result.counts()['failed']} check(s) failed against {result.image}",
+            expected="every check passes",
+            actual=", ".join(c.id for c in result.failures[:10]),
+            hint=f"observed vs expected for each is in {out}",
+        )
     return 0
 
 
@@ -53,16 +56,22 @@ def target_for(cfg: config_mod.ReleaseConfig, url: str, env: dict[str, str]) -> 
     app = cfg.app_dir.rstrip("/") + "/"
     if vendored and not vendored.startswith(app):
         raise ConfigError(f"{TASKS_FILE_VARIABLE} lies outside the app dir", expected=app, actual=vendored)
-    relative = vendored[len(app):] if vendored else None
+    relative = vendored[len(app) :] if vendored else None
     if relative:
         return Target(url=url, app_dir=cfg.app_dir, task_module=relative, vendored_file=relative)
     return Target(url=url, app_dir=cfg.app_dir)
 
 
-def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2,
-                 start_external: bool = False, shard: Shard | None = None,
-                 references: Mapping[str, repair.ReferenceRepair | str] | None = None,
-                 engines: Sequence[str] | None = None) -> SuiteResult:
+def verify_image(
+    image: str,
+    *,
+    cfg: config_mod.ReleaseConfig,
+    parallel: int = 2,
+    start_external: bool = False,
+    shard: Shard | None = None,
+    references: Mapping[str, repair.ReferenceRepair | str] | None = None,
+    engines: Sequence[str] | None = None,
+) -> SuiteResult:
     """Anonymous pull, then under each engine (`engines`, default `[runtime] verify`: podman and
     the private Docker engine) `parallel` containers of the pulled digest and the whole suite;
     then the externals.
@@ -103,32 +112,54 @@ def verify_image(image: str, *, cfg: config_mod.ReleaseConfig, parallel: int = 2
         # Not started, the external tasks are registry facts only (a network wait, retried while
         # a registry is unreachable): they are read while the suite runs. Started, they follow
         # the suite, whose containers are gone by then.
-        externals = _Background(external.verify_all, cfg.external.tasks, start=None) \
-            if verifies_externals(shard) and not start_external else None
+        externals = (
+            _Background(external.verify_all, cfg.external.tasks, start=None)
+            if verifies_externals(shard) and not start_external
+            else None
+        )
         for engine in engines:
             docker = stack.enter_context(dockerd.running()) if engine == "docker" else None
             runtime = ContainerRuntime(cfg.runtime, engine=engine, docker=docker)
             first_runtime = first_runtime or runtime
             suffix = "" if not results else f"@{engine}"
-            results.append(_suite_under(runtime, image, cfg=cfg, env=env, inherited=inherited,
-                                        parallel=parallel, shard=shard, suffix=suffix,
-                                        local=_loader(runtime, layout, pulled, Path(tmp))))
-        plan = external.StartPlan(runtime=first_runtime, budget=cfg.budgets["external"].values,
-                                  limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
-                                  references=references or {}) if start_external else None
+            results.append(
+                _suite_under(
+                    runtime,
+                    image,
+                    cfg=cfg,
+                    env=env,
+                    inherited=inherited,
+                    parallel=parallel,
+                    shard=shard,
+                    suffix=suffix,
+                    local=_loader(runtime, layout, pulled, Path(tmp)),
+                )
+            )
+        plan = (
+            external.StartPlan(
+                runtime=first_runtime,
+                budget=cfg.budgets["external"].values,
+                limits=ExternalLimits.from_budgets(cfg.budgets["external"]),
+                references=references or {},
+            )
+            if start_external
+            else None
+        )
         if externals is not None:
             verified = externals.result()
         else:
             verified = external.verify_all(cfg.external.tasks, start=plan) if verifies_externals(shard) else []
     result = results[0]
-    return replace(result, checks=tuple(c for r in results for c in r.checks) + tuple(c for e in verified
-                                                                                       for c in e.checks),
-                   targets=tuple(t for r in results for t in r.targets),
-                   runtimes=tuple(r for part in results for r in part.runtimes),
-                   external=tuple(e.to_json() for e in verified),
-                   layers=tuple((d.digest, d.size) for d in pulled.layers),
-                   config=(pulled.config_digest, pulled.config_size),
-                   seconds=time.monotonic() - started)
+    return replace(
+        result,
+        checks=tuple(c for r in results for c in r.checks) + tuple(c for e in verified for c in e.checks),
+        targets=tuple(t for r in results for t in r.targets),
+        runtimes=tuple(r for part in results for r in part.runtimes),
+        external=tuple(e.to_json() for e in verified),
+        layers=tuple((d.digest, d.size) for d in pulled.layers),
+        config=(pulled.config_digest, pulled.config_size),
+        seconds=time.monotonic() - started,
+    )
 
 
 # The isolation modes each engine's server may report (image/isolation-mode): podman's default
@@ -159,9 +190,18 @@ def _loader(runtime: Any, layout: Any, pulled: Any, scratch: Path) -> Callable[[
     return load
 
 
-def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env: dict[str, str],
-                 inherited: tuple[str, ...], parallel: int, shard: Shard | None, suffix: str,
-                 local: Callable[[], str] | None = None) -> SuiteResult:
+def _suite_under(
+    runtime: Any,
+    image: str,
+    *,
+    cfg: config_mod.ReleaseConfig,
+    env: dict[str, str],
+    inherited: tuple[str, ...],
+    parallel: int,
+    shard: Shard | None,
+    suffix: str,
+    local: Callable[[], str] | None = None,
+) -> SuiteResult:
     """The suite against `parallel` containers of `image` under `runtime` (pulled by the engine,
     or brought in by `local`, which returns the engine's name of it), its check ids suffixed
     with `suffix`, its runtime recorded."""
@@ -177,10 +217,16 @@ def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env
         containers = [f.result() for f in futures if f.exception() is None]
         for f in futures:
             f.result()  # the first that failed, once the others are in `containers` (removed below)
-        targets = [replace(target_for(cfg, c.url, env), host_root=runtime.host_root(c),
-                           limits=tuple(sorted(limits.expected().items())), inherited=inherited,
-                           isolation=ENGINE_ISOLATION.get(runtime.engine, ENGINE_ISOLATION["docker"]))
-                   for c in containers]
+        targets = [
+            replace(
+                target_for(cfg, c.url, env),
+                host_root=runtime.host_root(c),
+                limits=tuple(sorted(limits.expected().items())),
+                inherited=inherited,
+                isolation=ENGINE_ISOLATION.get(runtime.engine, ENGINE_ISOLATION["docker"]),
+            )
+            for c in containers
+        ]
         say(f"checks: {len(targets)} container(s) of {image} under {runtime.engine}")
         security = runtime.security(containers[0])
         result = run_suite(targets, cases=cfg.curriculum.cases, image=image, shard=shard)
@@ -196,16 +242,29 @@ def _suite_under(runtime: Any, image: str, *, cfg: config_mod.ReleaseConfig, env
     return replace(result, checks=checks, runtimes=(record,))
 
 
-def runtime_record(engine: Mapping[str, Any], security: Mapping[str, Any], result: SuiteResult, *,
-                   suffix: str, containers: int) -> dict[str, Any]:
+def runtime_record(
+    engine: Mapping[str, Any], security: Mapping[str, Any], result: SuiteResult, *, suffix: str, containers: int
+) -> dict[str, Any]:
     """What checks.json says of one runtime: the engine (`ContainerRuntime.engine_info`), the
     security its containers ran with (`ContainerRuntime.security`), the isolation mode its
     server reported (image/isolation-mode's detail; null if it named none) and its checks' counts."""
-    mode = next((c.detail.partition(": ")[2] for c in result.checks
-                 if c.id == "image/isolation-mode" and c.detail.startswith("isolation: ")), None)
-    return {"name": str(engine.get("engine")), "suffix": suffix, "engine": dict(engine),
-            "container_security": dict(security), "isolation": mode, "containers": containers,
-            "summary": result.counts()}
+    mode = next(
+        (
+            c.detail.partition(": ")[2]
+            for c in result.checks
+            if c.id == "image/isolation-mode" and c.detail.startswith("isolation: ")
+        ),
+        None,
+    )
+    return {
+        "name": str(engine.get("engine")),
+        "suffix": suffix,
+        "engine": dict(engine),
+        "container_security": dict(security),
+        "isolation": mode,
+        "containers": containers,
+        "summary": result.counts(),
+    }
 
 
 class _Background:
@@ -214,8 +273,12 @@ class _Background:
 
     def __init__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self._outcome: tuple[bool, Any] | None = None
-        self._thread = threading.Thread(target=self._run, args=(function, args, kwargs), daemon=True,
-                                        name=getattr(function, "__name__", "background"))
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(function, args, kwargs),
+            daemon=True,
+            name=getattr(function, "__name__", "background"),
+        )
         self._thread.start()
 
     def _run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
@@ -237,17 +300,20 @@ def verifies_externals(shard: Shard | None) -> bool:
     return shard is None or shard.index == 1
 
 
-def references_of(scripts: Mapping[str, tuple[ReferenceScript | None, str]],
-                  ) -> dict[str, repair.ReferenceRepair | str]:
+def references_of(
+    scripts: Mapping[str, tuple[ReferenceScript | None, str]],
+) -> dict[str, repair.ReferenceRepair | str]:
     """Each external task's reference repair for the repair checks, or why it has none.
 
     The references are the vendored scripts of `references.reference_scripts` (source
     name, vendored path, bytes, each re-verified against its pins); the repair checks send
     a script as one shell action.
     """
-    return {task_id: (repair.ReferenceRepair(script.script,
-                                             f"{script.source} ({script.path.name}, sha256 {script.sha256})")
-                      if script is not None else why)
-            for task_id, (script, why) in scripts.items()}
-
-
+    return {
+        task_id: (
+            repair.ReferenceRepair(script.script, f"{script.source} ({script.path.name}, sha256 {script.sha256})")
+            if script is not None
+            else why
+        )
+        for task_id, (script, why) in scripts.items()
+    }

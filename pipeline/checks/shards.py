@@ -56,8 +56,9 @@ def plan(jobs: Sequence[tuple[str, float]], count: int) -> tuple[tuple[str, ...]
     if len(set(keys)) != len(keys):
         raise ConfigError("suite job keys are not unique", actual=keys)
     if not 1 <= count <= len(jobs):
-        raise ConfigError("shard count out of range", expected=f"1 to {len(jobs)} (one job per shard at most)",
-                          actual=count)
+        raise ConfigError(
+            "shard count out of range", expected=f"1 to {len(jobs)} (one job per shard at most)", actual=count
+        )
     load = [0.0] * count
     members: list[list[int]] = [[] for _ in range(count)]
     # Longest first; equal costs keep the suite's order, so the plan is deterministic.

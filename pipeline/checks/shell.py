@@ -19,8 +19,10 @@ def token() -> str:
 def probe(files: tuple[str, ...]) -> str:
     """List the workspace (numeric owner, type, name), then hash the input files."""
     names = " ".join(shlex.quote(f) for f in files)
-    return (f"find . -mindepth 1 -maxdepth 1 -printf '%U %G %y %P\\n' | LC_ALL=C sort; "
-            f"echo {PROBE_SPLIT}; sha256sum -- {names}")
+    return (
+        f"find . -mindepth 1 -maxdepth 1 -printf '%U %G %y %P\\n' | LC_ALL=C sort; "
+        f"echo {PROBE_SPLIT}; sha256sum -- {names}"
+    )
 
 
 def parse_probe(output: str) -> tuple[list[str], dict[str, str]]:

@@ -31,8 +31,7 @@ RECONNECT_PAUSE_S = 0.5
 # Estimated seconds of one job, for the shard plan only (a wrong guess unbalances the
 # shards, it never changes a result): the timeout check waits out the shell timeout;
 # the image checks and one case take a few seconds against a container.
-JOB_COST_S = {"timeout": float(image_checks.SHELL_TIMEOUT_S + image_checks.TIMEOUT_SLACK_S),
-              "image": 5.0, "case": 2.0}
+JOB_COST_S = {"timeout": float(image_checks.SHELL_TIMEOUT_S + image_checks.TIMEOUT_SLACK_S), "image": 5.0, "case": 2.0}
 
 
 @dataclass(frozen=True)
@@ -121,14 +120,31 @@ class _Worker(threading.Thread):
                     self.session = self._connect()
                 results, served = self._run(job)
             except ServerError as exc:
-                results, served = [CheckResult(f"{self._prefix(job)}/session", False,
-                                               time.monotonic() - started,
-                                               observed=f"server error: {exc}", expected="a working session")], {}
+                results, served = (
+                    [
+                        CheckResult(
+                            f"{self._prefix(job)}/session",
+                            False,
+                            time.monotonic() - started,
+                            observed=f"server error: {exc}",
+                            expected="a working session",
+                        )
+                    ],
+                    {},
+                )
             except Exception as exc:
-                results, served = [CheckResult(f"{self._prefix(job)}/suite-error", False,
-                                               time.monotonic() - started,
-                                               observed=f"{type(exc).__name__}: {exc}",
-                                               expected="the job runs to its end")], {}
+                results, served = (
+                    [
+                        CheckResult(
+                            f"{self._prefix(job)}/suite-error",
+                            False,
+                            time.monotonic() - started,
+                            observed=f"{type(exc).__name__}: {exc}",
+                            expected="the job runs to its end",
+                        )
+                    ],
+                    {},
+                )
             if any("server error" in str(r.observed) for r in results if not r.passed):
                 # The session may be broken; start the next job on a fresh one.
                 self._drop()
@@ -167,13 +183,21 @@ class _Sink:
                 failed = sum(not r.passed for r in results)
                 label = job.case.id if job.kind == "case" else f"image ({job.kind})"
                 verdict = "ok" if not failed else f"{failed} FAILED"
-                say(f"  checks: {len(self.by_job)}/{self.total} done in "
-                    f"{time.monotonic() - self.started:.0f} s  {label}: {len(results)} checks, {verdict}")
+                say(
+                    f"  checks: {len(self.by_job)}/{self.total} done in "
+                    f"{time.monotonic() - self.started:.0f} s  {label}: {len(results)} checks, {verdict}"
+                )
 
 
-def run_suite(targets: Sequence[Target], *, cases: Sequence[Case],
-              image: str = "", quiet: bool = False, with_timeout: bool = True,
-              shard: Shard | None = None) -> SuiteResult:
+def run_suite(
+    targets: Sequence[Target],
+    *,
+    cases: Sequence[Case],
+    image: str = "",
+    quiet: bool = False,
+    with_timeout: bool = True,
+    shard: Shard | None = None,
+) -> SuiteResult:
     """Run every check of docs/spec/verification.md against `targets` (servers of one image).
 
     `cases` are the cases given per-case checks (a release: every case of its [curriculum],
@@ -210,8 +234,15 @@ def run_suite(targets: Sequence[Target], *, cases: Sequence[Case],
         raise
     ordered: list[CheckResult] = []
     for job in _in_order(jobs):
-        ordered += sink.by_job.get(job.index, [CheckResult(f"{_Worker._prefix(job)}/not-run", False, 0.0,
-                                                           observed="job never ran", expected="run")])
-    return SuiteResult(image=image or targets[0].url, targets=tuple(t.url for t in targets),
-                       checks=tuple(ordered), seconds=time.monotonic() - started, schema=sink.schema,
-                       shard=shard)
+        ordered += sink.by_job.get(
+            job.index,
+            [CheckResult(f"{_Worker._prefix(job)}/not-run", False, 0.0, observed="job never ran", expected="run")],
+        )
+    return SuiteResult(
+        image=image or targets[0].url,
+        targets=tuple(t.url for t in targets),
+        checks=tuple(ordered),
+        seconds=time.monotonic() - started,
+        schema=sink.schema,
+        shard=shard,
+    )

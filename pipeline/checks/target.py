@@ -54,10 +54,18 @@ class Target:
     def with_url(self, url: str) -> Target:
         """The same layout reached at another URL (another container of the image, whose
         filesystem the suite does not know: no `host_root`)."""
-        return Target(url=url, app_dir=self.app_dir, server_code=self.server_code,
-                      task_module=self.task_module, vendored_file=self.vendored_file,
-                      server_pid=self.server_pid, workspace=self.workspace, limits=self.limits,
-                      inherited=self.inherited, isolation=self.isolation)
+        return Target(
+            url=url,
+            app_dir=self.app_dir,
+            server_code=self.server_code,
+            task_module=self.task_module,
+            vendored_file=self.vendored_file,
+            server_pid=self.server_pid,
+            workspace=self.workspace,
+            limits=self.limits,
+            inherited=self.inherited,
+            isolation=self.isolation,
+        )
 
 
 def _descendants(host_root: str) -> list[int]:

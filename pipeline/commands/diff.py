@@ -12,15 +12,24 @@ from pipeline import diff as diff_mod
 
 
 def diff_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("what changed between two releases: cases and tasks, budgets, digests, layers and their "
-                     "files, packages, sizes, source pins and the toolchain; exit 1 on any difference")
-    p.add_argument("old", help="a records directory (provenance.json, submission.json, attestations/) "
-                               "or a git revision of the repository")
+    p.description = (
+        "what changed between two releases: cases and tasks, budgets, digests, layers and their "
+        "files, packages, sizes, source pins and the toolchain; exit 1 on any difference"
+    )
+    p.add_argument(
+        "old",
+        help="a records directory (provenance.json, submission.json, attestations/) "
+        "or a git revision of the repository",
+    )
     p.add_argument("new", help="the same, for the release compared with OLD")
     p.add_argument("--json", action="store_true", help="print the diff as JSON instead of the table")
     p.add_argument("--allow", action="store_true", help="exit 0 even when the releases differ")
-    p.add_argument("--repo", type=Path, default=config_mod.REPO_ROOT,
-                   help="the git repository revisions are read from (default: this checkout)")
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=config_mod.REPO_ROOT,
+        help="the git repository revisions are read from (default: this checkout)",
+    )
 
 
 def diff(args: argparse.Namespace) -> int:

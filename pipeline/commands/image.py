@@ -26,13 +26,20 @@ def base_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="run mmdebstrap even if cached")
     p.add_argument("--mirror", default=os.environ.get("RELEASE_DEBIAN_MIRROR", base_mod.MIRROR))
     p.add_argument("--source-date-epoch", type=int, default=base_mod.SOURCE_DATE_EPOCH)
-    p.add_argument("--registry", default=None,
-                   help="push to this registry (host:port) instead of the local one")
-    p.add_argument("--oci-layout", type=Path, default=None,
-                   help="only build the base into this directory's oci/ (no registry, "
-                        "locks/base.json untouched) and print its digest")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="rootfs and wheel caches (default: .release/base/rootfs, .release/wheels)")
+    p.add_argument("--registry", default=None, help="push to this registry (host:port) instead of the local one")
+    p.add_argument(
+        "--oci-layout",
+        type=Path,
+        default=None,
+        help="only build the base into this directory's oci/ (no registry, "
+        "locks/base.json untouched) and print its digest",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="rootfs and wheel caches (default: .release/base/rootfs, .release/wheels)",
+    )
 
 
 def base(args: argparse.Namespace) -> int:
@@ -42,10 +49,15 @@ def base(args: argparse.Namespace) -> int:
         key = spec.cache_key(base_mod.mmdebstrap_version())
         if not args.no_cache:  # as basestage.ensure does: a cached tree is checked before it is reused
             rootfscache.check(rootfs_cache, key)
-        built = base_mod.build(spec, runtime_lock.load_lock(), python=config_mod.load().python,
-                               state_dir=args.oci_layout, use_cache=not args.no_cache, rootfs_cache=rootfs_cache,
-                               wheel_cache=args.cache_dir / "wheels" if args.cache_dir else
-                               runtime_lock.WHEEL_CACHE)
+        built = base_mod.build(
+            spec,
+            runtime_lock.load_lock(),
+            python=config_mod.load().python,
+            state_dir=args.oci_layout,
+            use_cache=not args.no_cache,
+            rootfs_cache=rootfs_cache,
+            wheel_cache=args.cache_dir / "wheels" if args.cache_dir else runtime_lock.WHEEL_CACHE,
+        )
         pinned = base_mod.load_record()
         if not args.no_cache and pinned is not None and built.manifest_digest == pinned.digest:
             rootfscache.record(rootfs_cache, key)
@@ -72,16 +84,19 @@ def build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="local")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the project checkout to build")
-    p.add_argument("--base", default=None,
-                   help="override the base: registry/name@sha256:... (read from that registry)")
-    p.add_argument("--base-layout", type=Path, default=None,
-                   help="read the profile's base (by its pinned digest) from this OCI layout "
-                        "instead of a registry")
+    p.add_argument("--base", default=None, help="override the base: registry/name@sha256:... (read from that registry)")
+    p.add_argument(
+        "--base-layout",
+        type=Path,
+        default=None,
+        help="read the profile's base (by its pinned digest) from this OCI layout instead of a registry",
+    )
     p.add_argument("--out", type=Path, default=Path("dist"))
     p.add_argument("--vendor-dir", type=Path, default=Path("vendor"))
     p.add_argument("--no-push", action="store_true", help="build the layout only")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="build from a checkout with uncommitted changes (recorded)")
+    p.add_argument(
+        "--allow-dirty", action="store_true", help="build from a checkout with uncommitted changes (recorded)"
+    )
 
 
 def build(args: argparse.Namespace) -> int:
@@ -93,20 +108,30 @@ def build(args: argparse.Namespace) -> int:
     provenance.project_revision(repo, allow_dirty=args.allow_dirty)
     inputs = image_inputs.image_inputs(repo, rp.profile)
     sde = provenance.source_date_epoch(inputs)
-    source = (BaseSource.from_registry(args.base) if args.base else
-              rp.base.source(layout=args.base_layout))
+    source = BaseSource.from_registry(args.base) if args.base else rp.base.source(layout=args.base_layout)
     record = build_mod.build(
-        cfg, repo=repo, base=source, repository=target.image_name, tag=target.tag,
-        source_revision=inputs.commit, source_date_epoch=sde,
-        vendored=rp.task_file(args.vendor_dir), out=args.out,
+        cfg,
+        repo=repo,
+        base=source,
+        repository=target.image_name,
+        tag=target.tag,
+        source_revision=inputs.commit,
+        source_date_epoch=sde,
+        vendored=rp.task_file(args.vendor_dir),
+        out=args.out,
     )
     reference = f"{record.repository}@{record.manifest_digest}"
     if not args.no_push:
         client = target.client()
         # What `nox -s verify -- <reference>` takes: the pushed image, by digest.
-        reference = push_layout(client, target.repository, Path(record.layout),
-                                ref_name=record.tag, tag=record.tag,
-                                mount_from=plan.same_registry_repos(client, source)).reference
+        reference = push_layout(
+            client,
+            target.repository,
+            Path(record.layout),
+            ref_name=record.tag,
+            tag=record.tag,
+            mount_from=plan.same_registry_repos(client, source),
+        ).reference
     build_mod.write_record(record, args.out / "build.json")
     print(reference)
     return 0

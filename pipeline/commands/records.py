@@ -26,8 +26,12 @@ BUILD_RECORD = REPO_ROOT / "dist" / "build.json"
 
 def sbom_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "CycloneDX SBOM of the built image"
-    p.add_argument("--build-record", type=Path, default=BUILD_RECORD,
-                   help="build record naming the image, its layout and ref (default: dist/build.json)")
+    p.add_argument(
+        "--build-record",
+        type=Path,
+        default=BUILD_RECORD,
+        help="build record naming the image, its layout and ref (default: dist/build.json)",
+    )
     p.add_argument("--layout", type=Path, help="OCI image layout (overrides the build record)")
     p.add_argument("--ref", help="ref name of the image in the layout, when it holds several")
     p.add_argument("--name", help="image name (registry/repository)")
@@ -46,14 +50,22 @@ def sbom(args: argparse.Namespace) -> int:
         layout, ref, expected = Path(record.layout), ref or record.tag, record.manifest_digest
         name = name or record.repository
     data = sbom_mod.generate(
-        layout, name=name or rp.target.image_name, app_dir=cfg.app_dir, ref=ref,
-        sources=rp.sources, first_party_license=sbom_mod.project_license(),
+        layout,
+        name=name or rp.target.image_name,
+        app_dir=cfg.app_dir,
+        ref=ref,
+        sources=rp.sources,
+        first_party_license=sbom_mod.project_license(),
         lock_text=args.lock.read_text() if args.lock.is_file() else "",
     )
     described = json.loads(data)["metadata"]["component"]["version"]
     if expected is not None and described != expected:
-        raise DigestMismatch("the image in the layout is not the one the build record names",
-                             expected=expected, actual=described, hint="rebuild (`nox -s build`)")
+        raise DigestMismatch(
+            "the image in the layout is not the one the build record names",
+            expected=expected,
+            actual=described,
+            hint="rebuild (`nox -s build`)",
+        )
     write_atomic(args.out, data)
     components = json.loads(data).get("components", [])
     say(f"sbom: {args.out} for {name}@{described}: {sbom_licenses.coverage_line(components)}")
@@ -89,12 +101,20 @@ def attest(args: argparse.Namespace) -> int:
     subject = attest_mod.Subject.from_image_ref(args.image)
     files = attest_mod.write_attestations(
         cfg,
-        attest_mod.Evidence(subject, prov, lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
-                            sbom_bytes=args.sbom.read_bytes(), checks=checks,
-                            checks_bytes=args.checks.read_bytes() if checks is not None else None),
-        attest_mod.Invocation(rp.parameters, started=started, finished=datetime.now(UTC),
-                              invocation_id=os.environ.get("GITHUB_RUN_ID")),
-        signer=signer, out_dir=args.out)
+        attest_mod.Evidence(
+            subject,
+            prov,
+            lock_text=(REPO_ROOT / provenance_mod.WHEEL_LOCK).read_text(),
+            sbom_bytes=args.sbom.read_bytes(),
+            checks=checks,
+            checks_bytes=args.checks.read_bytes() if checks is not None else None,
+        ),
+        attest_mod.Invocation(
+            rp.parameters, started=started, finished=datetime.now(UTC), invocation_id=os.environ.get("GITHUB_RUN_ID")
+        ),
+        signer=signer,
+        out_dir=args.out,
+    )
     attest_mod.write_readme(args.out, subject, signer, files, source_url=cfg.source_url)
     for f in files:
         say(f"attest: {f.path} ({f.predicate_type})")
@@ -102,14 +122,17 @@ def attest(args: argparse.Namespace) -> int:
 
 
 def key_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("show (creating it if missing) the release signing key and its pin; with --public, "
-                     "print its public key (also written beside it, as .pub.pem)")
-    p.add_argument("--key", type=Path,
-                   help=f"private key (default: ${signing.KEY_ENV} or {signing.DEFAULT_KEY})")
+    p.description = (
+        "show (creating it if missing) the release signing key and its pin; with --public, "
+        "print its public key (also written beside it, as .pub.pem)"
+    )
+    p.add_argument("--key", type=Path, help=f"private key (default: ${signing.KEY_ENV} or {signing.DEFAULT_KEY})")
     p.add_argument("--profile", default="local", help="the profile to pin it for (trust.toml)")
-    p.add_argument("--public", action="store_true",
-                   help="print only the public key (PEM), what an auditor's `audit --key` takes; never "
-                        "creates a key")
+    p.add_argument(
+        "--public",
+        action="store_true",
+        help="print only the public key (PEM), what an auditor's `audit --key` takes; never creates a key",
+    )
 
 
 def _pinned_here(keyid: str, profile: str) -> str:
@@ -128,8 +151,9 @@ def key(args: argparse.Namespace) -> int:
     existed = key_path.exists()
     if args.public and not existed and explicit is None:
         # A key made now signed nothing: its public half would verify no release.
-        raise ConfigError(f"no release key at {key_path}: it is made by the first release",
-                          hint="run `nox -s release` first")
+        raise ConfigError(
+            f"no release key at {key_path}: it is made by the first release", hint="run `nox -s release` first"
+        )
     signer = signing.load_or_create_key(args.key)
     pub = signing.public_key_path(key_path)
     pem = signing.public_key_pem(signer.public_key)
@@ -141,6 +165,8 @@ def key(args: argparse.Namespace) -> int:
     print(f"public key:  {pub}")
     print(f"keyid:       {signer.public_key.keyid}")
     print(f"pinned:      {_pinned_here(signer.public_key.keyid, args.profile)}")
-    print(f"pin it in trust.toml (and commit it; it moves no image digest):\n\n[trust.{args.profile}]\n"
-          f'keyids = ["{signer.public_key.keyid}"]')
+    print(
+        f"pin it in trust.toml (and commit it; it moves no image digest):\n\n[trust.{args.profile}]\n"
+        f'keyids = ["{signer.public_key.keyid}"]'
+    )
     return 0

@@ -11,8 +11,12 @@ from pipeline.registry import local
 def registry_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Manage the local loopback registry."
     p.add_argument("action", choices=("start", "stop", "status"))
-    p.add_argument("--dir", type=Path, default=None,
-                   help="registry directory (default: $RELEASE_REGISTRY_DIR or .release/registry)")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="registry directory (default: $RELEASE_REGISTRY_DIR or .release/registry)",
+    )
 
 
 def registry(args: argparse.Namespace) -> int:
@@ -29,6 +33,8 @@ def registry(args: argparse.Namespace) -> int:
     if state is None:
         print("registry is not running")
         return 3
-    print(f"registry running at {state.address} (storage {state.storage}, "
-          f"pids registry={state.registry_pid} nginx={state.nginx_pid})")
+    print(
+        f"registry running at {state.address} (storage {state.storage}, "
+        f"pids registry={state.registry_pid} nginx={state.nginx_pid})"
+    )
     return 0

@@ -16,13 +16,14 @@ def release_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="local", help="release.toml profile (default: local)")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
     p.add_argument("--repo", type=Path, default=config_mod.REPO_ROOT, help="the project checkout")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="release from a checkout with uncommitted changes (recorded)")
-    p.add_argument("--mirror", type=Path, default=None,
-                   help="local mirror directory for git sources and external records")
+    p.add_argument(
+        "--allow-dirty", action="store_true", help="release from a checkout with uncommitted changes (recorded)"
+    )
+    p.add_argument(
+        "--mirror", type=Path, default=None, help="local mirror directory for git sources and external records"
+    )
     p.add_argument("--parallel", type=int, default=2, help="containers for the check suite")
-    p.add_argument("--signing", choices=("key", "sigstore"), default=None,
-                   help="override the profile's signer")
+    p.add_argument("--signing", choices=("key", "sigstore"), default=None, help="override the profile's signer")
 
 
 def release(args: argparse.Namespace) -> int:
@@ -30,9 +31,14 @@ def release(args: argparse.Namespace) -> int:
     rp = plan.resolve(cfg, args.profile, signing_kind=args.signing)
     # A failed release says itself whether its records were installed; the CLI prints the error.
     outcome = release_mod.release(
-        cfg, rp, repo=args.repo, allow_dirty=args.allow_dirty, mirror=args.mirror,
+        cfg,
+        rp,
+        repo=args.repo,
+        allow_dirty=args.allow_dirty,
+        mirror=args.mirror,
         parallel=args.parallel,
-        command=("python", "-m", "pipeline", "release", *args.argv))
+        command=("python", "-m", "pipeline", "release", *args.argv),
+    )
     print(f"released {outcome.image}")
     for path in outcome.records:
         print(f"  wrote {path.relative_to(args.repo.resolve())}")

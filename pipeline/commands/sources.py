@@ -19,8 +19,12 @@ def lock_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Regenerate the hash-pinned runtime locks (CPython 3.11 and 3.12)."
     p.add_argument("--in", dest="pins", type=Path, default=runtime_lock.LOCK_IN)
     p.add_argument("--out", type=Path, default=runtime_lock.LOCK)
-    p.add_argument("--out-cp312", type=Path, default=runtime_lock.CP312.lock,
-                   help="the same runtime for CPython 3.12, the arena base's interpreter")
+    p.add_argument(
+        "--out-cp312",
+        type=Path,
+        default=runtime_lock.CP312.lock,
+        help="the same runtime for CPython 3.12, the arena base's interpreter",
+    )
     p.add_argument("--cache", type=Path, default=runtime_lock.WHEEL_CACHE)
 
 
@@ -35,10 +39,15 @@ def lock(args: argparse.Namespace) -> int:
 
 
 def lock_toolchain_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's dependency groups "
-                     "(from the package index), then each group's hash-pinned export locks/<group>.txt.")
-    p.add_argument("--check", action="store_true",
-                   help="change nothing; fail if uv.lock or an export does not follow from pyproject.toml")
+    p.description = (
+        "Re-lock the pipeline's toolchain: uv.lock from pyproject.toml's dependency groups "
+        "(from the package index), then each group's hash-pinned export locks/<group>.txt."
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; fail if uv.lock or an export does not follow from pyproject.toml",
+    )
 
 
 def lock_toolchain(args: argparse.Namespace) -> int:
@@ -53,12 +62,15 @@ def lock_toolchain(args: argparse.Namespace) -> int:
 def vendor_arguments(p: argparse.ArgumentParser) -> None:
     p.description = vendor_mod.__doc__
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("External task records in the mirror (see pipeline/sources/dataset.py):\n"
-                "    DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json")
+    p.epilog = (
+        "External task records in the mirror (see pipeline/sources/dataset.py):\n"
+        "    DIR/huggingface.co/datasets/<owner>/<name>/<revision>/<split>/<task_id>.json"
+    )
     p.add_argument("--profile", default="local")
     p.add_argument("--config", type=Path, default=config_mod.DEFAULT_CONFIG)
-    p.add_argument("--mirror", type=Path, default=None,
-                   help="directory of local upstream copies (layout above); no network")
+    p.add_argument(
+        "--mirror", type=Path, default=None, help="directory of local upstream copies (layout above); no network"
+    )
     p.add_argument("--out", type=Path, default=vendor_mod.DEFAULT_OUT)
     p.add_argument("--cache", type=Path, default=vendor_mod.DEFAULT_CACHE, help=argparse.SUPPRESS)
 
@@ -72,6 +84,5 @@ def vendor(args: argparse.Namespace) -> int:
         say(f"profile {rp.profile} vendors no sources")
     records = dataset.fetch_records(cfg, rp.external, args.out, mirror=args.mirror)
     for record in records:
-        say(f"external {record.task_id}: {record.status}"
-            + (f" ({record.reason})" if record.reason else ""))
+        say(f"external {record.task_id}: {record.status}" + (f" ({record.reason})" if record.reason else ""))
     return 0

@@ -29,12 +29,19 @@ def submission(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     checks_result = load(args.checks)
     rp = plan.resolve(cfg, args.profile, trust=False)  # signs nothing
-    admitted = release_mod.admitted_request(cfg, rp, checks_result, image=checks_result.image,
-                                            source_revision=head_commit(config_mod.REPO_ROOT),
-                                            registry=localregistry.running_address())
+    admitted = release_mod.admitted_request(
+        cfg,
+        rp,
+        checks_result,
+        image=checks_result.image,
+        source_revision=head_commit(config_mod.REPO_ROOT),
+        registry=localregistry.running_address(),
+    )
     submission_mod.write_submission(args.out, admitted.request)
-    say(f"wrote {args.out}: {len(admitted.request.tasks)} tasks; release total {admitted.sizes.seed_bytes:,} "
+    say(
+        f"wrote {args.out}: {len(admitted.request.tasks)} tasks; release total {admitted.sizes.seed_bytes:,} "
         f"compressed bytes (seed measure), "
         f"{admitted.sizes.platform_bytes if admitted.sizes.platform_bytes is not None else 'unknown'} "
-        "(platform measure)")
+        "(platform measure)"
+    )
     return 0

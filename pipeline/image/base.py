@@ -96,8 +96,7 @@ _INDEX_SUFFIX = ".Packages"
 
 # Relative to pipeline/: the modules whose code makes the base's bytes (formats.py: the
 # config's `created` time).
-BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py",
-                   "formats.py")
+BUILDER_MODULES = ("image/base.py", "sources/lock.py", "image/oci/layer.py", "image/oci/image.py", "formats.py")
 
 
 @dataclass(frozen=True)
@@ -114,10 +113,14 @@ class BaseSpec:
     mirror: str = MIRROR
 
     def cache_key(self, mmdebstrap_version: str) -> str:
-        fields = {**asdict(self), "packages": list(self.packages),
-                  "dpkg": list(_DPKG_EXCLUDES), "hook": _CLEANUP_HOOK,
-                  "hook_dir": MERGED_USR_HOOKS,
-                  "mmdebstrap": mmdebstrap_version}
+        fields = {
+            **asdict(self),
+            "packages": list(self.packages),
+            "dpkg": list(_DPKG_EXCLUDES),
+            "hook": _CLEANUP_HOOK,
+            "hook_dir": MERGED_USR_HOOKS,
+            "mmdebstrap": mmdebstrap_version,
+        }
         del fields["mirror"]
         return sha256_bytes(canonical_json(fields))[:32]
 
@@ -184,16 +187,25 @@ class BaseRecord:
 
     def built_from(self, spec: BaseSpec, lock_sha256: str, python: str) -> bool:
         """Whether this record was built from exactly these inputs, by this code."""
-        return (self.debian_suite, self.debian_snapshot, self.source_date_epoch, self.packages,
-                self.runtime_lock_sha256, self.python, self.builder_sha256) == (
-            spec.suite, spec.snapshot, spec.source_date_epoch, spec.packages, lock_sha256, python,
-            builder_sha256())
+        return (
+            self.debian_suite,
+            self.debian_snapshot,
+            self.source_date_epoch,
+            self.packages,
+            self.runtime_lock_sha256,
+            self.python,
+            self.builder_sha256,
+        ) == (spec.suite, spec.snapshot, spec.source_date_epoch, spec.packages, lock_sha256, python, builder_sha256())
 
     def spec(self, mirror: str = MIRROR) -> BaseSpec:
         """The rootfs inputs this record was built from (packages fetched from `mirror`)."""
-        return BaseSpec(suite=self.debian_suite, snapshot=self.debian_snapshot,
-                        source_date_epoch=self.source_date_epoch, packages=self.packages,
-                        mirror=mirror)
+        return BaseSpec(
+            suite=self.debian_suite,
+            snapshot=self.debian_snapshot,
+            source_date_epoch=self.source_date_epoch,
+            packages=self.packages,
+            mirror=mirror,
+        )
 
 
 def builder_sha256() -> str:
@@ -211,21 +223,29 @@ def load_record(path: Path = BASE_LOCK) -> BaseRecord | None:
     raw = read_json(path)
     try:
         return BaseRecord(
-            name=raw["name"], digest=raw["digest"], media_type=raw["media_type"],
+            name=raw["name"],
+            digest=raw["digest"],
+            media_type=raw["media_type"],
             config_digest=raw["config_digest"],
             layers=tuple(LayerRecord(**layer) for layer in raw["layers"]),
-            runtime_lock_sha256=raw["runtime_lock_sha256"], python=raw["python"],
-            python_version=raw["python_version"], debian_suite=raw["debian_suite"],
+            runtime_lock_sha256=raw["runtime_lock_sha256"],
+            python=raw["python"],
+            python_version=raw["python_version"],
+            debian_suite=raw["debian_suite"],
             debian_snapshot=raw["debian_snapshot"],
-            debian_snapshot_url=raw["debian_snapshot_url"], packages=tuple(raw["packages"]),
+            debian_snapshot_url=raw["debian_snapshot_url"],
+            packages=tuple(raw["packages"]),
             debs=tuple(Deb(**d) for d in raw["debs"]),
             source_date_epoch=raw["source_date_epoch"],
-            mmdebstrap_version=raw["mmdebstrap_version"], zlib_version=raw["zlib_version"],
-            builder_sha256=raw["builder_sha256"], debian_mirror=raw.get("debian_mirror"),
+            mmdebstrap_version=raw["mmdebstrap_version"],
+            zlib_version=raw["zlib_version"],
+            builder_sha256=raw["builder_sha256"],
+            debian_mirror=raw.get("debian_mirror"),
         )
     except (KeyError, TypeError) as exc:
-        raise ConfigError(f"{path} is not a base record: {exc}",
-                          hint="delete it and run `python -m pipeline base`") from None
+        raise ConfigError(
+            f"{path} is not a base record: {exc}", hint="delete it and run `python -m pipeline base`"
+        ) from None
 
 
 def write_record(record: BaseRecord, path: Path = BASE_LOCK) -> None:
@@ -246,20 +266,28 @@ def mmdebstrap_version() -> str:
 
 def _mmdebstrap(spec: BaseSpec, target: Path, scratch: Path) -> None:
     argv: list[str | Path] = [
-        _proc.which("mmdebstrap"), "--quiet", "--mode=root", "--format=directory",
-        f"--variant={spec.variant}", "--include=" + ",".join(spec.packages),
-        '--aptopt=APT::Install-Recommends "false"', f"--hook-dir={MERGED_USR_HOOKS}",
+        _proc.which("mmdebstrap"),
+        "--quiet",
+        "--mode=root",
+        "--format=directory",
+        f"--variant={spec.variant}",
+        "--include=" + ",".join(spec.packages),
+        '--aptopt=APT::Install-Recommends "false"',
+        f"--hook-dir={MERGED_USR_HOOKS}",
     ]
     argv += [f"--dpkgopt={opt}" for opt in _DPKG_EXCLUDES]
     index = shlex.quote(str(target) + _INDEX_SUFFIX)
-    argv += [f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
-             f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
-             f"--customize-hook={_CLEANUP_HOOK}",
-             # mmdebstrap writes the mirror it used; the image names the snapshot instead
-             # (a name only: the packages came from the mirror, see SNAPSHOT).
-             f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" '
-             '> "$1"/etc/apt/sources.list',
-             spec.suite, target, spec.mirror]
+    argv += [
+        f'--customize-hook=for f in "$1"/var/lib/apt/lists/*_Packages*; do '
+        f'/usr/lib/apt/apt-helper cat-file "$f"; done > {index}',
+        f"--customize-hook={_CLEANUP_HOOK}",
+        # mmdebstrap writes the mirror it used; the image names the snapshot instead
+        # (a name only: the packages came from the mirror, see SNAPSHOT).
+        f'--customize-hook=printf "deb {snapshot_url(spec.snapshot)} {spec.suite} main\\n" > "$1"/etc/apt/sources.list',
+        spec.suite,
+        target,
+        spec.mirror,
+    ]
     # The system's PATH, not the caller's: mmdebstrap runs `python3 mmtarfilter` for every
     # .deb it unpacks and apt/dpkg run maintainer scripts; a user's shims first on PATH
     # (pyenv's are bash scripts that start a dozen processes) would run them instead of
@@ -267,14 +295,18 @@ def _mmdebstrap(spec: BaseSpec, target: Path, scratch: Path) -> None:
     # TMPDIR: mmdebstrap's own temporary files (its gpg home, apt's configuration) go to
     # `scratch`, beside the tree, not to /tmp, where a killed build would leave them for
     # good; mmdebstrap unsets it inside the chroot, so the rootfs never sees it.
-    env = {"PATH": PATH_ENV, "LC_ALL": "C.UTF-8", "TZ": "UTC", "TMPDIR": str(scratch),
-           "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
+    env = {
+        "PATH": PATH_ENV,
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": str(scratch),
+        "SOURCE_DATE_EPOCH": str(spec.source_date_epoch),
+    }
     # mmdebstrap's root mode bind-mounts the host's /dev, /proc and /sys into the target.
     # In a mount namespace of its own they go when it ends, even when it is killed; in
     # the host's they would stay, and removing the tree would then remove the host's
     # /dev entries (/dev/shm's files among them).
-    _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", *argv],
-              env=env, timeout=3600)
+    _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", *argv], env=env, timeout=3600)
 
 
 def _unescape_mount_point(field: str) -> str:
@@ -302,11 +334,13 @@ def remove_tree(path: Path) -> None:
     the host's /dev would take the host's device files with it)."""
     mounted = mounts_under(path)
     if mounted:
-        raise ReleaseError(f"{path} has mounts in it; it is not removed",
-                           expected="no mount point under it",
-                           actual=", ".join(mounted[:5]) + (" ..." if len(mounted) > 5 else ""),
-                           hint="unmount them, then run the release again: umount -R "
-                                + " ".join(shlex.quote(p) for p in _outermost(mounted)))
+        raise ReleaseError(
+            f"{path} has mounts in it; it is not removed",
+            expected="no mount point under it",
+            actual=", ".join(mounted[:5]) + (" ..." if len(mounted) > 5 else ""),
+            hint="unmount them, then run the release again: umount -R "
+            + " ".join(shlex.quote(p) for p in _outermost(mounted)),
+        )
     shutil.rmtree(path)
 
 
@@ -341,16 +375,17 @@ def _rootfs(spec: BaseSpec, target: Path, version: str, *, use_cache: bool) -> P
     for stale in (partial, scratch):  # a build that was killed
         if stale.exists():
             remove_tree(stale)
-    say(f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
-        f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)")
+    say(
+        f"rootfs: mmdebstrap {version} {spec.suite} ({', '.join(spec.packages)}) from "
+        f"{spec.mirror}, SOURCE_DATE_EPOCH={spec.source_date_epoch} (about a minute)"
+    )
     started = time.monotonic()
     scratch.mkdir(mode=0o700)
     try:
         _mmdebstrap(spec, partial, scratch)
     finally:
         remove_tree(scratch)
-    os.replace(partial.with_name(partial.name + _INDEX_SUFFIX),
-               target.with_name(target.name + _INDEX_SUFFIX))
+    os.replace(partial.with_name(partial.name + _INDEX_SUFFIX), target.with_name(target.name + _INDEX_SUFFIX))
     os.replace(partial, target)
     # The marker lives beside the tree, so it never ends up in the layer.
     marker.touch()
@@ -366,8 +401,7 @@ _NOT_IN_LAYER = ("dev", "var/lib/apt", "var/cache/apt")
 
 def _in_rootfs(rel: str) -> bool:
     """Whether a rootfs path belongs in the OS layer (`dev` itself stays, empty)."""
-    return not any(rel.startswith(d + "/") for d in _NOT_IN_LAYER) and \
-        rel not in _NOT_IN_LAYER[1:]
+    return not any(rel.startswith(d + "/") for d in _NOT_IN_LAYER) and rel not in _NOT_IN_LAYER[1:]
 
 
 def installed_debs(root: Path) -> tuple[Deb, ...]:
@@ -375,18 +409,23 @@ def installed_debs(root: Path) -> tuple[Deb, ...]:
     root = Path(root)
     index_path = root.with_name(root.name + _INDEX_SUFFIX)
     if not index_path.is_file():
-        raise ReleaseError(f"no apt index beside the rootfs ({index_path})",
-                           hint="rebuild the rootfs: python -m pipeline base --force --no-cache")
+        raise ReleaseError(
+            f"no apt index beside the rootfs ({index_path})",
+            hint="rebuild the rootfs: python -m pipeline base --force --no-cache",
+        )
     installed = dpkg_installed((root / "var/lib/dpkg/status").read_text(encoding="utf-8"))
-    index = {(p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
-             for p in deb822_paragraphs(index_path.read_text(encoding="utf-8"),
-                                        {pkg["Package"] for pkg in installed})}
+    index = {
+        (p["Package"], p["Version"], p.get("Architecture", "")): p.get("SHA256", "")
+        for p in deb822_paragraphs(index_path.read_text(encoding="utf-8"), {pkg["Package"] for pkg in installed})
+    }
     debs = []
     for pkg in installed:
         key = (pkg["Package"], pkg["Version"], pkg["Architecture"])
         if key not in index:
-            raise ReleaseError(f"installed package {key[0]} {key[1]} is not in the apt index",
-                               hint="the rootfs and its index do not match: rebuild with --no-cache")
+            raise ReleaseError(
+                f"installed package {key[0]} {key[1]} is not in the apt index",
+                hint="the rootfs and its index do not match: rebuild with --no-cache",
+            )
         debs.append(Deb(*key, sha256=index[key]))
     return tuple(sorted(debs, key=lambda d: d.name))
 
@@ -396,9 +435,11 @@ def changed_debs(recorded: tuple[Deb, ...], rebuilt: tuple[Deb, ...]) -> list[st
     old, new = {d.name: d for d in recorded}, {d.name: d for d in rebuilt}
     lines = [f"{old[n]}: missing from the rebuild" for n in sorted(old.keys() - new.keys())]
     lines += [f"{new[n]}: not in the lock" for n in sorted(new.keys() - old.keys())]
-    lines += [f"{n}: recorded {old[n]} sha256 {old[n].sha256[:16]}, rebuilt {new[n]} "
-              f"sha256 {new[n].sha256[:16]}"
-              for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
+    lines += [
+        f"{n}: recorded {old[n]} sha256 {old[n].sha256[:16]}, rebuilt {new[n]} sha256 {new[n].sha256[:16]}"
+        for n in sorted(old.keys() & new.keys())
+        if old[n] != new[n]
+    ]
     return lines
 
 
@@ -408,8 +449,9 @@ def debian_python_version(root: Path) -> str:
     versions = [p.get("Version", "") for p in dpkg_installed(status) if p["Package"] == "python3.11"]
     m = re.match(r"\d+\.\d+\.\d+", versions[0]) if versions else None
     if m is None:
-        raise ReleaseError("python3.11 is not installed in the base rootfs",
-                           hint=f"check that PACKAGES includes python3 ({root})")
+        raise ReleaseError(
+            "python3.11 is not installed in the base rootfs", hint=f"check that PACKAGES includes python3 ({root})"
+        )
     return m[0]
 
 
@@ -429,13 +471,11 @@ def minor_version(python_version: str) -> str:
     return ".".join(python_version.split(".")[:2])
 
 
-def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
-                  python_version: str) -> None:
+def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str, python_version: str) -> None:
     """Lay out the venv-like prefix under `dest` (a staging root, not the image)."""
     prefix = python_prefix(python)
     short = minor_version(python_version)
-    runtime_lock.install(wheels, destdir=dest, prefix=prefix, interpreter=python,
-                         python_version=short)
+    runtime_lock.install(wheels, destdir=dest, prefix=prefix, interpreter=python, python_version=short)
     root = Path(dest) / prefix.lstrip("/")
     bindir = root / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
@@ -445,8 +485,8 @@ def stage_runtime(wheels: tuple[Path, ...], dest: Path, *, python: str,
         if alias != name:
             os.symlink(name, bindir / alias)
     (root / "pyvenv.cfg").write_text(
-        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {python_version}\n",
-        encoding="utf-8")
+        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {python_version}\n", encoding="utf-8"
+    )
 
 
 # ------------------------------------------------------------------ bytecode
@@ -470,18 +510,38 @@ def compile_bytecode(root: Path, runtime: Path, out: Path, *, prefix: str, pytho
     tree is written to."""
     short = minor_version(python_version)
     interpreter = f"/usr/bin/python{short}"
-    stdlib = [d for d in (f"/usr/lib/python{short}", "/usr/lib/python3/dist-packages")
-              if (Path(root) / d.lstrip("/")).is_dir()]
+    stdlib = [
+        d
+        for d in (f"/usr/lib/python{short}", "/usr/lib/python3/dist-packages")
+        if (Path(root) / d.lstrip("/")).is_dir()
+    ]
     compileall = f"{interpreter} -m compileall -q -f --invalidation-mode checked-hash"
-    inner = (f"{compileall} {' '.join(stdlib)} && "
-             f"{compileall} -s {_RUNTIME_MOUNT} -p {prefix} {_RUNTIME_MOUNT}/lib")
-    script = ('set -e; umask 022; mount --bind "$2" "$1"' + _RUNTIME_MOUNT + '; '
-              'mount --bind "$3" "$1"' + _PYC_MOUNT + '; '
-              'exec chroot "$1" /usr/bin/env -i PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 '
-              f'PYTHONPYCACHEPREFIX={_PYC_MOUNT} '
-              f'LC_ALL=C.UTF-8 PATH={PATH_ENV} /bin/sh -c "$4"')
-    _proc.run([_proc.which("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script,
-               "compile-bytecode", root, runtime, out, inner], env={"PATH": PATH_ENV}, timeout=1800)
+    inner = f"{compileall} {' '.join(stdlib)} && {compileall} -s {_RUNTIME_MOUNT} -p {prefix} {_RUNTIME_MOUNT}/lib"
+    script = (
+        'set -e; umask 022; mount --bind "$2" "$1"' + _RUNTIME_MOUNT + "; "
+        'mount --bind "$3" "$1"' + _PYC_MOUNT + "; "
+        'exec chroot "$1" /usr/bin/env -i PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 '
+        f"PYTHONPYCACHEPREFIX={_PYC_MOUNT} "
+        f'LC_ALL=C.UTF-8 PATH={PATH_ENV} /bin/sh -c "$4"'
+    )
+    _proc.run(
+        [
+            _proc.which("unshare"),
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            script,
+            "compile-bytecode",
+            root,
+            runtime,
+            out,
+            inner,
+        ],
+        env={"PATH": PATH_ENV},
+        timeout=1800,
+    )
 
 
 def bytecode_entries(out: Path, *, prefix: str) -> list[oci_layer.FileEntry]:
@@ -493,7 +553,7 @@ def bytecode_entries(out: Path, *, prefix: str) -> list[oci_layer.FileEntry]:
         rel = pyc.relative_to(out)
         parent = rel.parent.as_posix()
         if parent == runtime or parent.startswith(runtime + "/"):
-            parent = prefix.strip("/") + parent[len(runtime):]
+            parent = prefix.strip("/") + parent[len(runtime) :]
         cache_dir = f"{parent}/__pycache__"
         entries.setdefault(cache_dir, oci_layer.FileEntry(cache_dir, "dir", 0o755))
         path = f"{cache_dir}/{rel.name}"
@@ -516,17 +576,25 @@ class BuiltBase:
     python_version: str
 
 
-def build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, *, python: str, state_dir: Path,
-          wheel_cache: Path = runtime_lock.WHEEL_CACHE, rootfs_cache: Path | None = None,
-          use_cache: bool = True) -> BuiltBase:
+def build(
+    spec: BaseSpec,
+    lock: runtime_lock.RuntimeLock,
+    *,
+    python: str,
+    state_dir: Path,
+    wheel_cache: Path = runtime_lock.WHEEL_CACHE,
+    rootfs_cache: Path | None = None,
+    use_cache: bool = True,
+) -> BuiltBase:
     """Rootfs + runtime -> three layers (OS, runtime, bytecode), config and manifest in
     `state_dir/oci`."""
     with rootfs(spec, rootfs_cache or Path(state_dir) / "rootfs", use_cache=use_cache) as root:
         return _build(spec, lock, root, python=python, state_dir=state_dir, wheel_cache=wheel_cache)
 
 
-def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python: str, state_dir: Path,
-           wheel_cache: Path) -> BuiltBase:
+def _build(
+    spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python: str, state_dir: Path, wheel_cache: Path
+) -> BuiltBase:
     version = debian_python_version(root)
     short = minor_version(version)
     prefix = python_prefix(python)
@@ -536,34 +604,41 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
     sde = spec.source_date_epoch
     say("layer 1/3: OS rootfs")
     os_entries = oci_layer.tree_entries(root, skip=lambda rel: not _in_rootfs(rel))
-    os_layer = oci_layer.write_layer(os_entries, blobs, source_date_epoch=sde,
-                                     mtime_policy="clamp")
+    os_layer = oci_layer.write_layer(os_entries, blobs, source_date_epoch=sde, mtime_policy="clamp")
     say(f"  {os_layer.digest} {os_layer.size / 1e6:.1f} MB")
     say(f"layer 2/3: Python runtime ({len(lock.wheels)} wheels) at {prefix}")
     with tempfile.TemporaryDirectory(prefix="base-runtime-", dir=state_dir) as tmp:
         stage_runtime(wheels, Path(tmp), python=python, python_version=version)
         py_entries = oci_layer.tree_entries(Path(tmp), normalize=oci_layer.normalized)
-        py_layer = oci_layer.write_layer(py_entries, blobs, source_date_epoch=sde,
-                                         mtime_policy="clamp")
+        py_layer = oci_layer.write_layer(py_entries, blobs, source_date_epoch=sde, mtime_policy="clamp")
         say(f"  {py_layer.digest} {py_layer.size / 1e6:.1f} MB")
         say(f"layer 3/3: bytecode of the stdlib and the runtime (checked-hash, by the rootfs' python{short})")
         with tempfile.TemporaryDirectory(prefix="base-bytecode-") as out:
-            compile_bytecode(root, Path(tmp) / prefix.lstrip("/"), Path(out), prefix=prefix,
-                             python_version=version)
-            pyc_layer = oci_layer.write_layer(bytecode_entries(Path(out), prefix=prefix),
-                                              blobs, source_date_epoch=sde)
+            compile_bytecode(root, Path(tmp) / prefix.lstrip("/"), Path(out), prefix=prefix, python_version=version)
+            pyc_layer = oci_layer.write_layer(bytecode_entries(Path(out), prefix=prefix), blobs, source_date_epoch=sde)
     say(f"  {pyc_layer.digest} {pyc_layer.size / 1e6:.1f} MB")
     layers = (
-        NewLayer(os_layer.digest, os_layer.diff_id, os_layer.size,
-                 created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
-                 comment=f"debian snapshot {snapshot_url(spec.snapshot)}"),
-        NewLayer(py_layer.digest, py_layer.diff_id, py_layer.size,
-                 created_by=f"installer: locks/runtime.txt -> {prefix}",
-                 comment=f"runtime lock sha256:{lock.sha256}"),
-        NewLayer(pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size,
-                 created_by=f"python{short} -m compileall --invalidation-mode checked-hash "
-                            f"/usr/lib/python3* {prefix}/lib",
-                 comment="bytecode: PYTHONHASHSEED=0, sorted, one process per tree"),
+        NewLayer(
+            os_layer.digest,
+            os_layer.diff_id,
+            os_layer.size,
+            created_by=f"mmdebstrap {spec.variant} {spec.suite} +{','.join(spec.packages)}",
+            comment=f"debian snapshot {snapshot_url(spec.snapshot)}",
+        ),
+        NewLayer(
+            py_layer.digest,
+            py_layer.diff_id,
+            py_layer.size,
+            created_by=f"installer: locks/runtime.txt -> {prefix}",
+            comment=f"runtime lock sha256:{lock.sha256}",
+        ),
+        NewLayer(
+            pyc_layer.digest,
+            pyc_layer.diff_id,
+            pyc_layer.size,
+            created_by=f"python{short} -m compileall --invalidation-mode checked-hash /usr/lib/python3* {prefix}/lib",
+            comment="bytecode: PYTHONHASHSEED=0, sorted, one process per tree",
+        ),
     )
     changes = ConfigChanges(cmd=(python,), env={"PATH": PATH_ENV, "LANG": "C.UTF-8"})
     image = derive(None, layers, changes, source_date_epoch=sde, family=OCI)
@@ -571,10 +646,16 @@ def _build(spec: BaseSpec, lock: runtime_lock.RuntimeLock, root: Path, *, python
     ref_name = f"{REPOSITORY}:{TAG}"
     layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=ref_name)
     return BuiltBase(
-        layout=layout.root, ref_name=ref_name, debs=installed_debs(root), manifest_digest=image.manifest_digest,
-        media_type=image.media_type, config_digest=image.config_digest,
-        layers=(LayerRecord("os", os_layer.digest, os_layer.diff_id, os_layer.size),
-                LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size),
-                LayerRecord("bytecode", pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size)),
+        layout=layout.root,
+        ref_name=ref_name,
+        debs=installed_debs(root),
+        manifest_digest=image.manifest_digest,
+        media_type=image.media_type,
+        config_digest=image.config_digest,
+        layers=(
+            LayerRecord("os", os_layer.digest, os_layer.diff_id, os_layer.size),
+            LayerRecord("python-runtime", py_layer.digest, py_layer.diff_id, py_layer.size),
+            LayerRecord("bytecode", pyc_layer.digest, pyc_layer.diff_id, pyc_layer.size),
+        ),
         python_version=version,
     )

@@ -84,16 +84,20 @@ class BuildRecord:
     @classmethod
     def from_json(cls, data: dict) -> BuildRecord:
         if data.get("version") != RECORD_VERSION:
-            raise ConfigError("unsupported build record version", expected=RECORD_VERSION,
-                              actual=data.get("version"))
+            raise ConfigError("unsupported build record version", expected=RECORD_VERSION, actual=data.get("version"))
         return cls(
-            repository=data["repository"], tag=data["tag"],
-            manifest_digest=data["manifest_digest"], media_type=data["media_type"],
-            config_digest=data["config_digest"], base=data["base"],
+            repository=data["repository"],
+            tag=data["tag"],
+            manifest_digest=data["manifest_digest"],
+            media_type=data["media_type"],
+            config_digest=data["config_digest"],
+            base=data["base"],
             base_layers=tuple((l["digest"], l["size"]) for l in data["base_layers"]),
             app_layers=tuple(AppLayer.from_json(l) for l in data["app_layers"]),
-            source_revision=data["source_revision"], source_date_epoch=data["source_date_epoch"],
-            zlib=data["zlib"], layout=data["layout"],
+            source_revision=data["source_revision"],
+            source_date_epoch=data["source_date_epoch"],
+            zlib=data["zlib"],
+            layout=data["layout"],
             config=ImageConfigValues.from_json(data["config"]),
         )
 
@@ -132,26 +136,43 @@ def build(
     # without [curriculum] is refused here (ConfigError), not at the image's first start.
     for spec in app_layers(repo, cfg.app_dir, vendored, cfg.curriculum.file_bytes()):
         layer = write_layer(spec.entries, blobs_dir, source_date_epoch=source_date_epoch)
-        built_layers.append(AppLayer(spec.name, layer.digest, layer.diff_id, layer.size,
-                                     tuple(members_of_blob(layer.path))))
-    values = image_config(cfg, base_name=base.name, base_digest=base.digest,
-                          revision=source_revision,
-                          source_date_epoch=source_date_epoch, vendored=vendored)
-    image = derive(base_image, [NewLayer(l.digest, l.diff_id, l.size, f"{HISTORY_PREFIX}{l.name} layer")
-                          for l in built_layers],
-                   values.changes(), source_date_epoch=source_date_epoch)
+        built_layers.append(
+            AppLayer(spec.name, layer.digest, layer.diff_id, layer.size, tuple(members_of_blob(layer.path)))
+        )
+    values = image_config(
+        cfg,
+        base_name=base.name,
+        base_digest=base.digest,
+        revision=source_revision,
+        source_date_epoch=source_date_epoch,
+        vendored=vendored,
+    )
+    image = derive(
+        base_image,
+        [NewLayer(l.digest, l.diff_id, l.size, f"{HISTORY_PREFIX}{l.name} layer") for l in built_layers],
+        values.changes(),
+        source_date_epoch=source_date_epoch,
+    )
     layout.put_bytes(image.config_bytes)
     layout.add_manifest(image.manifest_bytes, image.media_type, ref_name=tag)
     record = BuildRecord(
-        repository=repository, tag=tag, manifest_digest=image.manifest_digest,
-        media_type=image.media_type, config_digest=image.config_digest,
+        repository=repository,
+        tag=tag,
+        manifest_digest=image.manifest_digest,
+        media_type=image.media_type,
+        config_digest=image.config_digest,
         base=f"{base.name}@{base.digest}",
         base_layers=tuple((l.digest, l.size) for l in base_image.manifest.layers),
-        app_layers=tuple(built_layers), source_revision=source_revision,
-        source_date_epoch=source_date_epoch, zlib=zlib_version(), layout=str(layout.root),
+        app_layers=tuple(built_layers),
+        source_revision=source_revision,
+        source_date_epoch=source_date_epoch,
+        zlib=zlib_version(),
+        layout=str(layout.root),
         config=values,
     )
     say(f"built {repository}@{image.manifest_digest}")
-    say(f"  base {base}; {len(built_layers)} app layers, {record.app_size:,} bytes "
-        f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})")
+    say(
+        f"  base {base}; {len(built_layers)} app layers, {record.app_size:,} bytes "
+        f"({', '.join(f'{l.name} {l.digest[7:19]}' for l in built_layers)})"
+    )
     return record

@@ -34,25 +34,49 @@ class ImageConfigValues:
     labels: tuple[tuple[str, str], ...]
 
     def changes(self) -> ConfigChanges:
-        return ConfigChanges(cmd=self.cmd, entrypoint=self.entrypoint, env=dict(self.env),
-                             working_dir=self.working_dir, exposed_ports=self.exposed_ports,
-                             labels=dict(self.labels), user=self.user)
+        return ConfigChanges(
+            cmd=self.cmd,
+            entrypoint=self.entrypoint,
+            env=dict(self.env),
+            working_dir=self.working_dir,
+            exposed_ports=self.exposed_ports,
+            labels=dict(self.labels),
+            user=self.user,
+        )
 
     def to_json(self) -> dict:
-        return {"cmd": list(self.cmd), "entrypoint": list(self.entrypoint), "env": dict(self.env),
-                "working_dir": self.working_dir, "exposed_ports": list(self.exposed_ports),
-                "user": self.user, "labels": dict(self.labels)}
+        return {
+            "cmd": list(self.cmd),
+            "entrypoint": list(self.entrypoint),
+            "env": dict(self.env),
+            "working_dir": self.working_dir,
+            "exposed_ports": list(self.exposed_ports),
+            "user": self.user,
+            "labels": dict(self.labels),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> ImageConfigValues:
-        return cls(cmd=tuple(data["cmd"]), entrypoint=tuple(data["entrypoint"]),
-                   env=tuple(sorted(data["env"].items())), working_dir=data["working_dir"],
-                   exposed_ports=tuple(data["exposed_ports"]), user=data["user"],
-                   labels=tuple(sorted(data["labels"].items())))
+        return cls(
+            cmd=tuple(data["cmd"]),
+            entrypoint=tuple(data["entrypoint"]),
+            env=tuple(sorted(data["env"].items())),
+            working_dir=data["working_dir"],
+            exposed_ports=tuple(data["exposed_ports"]),
+            user=data["user"],
+            labels=tuple(sorted(data["labels"].items())),
+        )
 
 
-def image_config(cfg: ReleaseConfig, *, base_name: str, base_digest: str, revision: str,
-                 source_date_epoch: int, vendored: VendoredTaskFile | None) -> ImageConfigValues:
+def image_config(
+    cfg: ReleaseConfig,
+    *,
+    base_name: str,
+    base_digest: str,
+    revision: str,
+    source_date_epoch: int,
+    vendored: VendoredTaskFile | None,
+) -> ImageConfigValues:
     """The derived image's config values: from release.toml, the base's recorded name and
     digest, the image-input revision and SOURCE_DATE_EPOCH only."""
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
@@ -69,5 +93,10 @@ def image_config(cfg: ReleaseConfig, *, base_name: str, base_digest: str, revisi
     }
     return ImageConfigValues(
         cmd=(cfg.python, "-m", "env.server.serve", "--host", "0.0.0.0", "--port", str(cfg.port)),
-        entrypoint=(), env=tuple(sorted(env.items())), working_dir=cfg.app_dir,
-        exposed_ports=(f"{cfg.port}/tcp",), user="0", labels=tuple(sorted(labels.items())))
+        entrypoint=(),
+        env=tuple(sorted(env.items())),
+        working_dir=cfg.app_dir,
+        exposed_ports=(f"{cfg.port}/tcp",),
+        user="0",
+        labels=tuple(sorted(labels.items())),
+    )

@@ -46,6 +46,9 @@ def inherited_files(config: ImageConfig, layers: Sequence[tuple[str, Path]], app
         members = listing.entries(blob, digest)
         files -= listing.hidden(files, members)
         if index < first_own:
-            files.update(m.path for m in members
-                         if m.regular and m.path.startswith(under_app) and not listing.is_whiteout(m.path))
+            files.update(
+                m.path
+                for m in members
+                if m.regular and m.path.startswith(under_app) and not listing.is_whiteout(m.path)
+            )
     return tuple(sorted(f"/{f}" for f in files))

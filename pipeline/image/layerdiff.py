@@ -41,8 +41,13 @@ class Member:
         return cls(**{k: data[k] for k in ("path",) + FIELDS if k in data})
 
 
-_TYPES = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
-          tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
+_TYPES = {
+    tarfile.REGTYPE: "file",
+    tarfile.AREGTYPE: "file",
+    tarfile.DIRTYPE: "dir",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hardlink",
+}
 
 
 def members_of_blob(blob: Path) -> list[Member]:
@@ -54,11 +59,21 @@ def members_of_blob(blob: Path) -> list[Member]:
             if info.isfile():
                 f = tar.extractfile(info)
                 digest = hashlib.sha256(f.read() if f else b"").hexdigest()
-            out.append(Member(
-                path=info.name, type=_TYPES.get(info.type, repr(info.type)), mode=info.mode,
-                uid=info.uid, gid=info.gid, mtime=int(info.mtime), size=info.size, sha256=digest,
-                linkname=info.linkname, uname=info.uname, gname=info.gname,
-            ))
+            out.append(
+                Member(
+                    path=info.name,
+                    type=_TYPES.get(info.type, repr(info.type)),
+                    mode=info.mode,
+                    uid=info.uid,
+                    gid=info.gid,
+                    mtime=int(info.mtime),
+                    size=info.size,
+                    sha256=digest,
+                    linkname=info.linkname,
+                    uname=info.uname,
+                    gname=info.gname,
+                )
+            )
     return out
 
 
@@ -81,8 +96,10 @@ def explain(recorded: list[Member], rebuilt: list[Member]) -> list[str]:
                     va, vb = oct(va), oct(vb)
                 lines.append(f"{path}: {what} differs (recorded {va}, rebuilt {vb})")
     if not lines and [m.path for m in recorded] != [m.path for m in rebuilt]:
-        lines.append("same members with the same metadata, but in a different order: "
-                     f"recorded {[m.path for m in recorded][:5]}..., rebuilt {[m.path for m in rebuilt][:5]}...")
+        lines.append(
+            "same members with the same metadata, but in a different order: "
+            f"recorded {[m.path for m in recorded][:5]}..., rebuilt {[m.path for m in rebuilt][:5]}..."
+        )
     return lines
 
 
@@ -97,10 +114,20 @@ class AppLayer:
     members: tuple[Member, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "digest": self.digest, "diff_id": self.diff_id,
-                "size": self.size, "members": [m.to_json() for m in self.members]}
+        return {
+            "name": self.name,
+            "digest": self.digest,
+            "diff_id": self.diff_id,
+            "size": self.size,
+            "members": [m.to_json() for m in self.members],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppLayer:
-        return cls(name=data["name"], digest=data["digest"], diff_id=data["diff_id"],
-                   size=data["size"], members=tuple(Member.from_json(m) for m in data["members"]))
+        return cls(
+            name=data["name"],
+            digest=data["digest"],
+            diff_id=data["diff_id"],
+            size=data["size"],
+            members=tuple(Member.from_json(m) for m in data["members"]),
+        )

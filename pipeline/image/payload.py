@@ -73,9 +73,10 @@ def _dirs_for(paths: list[str], stop: str) -> list[FileEntry]:
     directories are 0700.
     """
     stop_parts = PurePosixPath(stop).parts
-    return [replace(d, mode=DIR_MODE)
-            if PurePosixPath(d.path).parts[: len(stop_parts)] == stop_parts else d
-            for d in parents_of(paths)]
+    return [
+        replace(d, mode=DIR_MODE) if PurePosixPath(d.path).parts[: len(stop_parts)] == stop_parts else d
+        for d in parents_of(paths)
+    ]
 
 
 def _files(root: Path, dest: str, *, exclude: AbstractSet[str] = frozenset()) -> list[FileEntry]:
@@ -85,8 +86,7 @@ def _files(root: Path, dest: str, *, exclude: AbstractSet[str] = frozenset()) ->
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in _SKIP_DIRS and (f"{rel_dir}/{d}".lstrip("./") not in exclude)
+            d for d in dirnames if d not in _SKIP_DIRS and (f"{rel_dir}/{d}".lstrip("./") not in exclude)
         )
         for name in sorted(filenames):
             if not name.endswith(_CODE_SUFFIXES) or f"{rel_dir}/{name}".lstrip("./") in exclude:
@@ -94,50 +94,73 @@ def _files(root: Path, dest: str, *, exclude: AbstractSet[str] = frozenset()) ->
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
             mode = EXEC_MODE if full.stat().st_mode & stat.S_IXUSR else FILE_MODE
-            found.append(FileEntry(path=f"{dest}/{rel}", type="file", mode=mode,
-                                   source=full.read_bytes()))
+            found.append(FileEntry(path=f"{dest}/{rel}", type="file", mode=mode, source=full.read_bytes()))
     return found
 
 
 def _layer(name: str, files: list[FileEntry], app_dir: str) -> LayerSpec:
     if not files:
-        raise ReleaseError(f"application layer {name!r} would be empty",
-                           hint="check the checkout: env/ and the task module must exist")
+        raise ReleaseError(
+            f"application layer {name!r} would be empty", hint="check the checkout: env/ and the task module must exist"
+        )
     dirs = _dirs_for([f.path for f in files], app_dir)
     return LayerSpec(name=name, entries=tuple(dirs + files))
 
 
-def app_layers(repo: Path, app_dir: str, vendored: VendoredTaskFile | None,
-               curriculum: bytes | None) -> list[LayerSpec]:
+def app_layers(
+    repo: Path, app_dir: str, vendored: VendoredTaskFile | None, curriculum: bytes | None
+) -> list[LayerSpec]:
     """The application layers, in order, for a checkout at `repo`; `curriculum` is the
     `env/curriculum.json` to serve (None: a commit from before `[curriculum]`, whose
     catalog held its cases in code)."""
     app = app_dir.strip("/")
     env_root = Path(repo) / "env"
     if not (env_root / "server").is_dir():
-        raise ReleaseError(f"no environment server at {env_root / 'server'}",
-                           hint="run the build from the project checkout")
+        raise ReleaseError(
+            f"no environment server at {env_root / 'server'}", hint="run the build from the project checkout"
+        )
     in_env = CURRICULUM_PATH.removeprefix("env/")
     env_files = _files(env_root, f"{app}/env", exclude={"families", in_env})
     if curriculum is not None:
-        env_files.append(FileEntry(path=f"{app}/{CURRICULUM_PATH}", type="file", mode=FILE_MODE,
-                                   source=curriculum))
+        env_files.append(FileEntry(path=f"{app}/{CURRICULUM_PATH}", type="file", mode=FILE_MODE, source=curriculum))
     layers = [_layer("env", env_files, app)]
-    licenses = [FileEntry(path=f"{app}/licenses/LICENSE", type="file", mode=FILE_MODE,
-                          source=(Path(repo) / "LICENSE").read_bytes())]
+    licenses = [
+        FileEntry(
+            path=f"{app}/licenses/LICENSE", type="file", mode=FILE_MODE, source=(Path(repo) / "LICENSE").read_bytes()
+        )
+    ]
     if vendored is None:
         layers.append(_layer("tasks", _files(env_root / "families", f"{app}/env/families"), app))
     else:
         base = f"{app}/vendor/{vendored.source}"
-        layers.append(_layer("tasks", [
-            FileEntry(path=f"{base}/{vendored.file.name}", type="file", mode=FILE_MODE,
-                      source=vendored.file.read_bytes()),
-            FileEntry(path=f"{base}/{vendored.license_file.name}", type="file", mode=FILE_MODE,
-                      source=vendored.license_file.read_bytes()),
-        ], app))
-        licenses.append(FileEntry(path=f"{app}/licenses/{vendored.source}.{vendored.license_file.name}",
-                                  type="file", mode=FILE_MODE,
-                                  source=vendored.license_file.read_bytes()))
+        layers.append(
+            _layer(
+                "tasks",
+                [
+                    FileEntry(
+                        path=f"{base}/{vendored.file.name}",
+                        type="file",
+                        mode=FILE_MODE,
+                        source=vendored.file.read_bytes(),
+                    ),
+                    FileEntry(
+                        path=f"{base}/{vendored.license_file.name}",
+                        type="file",
+                        mode=FILE_MODE,
+                        source=vendored.license_file.read_bytes(),
+                    ),
+                ],
+                app,
+            )
+        )
+        licenses.append(
+            FileEntry(
+                path=f"{app}/licenses/{vendored.source}.{vendored.license_file.name}",
+                type="file",
+                mode=FILE_MODE,
+                source=vendored.license_file.read_bytes(),
+            )
+        )
     layers.append(_layer("licenses", licenses, app))
     return layers
 

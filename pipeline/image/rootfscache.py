@@ -87,8 +87,10 @@ def check(cache_dir: Path, key: str) -> str:
             say(f"rootfs: cached tree {target} checked (content digest, {time.monotonic() - started:.1f} s)")
             return VERIFIED
         marker.unlink()
-        say(f"rootfs: the cached tree {target} fails its check (content digest {found}, recorded "
-            f"{recorded}): discarded and rebuilt")
+        say(
+            f"rootfs: the cached tree {target} fails its check (content digest {found}, recorded "
+            f"{recorded}): discarded and rebuilt"
+        )
         return DISCARDED
 
 

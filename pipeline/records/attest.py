@@ -40,8 +40,10 @@ CYCLONEDX_BOM = "https://cyclonedx.org/bom"
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
 PREDICATES: dict[str, str] = {"provenance": SLSA_PROVENANCE, "sbom": CYCLONEDX_BOM, "checks": TEST_RESULT}
 SLSA_BUILD_LEVEL = "Build L1"
-SLSA_LEVEL_REASON = ("provenance is generated and signed by the release pipeline itself, "
-                     "not by an isolated, hosted build platform (SLSA v1.0 Build L2 and up)")
+SLSA_LEVEL_REASON = (
+    "provenance is generated and signed by the release pipeline itself, "
+    "not by an isolated, hosted build platform (SLSA v1.0 Build L2 and up)"
+)
 DEFAULT_DIR = REPO_ROOT / "attestations"
 SBOM_FILE = "sbom.cdx.json"
 CHECKS_FILE = "checks.json"
@@ -72,12 +74,14 @@ class Subject:
 
 def statement(subject: Subject, predicate_type: str, predicate: Mapping[str, Any]) -> bytes:
     """An in-toto Statement v1, as the canonical JSON bytes that get signed."""
-    return canonical_json({
-        "_type": STATEMENT_TYPE,
-        "subject": [subject.to_json()],
-        "predicateType": predicate_type,
-        "predicate": predicate,
-    })
+    return canonical_json(
+        {
+            "_type": STATEMENT_TYPE,
+            "subject": [subject.to_json()],
+            "predicateType": predicate_type,
+            "predicate": predicate,
+        }
+    )
 
 
 def build_type(cfg: ReleaseConfig) -> str:
@@ -111,29 +115,48 @@ def resolved_dependencies(prov: Provenance, *, project_repository: str, lock_tex
     ]
     origin = prov.base.built_from
     if origin is not None:  # the local base: the lock whose .deb list pins its packages
-        deps.append({"name": "base-lock", "uri": f"file:{origin.packages_pinned_by}",
-                     "digest": {"sha256": origin.lock_sha256},
-                     "annotations": {"debs": origin.debs, "debianSuite": origin.debian_suite,
-                                     "namedAfterSnapshot": origin.named_after_snapshot,
-                                     "packagesFrom": origin.packages_from}})
+        deps.append(
+            {
+                "name": "base-lock",
+                "uri": f"file:{origin.packages_pinned_by}",
+                "digest": {"sha256": origin.lock_sha256},
+                "annotations": {
+                    "debs": origin.debs,
+                    "debianSuite": origin.debian_suite,
+                    "namedAfterSnapshot": origin.named_after_snapshot,
+                    "packagesFrom": origin.packages_from,
+                },
+            }
+        )
     deps += [
-        {"name": "project", "uri": f"git+{project_repository}@{prov.project.commit}",
-         "digest": {"gitCommit": prov.project.commit, "gitTree": prov.project.tree},
-         "annotations": {"dirty": prov.project.dirty, "allowDirty": prov.project.allow_dirty}},
+        {
+            "name": "project",
+            "uri": f"git+{project_repository}@{prov.project.commit}",
+            "digest": {"gitCommit": prov.project.commit, "gitTree": prov.project.tree},
+            "annotations": {"dirty": prov.project.dirty, "allowDirty": prov.project.allow_dirty},
+        },
     ]
     for s in sorted(prov.sources, key=lambda s: s.source):
-        deps.append({
-            "name": f"source:{s.source}",
-            "uri": f"git+{s.repository}@{s.revision}#{s.path}",
-            "digest": {"sha256": s.sha256, "gitCommit": s.revision},
-            "annotations": {"size": s.size, "license": s.license, "licenseFile": s.license_file,
-                            "licenseSha256": s.license_sha256},
-        })
-    deps.append({"name": "wheel-lock", "uri": f"file:{prov.wheel_lock.path}",
-                 "digest": {"sha256": prov.wheel_lock.sha256}})
+        deps.append(
+            {
+                "name": f"source:{s.source}",
+                "uri": f"git+{s.repository}@{s.revision}#{s.path}",
+                "digest": {"sha256": s.sha256, "gitCommit": s.revision},
+                "annotations": {
+                    "size": s.size,
+                    "license": s.license,
+                    "licenseFile": s.license_file,
+                    "licenseSha256": s.license_sha256,
+                },
+            }
+        )
+    deps.append(
+        {"name": "wheel-lock", "uri": f"file:{prov.wheel_lock.path}", "digest": {"sha256": prov.wheel_lock.sha256}}
+    )
     for (name, version), hashes in sorted(allowed_hashes(lock_text).items()):
-        deps += [{"name": f"wheel:{name}", "uri": f"pkg:pypi/{name}@{version}", "digest": {"sha256": h}}
-                 for h in hashes]
+        deps += [
+            {"name": f"wheel:{name}", "uri": f"pkg:pypi/{name}@{version}", "digest": {"sha256": h}} for h in hashes
+        ]
     return deps
 
 
@@ -141,13 +164,23 @@ def builder_dependencies(prov: Provenance) -> list[dict[str, Any]]:
     """The pipeline's toolchain as SLSA ResourceDescriptors: each distribution of the environment
     that ran the release (the signer, the SBOM writer and all they use), named by the file it was
     installed from, with that file's sha256 as uv.lock pins it."""
-    return [{"name": d.file, "uri": f"pkg:pypi/{d.name}@{d.version}", "digest": {"sha256": d.sha256}}
-            for d in prov.builder.toolchain]
+    return [
+        {"name": d.file, "uri": f"pkg:pypi/{d.name}@{d.version}", "digest": {"sha256": d.sha256}}
+        for d in prov.builder.toolchain
+    ]
 
 
-def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Mapping[str, Any],
-                         lock_text: str, signing: str,
-                         started: datetime, finished: datetime, invocation_id: str) -> dict[str, Any]:
+def provenance_predicate(
+    cfg: ReleaseConfig,
+    prov: Provenance,
+    *,
+    parameters: Mapping[str, Any],
+    lock_text: str,
+    signing: str,
+    started: datetime,
+    finished: datetime,
+    invocation_id: str,
+) -> dict[str, Any]:
     """SLSA provenance v1 for the image, from provenance.json, its wheel lock and release.toml.
 
     `parameters` is the released profile's release.toml table (the resolved plan's), the
@@ -166,14 +199,16 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Ma
                 "signing": signing,
                 "sourceDateEpoch": prov.source_date_epoch,
             },
-            "resolvedDependencies": resolved_dependencies(prov, project_repository=cfg.source_url,
-                                                          lock_text=lock_text),
+            "resolvedDependencies": resolved_dependencies(prov, project_repository=cfg.source_url, lock_text=lock_text),
         },
         "runDetails": {
             "builder": {
                 "id": builder_id(cfg, signing),
-                "version": {"pipeline": prov.builder.pipeline_version, "python": prov.builder.python_version,
-                            "zlib": prov.builder.zlib_version},
+                "version": {
+                    "pipeline": prov.builder.pipeline_version,
+                    "python": prov.builder.python_version,
+                    "zlib": prov.builder.zlib_version,
+                },
                 "builderDependencies": builder_dependencies(prov),
             },
             "metadata": {
@@ -183,8 +218,13 @@ def provenance_predicate(cfg: ReleaseConfig, prov: Provenance, *, parameters: Ma
             },
             # provenance.json's exact bytes are one function of the record: binding their
             # hash here makes any edit of it (not only of the pinned inputs) detectable.
-            "byproducts": [{"name": PROVENANCE_RECORD, "mediaType": "application/json",
-                            "digest": {"sha256": sha256_bytes(provenance_record.to_json(prov))}}],
+            "byproducts": [
+                {
+                    "name": PROVENANCE_RECORD,
+                    "mediaType": "application/json",
+                    "digest": {"sha256": sha256_bytes(provenance_record.to_json(prov))},
+                }
+            ],
         },
     }
 
@@ -201,9 +241,13 @@ def checks_predicate(result: SuiteResult, *, checks_sha256: str) -> dict[str, An
         "failedTests": failed,
         # Checks that could not apply (an external task without a reference solution).
         "warnedTests": sorted(c.id for c in result.not_applicable),
-        "configuration": [{"name": "checks.json", "digest": {"sha256": checks_sha256},
-                           "annotations": {"suite": CHECK_SUITE_SPEC, "image": result.image,
-                                           **result.counts()}}],
+        "configuration": [
+            {
+                "name": "checks.json",
+                "digest": {"sha256": checks_sha256},
+                "annotations": {"suite": CHECK_SUITE_SPEC, "image": result.image, **result.counts()},
+            }
+        ],
     }
 
 
@@ -222,8 +266,15 @@ def attestation_path(out_dir: Path, kind: str, suffix: str) -> Path:
     return Path(out_dir) / f"{kind}{suffix}"
 
 
-def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, signer_id: str,
-           issuer: str = "", source_url: str) -> bytes:
+def readme(
+    subject: Subject,
+    signing: str,
+    files: Iterable[AttestationFile],
+    *,
+    signer_id: str,
+    issuer: str = "",
+    source_url: str,
+) -> bytes:
     """attestations/README.md: what is signed, by whom, and how to verify it with standard tools.
 
     `signer_id` is the release keyid (key signing) or the certificate identity (sigstore).
@@ -237,12 +288,15 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
         "",
         f"SLSA build level: **{SLSA_BUILD_LEVEL}** ({SLSA_LEVEL_REASON}).",
         "",
-        "Signing: " + (f"DSSE envelopes signed with the release key, keyid `{signer_id}` "
-                       "(`release.pub.pem` is a copy for other tools; trust the keyid pinned in "
-                       "trust.toml `[trust.<profile>]`, not this copy)."
-                       if signing == "key" else
-                       f"sigstore keyless bundles signed by `{signer_id}` (issuer `{issuer}`); "
-                       "trust.toml `[trust.<profile>]` pins who may sign."),
+        "Signing: "
+        + (
+            f"DSSE envelopes signed with the release key, keyid `{signer_id}` "
+            "(`release.pub.pem` is a copy for other tools; trust the keyid pinned in "
+            "trust.toml `[trust.<profile>]`, not this copy)."
+            if signing == "key"
+            else f"sigstore keyless bundles signed by `{signer_id}` (issuer `{issuer}`); "
+            "trust.toml `[trust.<profile>]` pins who may sign."
+        ),
         "",
         "`release" + (".dsse.json" if signing == "key" else ".sigstore.json") + "` is the release statement: "
         "its subjects are the image and the sha256 of every record (provenance.json, submission.json, "
@@ -254,81 +308,118 @@ def readme(subject: Subject, signing: str, files: Iterable[AttestationFile], *, 
         "| --- | --- | --- |",
     ]
     lines += [f"| `{f.path.name}` | `{f.predicate_type}` | `{f.statement_sha256}` |" for f in files]
-    lines += ["", "## Verify", "", "From the repository root, offline, against the trust root pinned in "
-              "trust.toml (or your own: `--key FILE`, `--identity X --issuer Y`):", "", "```sh",
-              "python -m pipeline audit            # table; --json for machines; writes dist/vsa.json",
-              "```", "", "### With other tools", ""]
+    lines += [
+        "",
+        "## Verify",
+        "",
+        "From the repository root, offline, against the trust root pinned in "
+        "trust.toml (or your own: `--key FILE`, `--identity X --issuer Y`):",
+        "",
+        "```sh",
+        "python -m pipeline audit            # table; --json for machines; writes dist/vsa.json",
+        "```",
+        "",
+        "### With other tools",
+        "",
+    ]
     if signing == "key":
         lines += [
             "DSSE envelopes, with securesystemslib and the published key (check its keyid first):",
-            "", "```sh", "python - <<'EOF'", "import json, pathlib",
+            "",
+            "```sh",
+            "python - <<'EOF'",
+            "import json, pathlib",
             "from cryptography.hazmat.primitives.serialization import load_pem_public_key",
-            "from securesystemslib.dsse import Envelope", "from securesystemslib.signer import SSlibKey",
+            "from securesystemslib.dsse import Envelope",
+            "from securesystemslib.signer import SSlibKey",
             'pem = pathlib.Path("attestations/release.pub.pem").read_bytes()',
             "key = SSlibKey.from_crypto(load_pem_public_key(pem))",
             f'assert key.keyid == "{signer_id}", key.keyid',
             'for name in ("release", "provenance", "sbom", "checks"):',
             '    env = Envelope.from_dict(json.loads(pathlib.Path(f"attestations/{name}.dsse.json").read_bytes()))',
             "    env.verify([key], 1)",
-            '    print(name, "signature OK")', "EOF", "```", "",
+            '    print(name, "signature OK")',
+            "EOF",
+            "```",
+            "",
             "The in-toto layout and stage links, with in-toto's CLI (it also refuses an expired layout, "
             "which `pipeline audit` reports as information only), once the published key is the release "
-            "key (a forger re-signing the layout and links publishes their own):", "",
+            "key (a forger re-signing the layout and links publishes their own):",
+            "",
             "```sh",
             "python -c 'import pathlib; from cryptography.hazmat.primitives.serialization import "
             "load_pem_public_key; from securesystemslib.signer import SSlibKey; "
             'key = SSlibKey.from_crypto(load_pem_public_key(pathlib.Path("attestations/release.pub.pem")'
-            '.read_bytes())); '
+            ".read_bytes())); "
             f'assert key.keyid == "{signer_id}", key.keyid\' && \\',
             "in-toto-verify --layout attestations/layout.json --verification-keys attestations/release.pub.pem "
             "--link-dir attestations/links",
-            "```", "",
+            "```",
+            "",
         ]
     else:
         lines += [
             "sigstore bundles, with the `sigstore` CLI (offline: its trust root is embedded); the last "
-            "argument is a subject (the image digest, or a record file for the release statement):", "",
+            "argument is a subject (the image digest, or a record file for the release statement):",
+            "",
             "```sh",
         ]
-        lines += [f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
-                  f"'{issuer}' --bundle attestations/{f.path.name} {digest}" for f in files]
-        lines += [f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
-                  f"'{issuer}' --bundle attestations/release.sigstore.json submission.json", "```", ""]
-    lines += ["Then compare `sha256sum provenance.json submission.json attestations/*.json` with the "
-              "release statement's subjects.", ""]
-    lines += ["## In the registry", "",
-              "Each signed statement is also pushed beside the image as a Sigstore bundle v0.3, an OCI "
-              "referrer of the image manifest (`artifactType` "
-              "`application/vnd.dev.sigstore.bundle.v0.3+json`), with a fifth: the release's own audit "
-              "of these records as a signed SLSA verification summary (a self-check, not an independent "
-              "verifier's; it is not among the records here). They are found from the image digest "
-              "alone: `GET /v2/<repository>/referrers/<digest>` where the registry has the referrers "
-              "API, else the index tagged `sha256-<hex of the digest>`. `python -m pipeline audit "
-              "--registry` checks every one; the repository's README (\"With sigstore-js or cosign\") "
-              "shows how to verify them with other Sigstore tools.", ""]
+        lines += [
+            f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
+            f"'{issuer}' --bundle attestations/{f.path.name} {digest}"
+            for f in files
+        ]
+        lines += [
+            f"sigstore verify identity --offline --cert-identity '{signer_id}' --cert-oidc-issuer "
+            f"'{issuer}' --bundle attestations/release.sigstore.json submission.json",
+            "```",
+            "",
+        ]
+    lines += [
+        "Then compare `sha256sum provenance.json submission.json attestations/*.json` with the "
+        "release statement's subjects.",
+        "",
+    ]
+    lines += [
+        "## In the registry",
+        "",
+        "Each signed statement is also pushed beside the image as a Sigstore bundle v0.3, an OCI "
+        "referrer of the image manifest (`artifactType` "
+        "`application/vnd.dev.sigstore.bundle.v0.3+json`), with a fifth: the release's own audit "
+        "of these records as a signed SLSA verification summary (a self-check, not an independent "
+        "verifier's; it is not among the records here). They are found from the image digest "
+        "alone: `GET /v2/<repository>/referrers/<digest>` where the registry has the referrers "
+        "API, else the index tagged `sha256-<hex of the digest>`. `python -m pipeline audit "
+        '--registry` checks every one; the repository\'s README ("With sigstore-js or cosign") '
+        "shows how to verify them with other Sigstore tools.",
+        "",
+    ]
     if signing == "key":
         workflow = f"{source_url.rstrip('/')}/.github/workflows/release.yml@refs/tags/<tag>"
         lines += [
             "A keyless release (the arena profile, signed in CI) writes `*.sigstore.json` bundles instead; "
             "verify each with the `sigstore` CLI, offline, for the release workflow's identity at the "
-            "released tag (trust.toml `[trust.arena]`):", "",
+            "released tag (trust.toml `[trust.arena]`):",
+            "",
             "```sh",
             f"sigstore verify identity --offline --cert-identity '{workflow}' --cert-oidc-issuer "
             "'https://token.actions.githubusercontent.com' --bundle attestations/provenance.sigstore.json "
             "sha256:<image digest>",
-            "```", ""]
+            "```",
+            "",
+        ]
     return "\n".join(lines).encode()
 
 
-def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[AttestationFile], *,
-                 source_url: str) -> Path:
+def write_readme(out_dir: Path, subject: Subject, signer, files: Iterable[AttestationFile], *, source_url: str) -> Path:
     """Write attestations/README.md for the signer that signed `files`."""
     if signer.kind == "key":
         data = readme(subject, "key", files, signer_id=signer.keyid, source_url=source_url)
     else:
         policy = signer.policy()
-        data = readme(subject, "sigstore", files, signer_id=policy.identity, issuer=policy.issuer,
-                      source_url=source_url)
+        data = readme(
+            subject, "sigstore", files, signer_id=policy.identity, issuer=policy.issuer, source_url=source_url
+        )
     out = Path(out_dir) / README_FILE
     write_atomic(out, data)
     return out
@@ -358,8 +449,9 @@ class Invocation:
     invocation_id: str | None = None
 
 
-def write_attestations(cfg: ReleaseConfig, evidence: Evidence, invocation: Invocation, *, signer,
-                       out_dir: Path = DEFAULT_DIR) -> list[AttestationFile]:
+def write_attestations(
+    cfg: ReleaseConfig, evidence: Evidence, invocation: Invocation, *, signer, out_dir: Path = DEFAULT_DIR
+) -> list[AttestationFile]:
     """Sign the three statements (checks only when results exist) into `out_dir`.
 
     The SBOM and the check results are written next to them so that the audit can
@@ -367,10 +459,16 @@ def write_attestations(cfg: ReleaseConfig, evidence: Evidence, invocation: Invoc
     """
     out_dir = Path(out_dir)
     predicates: dict[str, Mapping[str, Any]] = {
-        "provenance": provenance_predicate(cfg, evidence.provenance, parameters=invocation.parameters,
-                                           lock_text=evidence.lock_text, signing=signer.kind,
-                                           started=invocation.started, finished=invocation.finished,
-                                           invocation_id=invocation.invocation_id or str(uuid.uuid4())),
+        "provenance": provenance_predicate(
+            cfg,
+            evidence.provenance,
+            parameters=invocation.parameters,
+            lock_text=evidence.lock_text,
+            signing=signer.kind,
+            started=invocation.started,
+            finished=invocation.finished,
+            invocation_id=invocation.invocation_id or str(uuid.uuid4()),
+        ),
         "sbom": json.loads(evidence.sbom_bytes),
     }
     write_atomic(out_dir / SBOM_FILE, evidence.sbom_bytes)
@@ -394,8 +492,11 @@ def sign_checks(result: SuiteResult, checks_file: Path, *, signer, out_dir: Path
     verdicts and the sha256 of checks.json), signed by `signer` (key or sigstore); the
     signer's public key or identity is published next to it.
     """
-    stmt = statement(Subject.from_image_ref(result.image), TEST_RESULT,
-                     checks_predicate(result, checks_sha256=sha256_file(checks_file)))
+    stmt = statement(
+        Subject.from_image_ref(result.image),
+        TEST_RESULT,
+        checks_predicate(result, checks_sha256=sha256_file(checks_file)),
+    )
     path = attestation_path(out_dir, "checks", signer.suffix)
     write_atomic(path, signer.sign(stmt))
     signer.publish(out_dir)
@@ -409,6 +510,9 @@ def load_statement(payload: bytes, *, what: str) -> dict[str, Any]:
     except ValueError as exc:
         raise VerificationError(f"{what}: payload is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
-        raise VerificationError(f"{what}: not an in-toto Statement v1", expected=STATEMENT_TYPE,
-                                actual=doc.get("_type") if isinstance(doc, dict) else type(doc).__name__)
+        raise VerificationError(
+            f"{what}: not an in-toto Statement v1",
+            expected=STATEMENT_TYPE,
+            actual=doc.get("_type") if isinstance(doc, dict) else type(doc).__name__,
+        )
     return doc

@@ -67,8 +67,10 @@ def parse(data: bytes, *, what: str) -> Any:
         bundle = bundle_model.from_json(data)
     except ValueError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise VerificationError(f"{what} is not a Sigstore bundle: {first}",
-                                hint="a release pushes one Sigstore bundle v0.3 per signed statement") from None
+        raise VerificationError(
+            f"{what} is not a Sigstore bundle: {first}",
+            hint="a release pushes one Sigstore bundle v0.3 per signed statement",
+        ) from None
     if bundle.media_type != MEDIA_TYPE:
         raise VerificationError(f"{what}: bundle media type", expected=MEDIA_TYPE, actual=bundle.media_type)
     if bundle.dsse_envelope is None:
@@ -86,12 +88,20 @@ def key_bundle(envelope: bytes, *, what: str) -> bytes:
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ConfigError(f"{what} is not a signed DSSE envelope: {exc!s}") from None
     if len(sigs) != 1:
-        raise ConfigError(f"{what} carries {len(sigs)} signatures", expected="one, by the release key",
-                          actual=", ".join(str(s.get("keyid")) for s in sigs))
-    doc = {"mediaType": MEDIA_TYPE,
-           "verificationMaterial": {"publicKey": {"hint": keyid}, "tlogEntries": []},
-           "dsseEnvelope": {"payload": env["payload"], "payloadType": env["payloadType"],
-                            "signatures": [{"sig": sigs[0]["sig"], "keyid": keyid}]}}
+        raise ConfigError(
+            f"{what} carries {len(sigs)} signatures",
+            expected="one, by the release key",
+            actual=", ".join(str(s.get("keyid")) for s in sigs),
+        )
+    doc = {
+        "mediaType": MEDIA_TYPE,
+        "verificationMaterial": {"publicKey": {"hint": keyid}, "tlogEntries": []},
+        "dsseEnvelope": {
+            "payload": env["payload"],
+            "payloadType": env["payloadType"],
+            "signatures": [{"sig": sigs[0]["sig"], "keyid": keyid}],
+        },
+    }
     try:
         bundle = _models().from_dict(doc)
     except ValueError as exc:
@@ -102,8 +112,11 @@ def key_bundle(envelope: bytes, *, what: str) -> bytes:
 def envelope_of(data: bytes) -> dict[str, Any]:
     """The DSSE envelope of a bundle, as the JSON object a `.dsse.json` file holds (unverified)."""
     env = json.loads(data)["dsseEnvelope"]
-    return {"payload": env["payload"], "payloadType": env["payloadType"],
-            "signatures": [{k: s[k] for k in ("keyid", "sig") if k in s} for s in env["signatures"]]}
+    return {
+        "payload": env["payload"],
+        "payloadType": env["payloadType"],
+        "signatures": [{k: s[k] for k in ("keyid", "sig") if k in s} for s in env["signatures"]],
+    }
 
 
 def predicate_type(envelope: dict[str, Any], *, what: str) -> str:
@@ -150,8 +163,15 @@ def attach_one(client, repository: str, image_digest: str, att: Attestation):
     """Push one bundle as a referrer of `image_digest` (pipeline.registry.referrers.Pushed)."""
     from pipeline.registry import referrers
 
-    return referrers.push_referrer(client, repository, image_digest, artifact_type=MEDIA_TYPE, payload=att.bundle,
-                                   media_type=MEDIA_TYPE, annotations=referrer_annotations(att.predicate_type))
+    return referrers.push_referrer(
+        client,
+        repository,
+        image_digest,
+        artifact_type=MEDIA_TYPE,
+        payload=att.bundle,
+        media_type=MEDIA_TYPE,
+        annotations=referrer_annotations(att.predicate_type),
+    )
 
 
 def attach(client, repository: str, image_digest: str, att_dir: Path, *, suffix: str) -> list:
@@ -206,13 +226,17 @@ def verify(data: bytes, root: trust.TrustRoot, *, what: str, att_dir: Path) -> V
         hint = bundle.verification_material.public_key.hint
         keyid = v.signer.removeprefix("key ")
         if hint != keyid:
-            raise VerificationError(f"{what}: the public-key hint names another key than the one that signed",
-                                    expected=keyid, actual=hint)
+            raise VerificationError(
+                f"{what}: the public-key hint names another key than the one that signed", expected=keyid, actual=hint
+            )
     elif bundle.verification_material.certificate is not None:
         v = trust.verify_bundle(data, root, what=what)
     else:
-        raise VerificationError(f"{what}: neither a public-key hint nor a signing certificate",
-                                expected="publicKey or certificate", actual="x509CertificateChain")
+        raise VerificationError(
+            f"{what}: neither a public-key hint nor a signing certificate",
+            expected="publicKey or certificate",
+            actual="x509CertificateChain",
+        )
     return Verified(attest.load_statement(v.payload, what=what), v.signer, envelope)
 
 
@@ -221,7 +245,9 @@ def about(statement: dict[str, Any], image_digest: str, *, what: str) -> None:
     subjects = statement.get("subject") or [{}]
     actual = subjects[0].get("digest", {}).get("sha256") if isinstance(subjects[0], dict) else None
     if actual != oci_digest.hex_of(image_digest):
-        raise VerificationError(f"{what}: the signed statement is about another artifact",
-                                expected=f"subject sha256 {oci_digest.hex_of(image_digest)}",
-                                actual=f"subject sha256 {actual}",
-                                hint="a bundle listed for this image must attest this image")
+        raise VerificationError(
+            f"{what}: the signed statement is about another artifact",
+            expected=f"subject sha256 {oci_digest.hex_of(image_digest)}",
+            actual=f"subject sha256 {actual}",
+            hint="a bundle listed for this image must attest this image",
+        )

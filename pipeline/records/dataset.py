@@ -65,15 +65,28 @@ class TaskLine:
 
     def to_json(self) -> dict[str, Any]:
         """The task id and image, then only the fields of its kind (in this order)."""
-        kind = ("family", "difficulty", "seed") if self.family is not None else (
-            "dataset", "revision", "split", "row", "record_sha256", "reference")
+        kind = (
+            ("family", "difficulty", "seed")
+            if self.family is not None
+            else ("dataset", "revision", "split", "row", "record_sha256", "reference")
+        )
         return {"task_id": self.task_id, "image": self.image, **{k: getattr(self, k) for k in kind}}
 
 
 # The column types a consumer's loader gets (the card's dataset_info), in tasks.jsonl's key order.
-FEATURES = (("task_id", "string"), ("image", "string"), ("family", "string"), ("difficulty", "int64"),
-            ("seed", "int64"), ("dataset", "string"), ("revision", "string"), ("split", "string"),
-            ("row", "int64"), ("record_sha256", "string"), ("reference", "string"))
+FEATURES = (
+    ("task_id", "string"),
+    ("image", "string"),
+    ("family", "string"),
+    ("difficulty", "int64"),
+    ("seed", "int64"),
+    ("dataset", "string"),
+    ("revision", "string"),
+    ("split", "string"),
+    ("row", "int64"),
+    ("record_sha256", "string"),
+    ("reference", "string"),
+)
 
 
 def request_order(sub: Request) -> tuple[tuple[str, str], ...]:
@@ -93,34 +106,51 @@ def task_lines(cfg: ReleaseConfig, prov: Provenance, sub: Request) -> tuple[Task
         if task_id in pinned:
             rec = records.get(task_id)
             if rec is None:
-                raise VerificationError(f"external task {task_id} has no record in provenance.json",
-                                        expected="one record per [[external.tasks]] entry", actual="none")
-            lines.append(TaskLine(task_id, image, dataset=rec.dataset, revision=rec.revision, split=rec.split,
-                                  row=rec.row, record_sha256=rec.sha256 or None,
-                                  reference=pinned[task_id].reference or None))
+                raise VerificationError(
+                    f"external task {task_id} has no record in provenance.json",
+                    expected="one record per [[external.tasks]] entry",
+                    actual="none",
+                )
+            lines.append(
+                TaskLine(
+                    task_id,
+                    image,
+                    dataset=rec.dataset,
+                    revision=rec.revision,
+                    split=rec.split,
+                    row=rec.row,
+                    record_sha256=rec.sha256 or None,
+                    reference=pinned[task_id].reference or None,
+                )
+            )
             continue
         try:
             case = Case.parse(task_id)
         except ValueError:
-            raise VerificationError(f"task {task_id} of submission.json is neither a curriculum case nor an "
-                                    "external task of release.toml") from None
+            raise VerificationError(
+                f"task {task_id} of submission.json is neither a curriculum case nor an external task of release.toml"
+            ) from None
         lines.append(TaskLine(task_id, image, family=case.family, difficulty=case.difficulty, seed=case.seed))
     return tuple(lines)
 
 
 def tasks_jsonl(lines: Iterable[TaskLine]) -> bytes:
     """One compact JSON object per line, "\\n"-terminated, keys in TaskLine order."""
-    return b"".join(json.dumps(line.to_json(), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-                    for line in lines)
+    return b"".join(
+        json.dumps(line.to_json(), ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for line in lines
+    )
 
 
 def manifest_file(repo: Path) -> dict[str, Path]:
     """The folder's openenv.yaml -> the checkout's env/openenv.yaml, the file the image's env layer packs."""
     src = Path(repo) / MANIFEST_SOURCE
     if not src.is_file():
-        raise SourceError(f"{MANIFEST_SOURCE} is missing: the dataset folder ships the environment's OpenEnv "
-                          "manifest", expected=f"a regular file {MANIFEST_SOURCE}", actual="absent",
-                          hint="restore env/openenv.yaml (tests/env/test_openenv_manifest.py checks it)")
+        raise SourceError(
+            f"{MANIFEST_SOURCE} is missing: the dataset folder ships the environment's OpenEnv manifest",
+            expected=f"a regular file {MANIFEST_SOURCE}",
+            actual="absent",
+            hint="restore env/openenv.yaml (tests/env/test_openenv_manifest.py checks it)",
+        )
     return {MANIFEST: src}
 
 

@@ -42,8 +42,9 @@ class HubTarget:
     profile: str  # names the release in messages
 
     @classmethod
-    def of(cls, repository: str, hub_url: str, *, publish: bool, profile: str,
-           environ: Mapping[str, str] | None = None) -> HubTarget:
+    def of(
+        cls, repository: str, hub_url: str, *, publish: bool, profile: str, environ: Mapping[str, str] | None = None
+    ) -> HubTarget:
         environ = os.environ if environ is None else environ
         return cls(repository, (environ.get("HF_ENDPOINT") or hub_url).rstrip("/"), publish, profile)
 
@@ -52,18 +53,24 @@ class HubTarget:
         return f"{self.endpoint}/datasets/{self.repository}"
 
     def not_published(self) -> DatasetPublication:
-        return DatasetPublication(repository=self.repository, published=False, revision=None, url=None,
-                                  files_read_back=0,
-                                  reason=f"not published: the {self.profile} profile does not publish the dataset")
+        return DatasetPublication(
+            repository=self.repository,
+            published=False,
+            revision=None,
+            url=None,
+            files_read_back=0,
+            reason=f"not published: the {self.profile} profile does not publish the dataset",
+        )
 
     def token(self, environ: Mapping[str, str] | None = None) -> str:
         """HF_TOKEN from the environment (nothing else: no stored login is read)."""
         environ = os.environ if environ is None else environ
         token = environ.get("HF_TOKEN", "")
         if not token:
-            raise ConfigError(f"profile {self.profile} publishes the dataset {self.repository}, "
-                              "but HF_TOKEN is not set",
-                              hint="export HF_TOKEN (a Hugging Face token with write access to the dataset)")
+            raise ConfigError(
+                f"profile {self.profile} publishes the dataset {self.repository}, but HF_TOKEN is not set",
+                hint="export HF_TOKEN (a Hugging Face token with write access to the dataset)",
+            )
         return token
 
 
@@ -98,12 +105,21 @@ def _why(exc: BaseException) -> str:
 
 
 def _remote_files(target: HubTarget, revision: str, token: str | bool) -> list[str]:
-    return sorted(_api(target, token).list_repo_files(target.repository, repo_type=REPO_TYPE, revision=revision,
-                                                      token=token))
+    return sorted(
+        _api(target, token).list_repo_files(target.repository, repo_type=REPO_TYPE, revision=revision, token=token)
+    )
 
 
-def upload(target: HubTarget, folder: Path, paths: Iterable[str], *, token: str, message: str,
-           parent: str | None = None, replace: bool = False) -> str:
+def upload(
+    target: HubTarget,
+    folder: Path,
+    paths: Iterable[str],
+    *,
+    token: str,
+    message: str,
+    parent: str | None = None,
+    replace: bool = False,
+) -> str:
     """One commit adding `paths` of `folder` (with `replace`, also deleting every other file the
     repository holds but the Hub's .gitattributes; with `parent`, refused unless the head is that
     commit); its revision."""
@@ -113,15 +129,21 @@ def upload(target: HubTarget, folder: Path, paths: Iterable[str], *, token: str,
     try:
         ops: list = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(Path(folder) / p)) for p in paths]
         if replace:
-            ops += [CommitOperationDelete(path_in_repo=p) for p in _remote_files(target, "main", token)
-                    if p not in paths and p != HUB_KEEPS]
-        info = _api(target, token).create_commit(target.repository, ops, repo_type=REPO_TYPE,
-                                                 commit_message=message, parent_commit=parent, token=token)
+            ops += [
+                CommitOperationDelete(path_in_repo=p)
+                for p in _remote_files(target, "main", token)
+                if p not in paths and p != HUB_KEEPS
+            ]
+        info = _api(target, token).create_commit(
+            target.repository, ops, repo_type=REPO_TYPE, commit_message=message, parent_commit=parent, token=token
+        )
     except _hub_errors() as exc:
-        raise HubError(f"the Hub refused the commit to the dataset {target.repository}",
-                       expected=f"a commit of {len(paths)} file(s) at {target.url}",
-                       actual=_why(exc),
-                       hint="check HF_TOKEN's write access and that the dataset repository exists") from None
+        raise HubError(
+            f"the Hub refused the commit to the dataset {target.repository}",
+            expected=f"a commit of {len(paths)} file(s) at {target.url}",
+            actual=_why(exc),
+            hint="check HF_TOKEN's write access and that the dataset repository exists",
+        ) from None
     revision = str(info.oid)
     if not is_commit(revision):
         raise HubError("the Hub answered the commit without a commit id", expected="40 hex digits", actual=revision)
@@ -142,31 +164,55 @@ def read_back(target: HubTarget, folder: Path, paths: Iterable[str], revision: s
     try:
         remote = _remote_files(target, revision, False)
     except _hub_errors() as exc:
-        raise HubError(f"the dataset {target.repository} cannot be listed anonymously at {revision}",
-                       expected="a public dataset", actual=_why(exc),
-                       hint="make the dataset public (not gated): trainers and the platform read it anonymously"
-                       ) from None
+        raise HubError(
+            f"the dataset {target.repository} cannot be listed anonymously at {revision}",
+            expected="a public dataset",
+            actual=_why(exc),
+            hint="make the dataset public (not gated): trainers and the platform read it anonymously",
+        ) from None
     listed = [p for p in remote if p != HUB_KEEPS]
     if listed != paths:
         missing, extra = sorted(set(paths) - set(listed)), sorted(set(listed) - set(paths))
-        raise DigestMismatch(f"the dataset {target.repository} at {revision} does not hold the folder's files",
-                             expected=f"{len(paths)} files", actual="; ".join(
-                                 x for x in (f"missing {', '.join(missing[:5])}" if missing else "",
-                                             f"not in the folder {', '.join(extra[:5])}" if extra else "") if x),
-                             hint="something else wrote to the repository: publish again")
+        raise DigestMismatch(
+            f"the dataset {target.repository} at {revision} does not hold the folder's files",
+            expected=f"{len(paths)} files",
+            actual="; ".join(
+                x
+                for x in (
+                    f"missing {', '.join(missing[:5])}" if missing else "",
+                    f"not in the folder {', '.join(extra[:5])}" if extra else "",
+                )
+                if x
+            ),
+            hint="something else wrote to the repository: publish again",
+        )
     with tempfile.TemporaryDirectory(prefix="hub-read-back-") as cache:
         for path in paths:
             try:
-                got = Path(hf_hub_download(target.repository, path, repo_type=REPO_TYPE, revision=revision,
-                                           endpoint=target.endpoint, token=False, cache_dir=cache)).read_bytes()
+                got = Path(
+                    hf_hub_download(
+                        target.repository,
+                        path,
+                        repo_type=REPO_TYPE,
+                        revision=revision,
+                        endpoint=target.endpoint,
+                        token=False,
+                        cache_dir=cache,
+                    )
+                ).read_bytes()
             except _hub_errors() as exc:
-                raise HubError(f"{path} of the dataset {target.repository} cannot be downloaded anonymously at "
-                               f"{revision}", actual=_why(exc)) from None
+                raise HubError(
+                    f"{path} of the dataset {target.repository} cannot be downloaded anonymously at {revision}",
+                    actual=_why(exc),
+                ) from None
             want = sha256_file(Path(folder) / path)
             if sha256_bytes(got) != want:
-                raise DigestMismatch(f"the Hub serves other bytes for {path} of {target.repository} at {revision}",
-                                     expected=f"sha256 {want}", actual=f"sha256 {sha256_bytes(got)} ({len(got)} bytes)",
-                                     hint="the release stops before writing submission.json; publish again")
+                raise DigestMismatch(
+                    f"the Hub serves other bytes for {path} of {target.repository} at {revision}",
+                    expected=f"sha256 {want}",
+                    actual=f"sha256 {sha256_bytes(got)} ({len(got)} bytes)",
+                    hint="the release stops before writing submission.json; publish again",
+                )
     say(f"    {target.repository}@{revision}: {len(paths)} file(s) read back anonymously, every byte equal")
     return len(paths)
 
@@ -175,18 +221,43 @@ def publish_files(target: HubTarget, folder: Path, paths: Iterable[str], *, toke
     """The task files as one commit replacing the repository's content, read back; the record
     provenance.json carries."""
     paths = sorted(paths)
-    revision = upload(target, folder, paths, token=token, replace=True,
-                      message="Task files of the release (card, tasks.jsonl, openenv.yaml, vendored files)")
+    revision = upload(
+        target,
+        folder,
+        paths,
+        token=token,
+        replace=True,
+        message="Task files of the release (card, tasks.jsonl, openenv.yaml, vendored files)",
+    )
     count = read_back(target, folder, paths, revision)
-    return DatasetPublication(repository=target.repository, published=True, revision=revision,
-                              url=f"{target.url}/tree/{revision}", files_read_back=count, reason="")
+    return DatasetPublication(
+        repository=target.repository,
+        published=True,
+        revision=revision,
+        url=f"{target.url}/tree/{revision}",
+        files_read_back=count,
+        reason="",
+    )
 
 
-def publish_records(target: HubTarget, folder: Path, records: Iterable[str], everything: Iterable[str], *,
-                    token: str, task_files: DatasetPublication) -> str:
+def publish_records(
+    target: HubTarget,
+    folder: Path,
+    records: Iterable[str],
+    everything: Iterable[str],
+    *,
+    token: str,
+    task_files: DatasetPublication,
+) -> str:
     """The `records` on top of the task files' commit, then `everything` in the folder read back;
     the new revision."""
-    revision = upload(target, folder, records, token=token, parent=task_files.revision,
-                      message=f"Release records (task files at {task_files.revision})")
+    revision = upload(
+        target,
+        folder,
+        records,
+        token=token,
+        parent=task_files.revision,
+        message=f"Release records (task files at {task_files.revision})",
+    )
     read_back(target, folder, everything, revision)
     return revision

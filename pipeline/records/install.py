@@ -149,8 +149,9 @@ def _link_copy(src: Path, dest: Path) -> None:
     if not (src.is_dir() or src.is_file() or src.is_symlink()):
         return  # a socket or a pipe: nothing the audit reads
     if _proc.run(["cp", "-a", "--link", str(src), str(dest)], check=False).returncode != 0:
-        shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() and not dest.is_symlink() else \
-            dest.unlink(missing_ok=True)
+        shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() and not dest.is_symlink() else dest.unlink(
+            missing_ok=True
+        )
         _proc.run(["cp", "-a", "--reflink=auto", str(src), str(dest)])
 
 
@@ -161,12 +162,18 @@ def commit(repo: Path, staging: Path) -> list[Path]:
     for rel in PATHS:
         new = digest(staging / rel)
         if new is None:
-            raise InstallError(f"the staged records lack {rel}", expected=f"{staging / rel}", actual="absent",
-                               hint="a bug: the release staged an incomplete set; the records were not changed")
+            raise InstallError(
+                f"the staged records lack {rel}",
+                expected=f"{staging / rel}",
+                actual="absent",
+                hint="a bug: the release staged an incomplete set; the records were not changed",
+            )
         entries.append({"path": rel, "sha256": new})
     journal = repo / JOURNAL
-    write_atomic(journal, json.dumps({"staging": str(staging), "entries": entries,
-                                      "owner": runs.current().to_json()}, indent=2).encode())
+    write_atomic(
+        journal,
+        json.dumps({"staging": str(staging), "entries": entries, "owner": runs.current().to_json()}, indent=2).encode(),
+    )
     _sync_dir(journal.parent)
     runs.pause_at("install:journal")
     for e in entries:
@@ -207,14 +214,20 @@ def _roll_forward(repo: Path, journal: Path) -> str:
         staging = Path(raw["staging"])
         entries = [(str(e["path"]), str(e["sha256"])) for e in raw["entries"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InstallError(f"the install journal {journal} is unreadable", expected="the journal a release wrote",
-                           actual=str(exc), hint="check the records with `nox -s audit`, then remove the journal "
-                                                 "and release again") from None
+        raise InstallError(
+            f"the install journal {journal} is unreadable",
+            expected="the journal a release wrote",
+            actual=str(exc),
+            hint="check the records with `nox -s audit`, then remove the journal and release again",
+        ) from None
     owner = runs.Owner.from_json(raw.get("owner"))
     if owner is not None and owner.alive and owner != runs.current():
-        raise InstallError(f"another release (PID {owner.pid}) is switching its records into this checkout",
-                           expected="one release at a time in a checkout", actual=f"{journal} is that release's",
-                           hint="wait for it to finish, then release again")
+        raise InstallError(
+            f"another release (PID {owner.pid}) is switching its records into this checkout",
+            expected="one release at a time in a checkout",
+            actual=f"{journal} is that release's",
+            hint="wait for it to finish, then release again",
+        )
     moved = 0
     for rel, new in entries:
         target, staged = repo / rel, staging / rel
@@ -226,13 +239,16 @@ def _roll_forward(repo: Path, journal: Path) -> str:
                 expected=f"sha256 {new[:16]}… at {target} or {staged}",
                 actual=f"{(digest(target) or 'absent')[:16]} and {(digest(staged) or 'absent')[:16]}",
                 hint=f"restore the records with `git checkout -- {' '.join(p for p, _ in entries[:3])}`, "
-                     f"remove {journal}, and release again")
+                f"remove {journal}, and release again",
+            )
         _switch(staged, target)
         moved += 1
     journal.unlink()
     shutil.rmtree(staging, ignore_errors=True)
-    return (f"recovered: a killed release had committed its records and not finished switching them in; "
-            f"completed ({moved} of {len(entries)} path(s) switched now), removed {staging}")
+    return (
+        f"recovered: a killed release had committed its records and not finished switching them in; "
+        f"completed ({moved} of {len(entries)} path(s) switched now), removed {staging}"
+    )
 
 
 def _remove_dead_staging(repo: Path) -> list[str]:
@@ -262,6 +278,8 @@ def _remove_dead_staging(repo: Path) -> list[str]:
     if restored:
         lines.append(f"recovered: a killed release's install had left {', '.join(restored)} missing; moved back")
     if removed:
-        lines.append(f"removed {len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} of releases "
-                     f"that are gone, under {root}: {', '.join(removed[:5])}")
+        lines.append(
+            f"removed {len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} of releases "
+            f"that are gone, under {root}: {', '.join(removed[:5])}"
+        )
     return lines

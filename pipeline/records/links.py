@@ -62,32 +62,61 @@ def steps(suffix: str) -> tuple[StepSpec, ...]:
     """The release's steps; `suffix` is the signer's attestation suffix (.dsse.json/.sigstore.json)."""
     statements = tuple(f"attestations/{k}{suffix}" for k in ("provenance", "sbom", "checks"))
     return (
-        StepSpec("vendor", ("release.toml",), ("vendor",),
-                 ("ALLOW release.toml", "DISALLOW *"),
-                 ("ALLOW vendor/*", "DISALLOW *")),
-        StepSpec("build", ("release.toml", "locks/runtime.txt", "vendor", "env"),
-                 ("dist/build.json", "dist/oci/index.json"),
-                 ("MATCH vendor/* WITH PRODUCTS FROM vendor", "ALLOW release.toml", "ALLOW locks/runtime.txt",
-                  "ALLOW env/*", "DISALLOW *"),
-                 ("CREATE dist/build.json", "CREATE dist/oci/index.json", "DISALLOW *")),
-        StepSpec("sbom", ("dist/oci/index.json", "locks/runtime.txt"), ("attestations/sbom.cdx.json",),
-                 ("MATCH dist/oci/index.json WITH PRODUCTS FROM build", "ALLOW locks/runtime.txt", "DISALLOW *"),
-                 ("CREATE attestations/sbom.cdx.json", "DISALLOW *")),
-        StepSpec("verify", ("dist/build.json",), ("attestations/checks.json",),
-                 ("MATCH dist/build.json WITH PRODUCTS FROM build", "DISALLOW *"),
-                 ("CREATE attestations/checks.json", "DISALLOW *")),
-        StepSpec("attest",
-                 ("attestations/sbom.cdx.json", "attestations/checks.json", "vendor", "locks/runtime.txt",
-                  "release.toml"),
-                 ("provenance.json",) + statements,
-                 ("MATCH attestations/sbom.cdx.json WITH PRODUCTS FROM sbom",
-                  "MATCH attestations/checks.json WITH PRODUCTS FROM verify",
-                  "MATCH vendor/* WITH PRODUCTS FROM vendor", "ALLOW locks/runtime.txt", "ALLOW release.toml",
-                  "DISALLOW *"),
-                 ("CREATE provenance.json",) + tuple(f"CREATE {s}" for s in statements) + ("DISALLOW *",)),
-        StepSpec("submission", ("attestations/checks.json", "release.toml"), ("submission.json",),
-                 ("MATCH attestations/checks.json WITH PRODUCTS FROM verify", "ALLOW release.toml", "DISALLOW *"),
-                 ("CREATE submission.json", "DISALLOW *")),
+        StepSpec(
+            "vendor",
+            ("release.toml",),
+            ("vendor",),
+            ("ALLOW release.toml", "DISALLOW *"),
+            ("ALLOW vendor/*", "DISALLOW *"),
+        ),
+        StepSpec(
+            "build",
+            ("release.toml", "locks/runtime.txt", "vendor", "env"),
+            ("dist/build.json", "dist/oci/index.json"),
+            (
+                "MATCH vendor/* WITH PRODUCTS FROM vendor",
+                "ALLOW release.toml",
+                "ALLOW locks/runtime.txt",
+                "ALLOW env/*",
+                "DISALLOW *",
+            ),
+            ("CREATE dist/build.json", "CREATE dist/oci/index.json", "DISALLOW *"),
+        ),
+        StepSpec(
+            "sbom",
+            ("dist/oci/index.json", "locks/runtime.txt"),
+            ("attestations/sbom.cdx.json",),
+            ("MATCH dist/oci/index.json WITH PRODUCTS FROM build", "ALLOW locks/runtime.txt", "DISALLOW *"),
+            ("CREATE attestations/sbom.cdx.json", "DISALLOW *"),
+        ),
+        StepSpec(
+            "verify",
+            ("dist/build.json",),
+            ("attestations/checks.json",),
+            ("MATCH dist/build.json WITH PRODUCTS FROM build", "DISALLOW *"),
+            ("CREATE attestations/checks.json", "DISALLOW *"),
+        ),
+        StepSpec(
+            "attest",
+            ("attestations/sbom.cdx.json", "attestations/checks.json", "vendor", "locks/runtime.txt", "release.toml"),
+            ("provenance.json",) + statements,
+            (
+                "MATCH attestations/sbom.cdx.json WITH PRODUCTS FROM sbom",
+                "MATCH attestations/checks.json WITH PRODUCTS FROM verify",
+                "MATCH vendor/* WITH PRODUCTS FROM vendor",
+                "ALLOW locks/runtime.txt",
+                "ALLOW release.toml",
+                "DISALLOW *",
+            ),
+            ("CREATE provenance.json",) + tuple(f"CREATE {s}" for s in statements) + ("DISALLOW *",),
+        ),
+        StepSpec(
+            "submission",
+            ("attestations/checks.json", "release.toml"),
+            ("submission.json",),
+            ("MATCH attestations/checks.json WITH PRODUCTS FROM verify", "ALLOW release.toml", "DISALLOW *"),
+            ("CREATE submission.json", "DISALLOW *"),
+        ),
     )
 
 
@@ -136,8 +165,14 @@ class StageRecorder:
         spec = self.specs[name]
         materials = self._artifacts(spec.materials)
         yield
-        self.links[name] = Link(name=name, materials=materials, products=self._artifacts(spec.products),
-                                command=self.command, byproducts={}, environment={})
+        self.links[name] = Link(
+            name=name,
+            materials=materials,
+            products=self._artifacts(spec.products),
+            command=self.command,
+            byproducts={},
+            environment={},
+        )
 
     def write(self, att_dir: Path, functionary, *, sign, released_on: datetime, days: int) -> list[Path]:
         """Links and layout into `att_dir`; `sign(envelope)` adds the signature (or nothing)."""
@@ -196,18 +231,26 @@ def _is_release_layout(lay: Layout, suffix: str) -> None:
     Without it a layout of no steps (or of ALLOW * rules) verifies nothing and passes.
     """
     if lay.inspect:
-        raise VerificationError("in-toto: the layout has inspections (commands a verifier would run)",
-                                expected="none", actual=[i.name for i in lay.inspect])
+        raise VerificationError(
+            "in-toto: the layout has inspections (commands a verifier would run)",
+            expected="none",
+            actual=[i.name for i in lay.inspect],
+        )
     want = _release_rules(suffix)
     got = [(st.name, st.expected_materials, st.expected_products) for st in lay.steps]
     if [w[0] for w in want] != [g[0] for g in got]:
-        raise VerificationError("in-toto: the layout's steps are not the release's",
-                                expected=[w[0] for w in want], actual=[g[0] for g in got])
+        raise VerificationError(
+            "in-toto: the layout's steps are not the release's",
+            expected=[w[0] for w in want],
+            actual=[g[0] for g in got],
+        )
     for (name, materials, products), (_, got_materials, got_products) in zip(want, got):
         if (materials, products) != (got_materials, got_products):
-            raise VerificationError(f"in-toto: the rules of step {name} are not the release's",
-                                    expected={"materials": materials, "products": products},
-                                    actual={"materials": got_materials, "products": got_products})
+            raise VerificationError(
+                f"in-toto: the rules of step {name} are not the release's",
+                expected={"materials": materials, "products": products},
+                actual={"materials": got_materials, "products": got_products},
+            )
 
 
 def _links_only(chain: dict) -> dict:
@@ -223,15 +266,21 @@ def _links_only(chain: dict) -> dict:
         for keyid, metadata in by_key.items():
             payload = metadata.get_payload()
             if payload.type_ != "link":
-                raise VerificationError(f"in-toto: the metadata of step {step} is a {payload.type_}, not a link",
-                                        expected="link", actual=payload.type_,
-                                        hint="a release delegates no step to a sublayout")
+                raise VerificationError(
+                    f"in-toto: the metadata of step {step} is a {payload.type_}, not a link",
+                    expected="link",
+                    actual=payload.type_,
+                    hint="a release delegates no step to a sublayout",
+                )
             # Rules such as "ALLOW vendor/*" match "vendor/../../dev/zero" too, and in sigstore mode
             # the links are unsigned: a path outside the tree is refused before any rule or read.
             outside = sorted(a for a in (*payload.materials, *payload.products) if not is_tree_path(a))
             if outside:
-                raise VerificationError(f"in-toto: the link of step {step} names paths outside the records tree",
-                                        expected="relative paths without '..'", actual=", ".join(outside))
+                raise VerificationError(
+                    f"in-toto: the link of step {step} names paths outside the records tree",
+                    expected="relative paths without '..'",
+                    actual=", ".join(outside),
+                )
             out[step][keyid] = payload
     return out
 
@@ -243,12 +292,20 @@ def _sigstore_functionary(lay: Layout, identity: str) -> None:
     kinds = sorted({(k.get("keytype"), k.get("scheme")) for k in lay.keys.values()})
     want = [(SigstoreKey.DEFAULT_KEY_TYPE, SigstoreKey.DEFAULT_SCHEME)]
     if kinds != want:
-        raise VerificationError("in-toto: the layout's functionary is not a sigstore identity",
-                                expected=want, actual=kinds)
+        raise VerificationError(
+            "in-toto: the layout's functionary is not a sigstore identity", expected=want, actual=kinds
+        )
 
 
-def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None = None,
-           identity: str | None = None, suffix: str | None = None) -> str:
+def verify(
+    root: Path,
+    *,
+    key=None,
+    released_on: datetime,
+    now: datetime | None = None,
+    identity: str | None = None,
+    suffix: str | None = None,
+) -> str:
     """in-toto verification of the layout and links, then the records against the last products.
 
     `key` (the trusted release key) checks the layout's and links' signatures; None in
@@ -268,35 +325,49 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
     try:
         metadata = Metadata.load(str(att / LAYOUT_FILE))
     except FileNotFoundError:
-        raise VerificationError(f"attestations/{LAYOUT_FILE} is missing",
-                                hint="a release writes its layout with its links; the records are incomplete") from None
+        raise VerificationError(
+            f"attestations/{LAYOUT_FILE} is missing",
+            hint="a release writes its layout with its links; the records are incomplete",
+        ) from None
     except Exception as exc:  # in-toto's InvalidMetadata, json's errors: each means not a layout
-        raise VerificationError(f"attestations/{LAYOUT_FILE} is not in-toto metadata",
-                                expected="a DSSE envelope holding an in-toto layout",
-                                actual=f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise VerificationError(
+            f"attestations/{LAYOUT_FILE} is not in-toto metadata",
+            expected="a DSSE envelope holding an in-toto layout",
+            actual=f"{type(exc).__name__}: {exc}".rstrip(": "),
+        ) from None
     try:
         if key is not None:
             try:
                 verifylib.verify_metadata_signatures(metadata, {key.keyid: {**key.to_dict(), "keyid": key.keyid}})
             except Exception:  # in-toto raises its own SignatureVerificationError without a message
-                raise VerificationError(f"in-toto: attestations/{LAYOUT_FILE} is not signed by the trusted key",
-                                        expected=key.keyid,
-                                        actual=", ".join(sorted(metadata.signatures)) or "no signature") from None
+                raise VerificationError(
+                    f"in-toto: attestations/{LAYOUT_FILE} is not signed by the trusted key",
+                    expected=key.keyid,
+                    actual=", ".join(sorted(metadata.signatures)) or "no signature",
+                ) from None
         lay = metadata.get_payload()
         if not isinstance(lay, Layout):
-            raise VerificationError(f"attestations/{LAYOUT_FILE} does not hold a layout",
-                                    expected="_type layout", actual=f"_type {getattr(lay, '_type', '?')}")
+            raise VerificationError(
+                f"attestations/{LAYOUT_FILE} does not hold a layout",
+                expected="_type layout",
+                actual=f"_type {getattr(lay, '_type', '?')}",
+            )
         if key is not None and set(lay.keys) != {key.keyid}:
-            raise VerificationError("in-toto: the layout names other functionaries than the trusted key",
-                                    expected=[key.keyid], actual=sorted(lay.keys))
+            raise VerificationError(
+                "in-toto: the layout names other functionaries than the trusted key",
+                expected=[key.keyid],
+                actual=sorted(lay.keys),
+            )
         if identity is not None:
             _sigstore_functionary(lay, identity)
         _is_release_layout(lay, suffix)
         expires = parse_utc_time(lay.expires)
         if released_on > expires:
-            raise VerificationError("in-toto: the layout had already expired when the release was made",
-                                    expected=f"released before {lay.expires}",
-                                    actual=f"released {utc_time(released_on)}")
+            raise VerificationError(
+                "in-toto: the layout had already expired when the release was made",
+                expected=f"released before {lay.expires}",
+                actual=f"released {utc_time(released_on)}",
+            )
         with _cwd(root):
             chain = verifylib.load_links_for_layout(lay, str(att / LINKS_DIR))
             if key is not None:
@@ -321,17 +392,23 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
         if path.startswith("dist/"):
             continue  # build outputs are not part of the committed records
         if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_file()):
-            raise VerificationError(f"in-toto: the product {path} is not a regular file", expected="a regular file",
-                                    actual="a link" if on_disk.is_symlink() else "a special file or directory")
+            raise VerificationError(
+                f"in-toto: the product {path} is not a regular file",
+                expected="a regular file",
+                actual="a link" if on_disk.is_symlink() else "a special file or directory",
+            )
         if not on_disk.exists():
             raise VerificationError(
                 f"{path} is missing (the {_producer(lay, reduced, path)} step produced it)",
                 hint="vendor/ is not committed: `python -m pipeline vendor` fetches the pinned files"
-                if path.startswith("vendor/") else None)
+                if path.startswith("vendor/")
+                else None,
+            )
         actual = sha256_file(on_disk)
         if actual != expected:
-            raise VerificationError(f"{path} differs from the product its stage recorded", expected=expected,
-                                    actual=actual)
+            raise VerificationError(
+                f"{path} differs from the product its stage recorded", expected=expected, actual=actual
+            )
     now = now or datetime.now(UTC)
     state = "expired" if now > expires else "valid until"
     return f"layout {state} {lay.expires} (release {utc_time(released_on)}: valid then)"
@@ -339,8 +416,9 @@ def verify(root: Path, *, key=None, released_on: datetime, now: datetime | None 
 
 def _equal_functionaries(named: list[str], signer: list[str]) -> None:
     if named != signer:
-        raise VerificationError("in-toto: the layout names another functionary than the release signer",
-                                expected=signer, actual=named)
+        raise VerificationError(
+            "in-toto: the layout names another functionary than the release signer", expected=signer, actual=named
+        )
 
 
 def _producer(lay: Layout, reduced: dict, path: str) -> str:

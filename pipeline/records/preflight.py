@@ -48,8 +48,15 @@ from pipeline.registry.client import RegistryClient, RegistryUnavailable
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
 GIB = 1 << 30
 TRAINING_SPLITS = ("train",)
-REQUEST_CHECKS = ("image_resolved", "image_sizes", "sandbox_disk", "typed_contract", "unique_tasks",
-                  "training_tasks", "openenv_schema")
+REQUEST_CHECKS = (
+    "image_resolved",
+    "image_sizes",
+    "sandbox_disk",
+    "typed_contract",
+    "unique_tasks",
+    "training_tasks",
+    "openenv_schema",
+)
 TASK_CHECKS = ("pinned_openenv_endpoint", "native_schema", "native_episode")
 # The checks of the suite that stand for the platform's per-task ones.
 PROCEDURAL_ENDPOINT_CHECK = "image/openenv-validate"
@@ -98,8 +105,10 @@ class Report:
 
     def summary(self) -> str:
         passed = sum(o.status == PASS for o in self.outcomes)
-        return (f"PREFLIGHT {'PASSED' if not self.failures else 'FAILED'}: {passed} passed, "
-                f"{len(self.failures)} failed, {len(self.not_checked)} not checked")
+        return (
+            f"PREFLIGHT {'PASSED' if not self.failures else 'FAILED'}: {passed} passed, "
+            f"{len(self.failures)} failed, {len(self.not_checked)} not checked"
+        )
 
     def render(self) -> str:
         """The summary, then every check that did not pass, then one line per passed check name."""
@@ -122,7 +131,8 @@ class Report:
                 f"{'failed' if first.status == FAIL else 'could not be checked'}: {first.detail}",
                 expected="every admission check passes",
                 actual=f"{len(self.failures)} failed, {len(self.not_checked)} not checked",
-                hint="submission.json is not written; `python -m pipeline preflight` lists every check")
+                hint="submission.json is not written; `python -m pipeline preflight` lists every check",
+            )
 
 
 # A resolver fetches an image's manifest anonymously by digest: None when it resolved, or
@@ -165,8 +175,12 @@ def _resolved(image: str, resolve: Resolver) -> Outcome:
     except ReleaseError as exc:
         if isinstance(exc, ConfigError) and _hostless(image):
             # The local profile names its image without the loopback registry's address.
-            return Outcome("image_resolved", image, NOT_CHECKED,
-                           "the name has no registry host (a local-profile image: its registry is not running)")
+            return Outcome(
+                "image_resolved",
+                image,
+                NOT_CHECKED,
+                "the name has no registry host (a local-profile image: its registry is not running)",
+            )
         return Outcome("image_resolved", image, FAIL, exc.one_line())
     return Outcome("image_resolved", image, PASS)
 
@@ -184,8 +198,12 @@ def _image_sizes(images: Sequence[str], sizes: Sizes | None) -> Outcome:
         return Outcome("image_sizes", "", FAIL, f"no size recorded for {', '.join(missing)}")
     unmeasured = [i for i, size in found if size is not None and not size.measured]
     if unmeasured:
-        return Outcome("image_sizes", "", NOT_CHECKED,
-                       f"manifest not read for {', '.join(unmeasured)} (only the size release.toml declares)")
+        return Outcome(
+            "image_sizes",
+            "",
+            NOT_CHECKED,
+            f"manifest not read for {', '.join(unmeasured)} (only the size release.toml declares)",
+        )
     return Outcome("image_sizes", "", PASS)
 
 
@@ -200,24 +218,34 @@ def _disk(tasks: Sequence[dict[str, Any]], sizes: Sizes | None, admission: Admis
         image_gib = (size.platform_bytes if size.platform_bytes is not None else size.seed_bytes) / GIB
         needed = image_gib + workspace + admission.headroom_gib
         if needed > admission.sandbox_disk_gib:
-            over.append(f"{task.get('task_id')} (image {image_gib:.2f} + workspace {workspace:g} + headroom "
-                        f"{admission.headroom_gib:g} = {needed:.2f} GiB)")
+            over.append(
+                f"{task.get('task_id')} (image {image_gib:.2f} + workspace {workspace:g} + headroom "
+                f"{admission.headroom_gib:g} = {needed:.2f} GiB)"
+            )
     if over:
-        return Outcome("sandbox_disk", "", FAIL,
-                       f"ENVIRONMENT_TOO_LARGE_FOR_SANDBOX: compressed image + workspace + headroom exceeds the "
-                       f"{admission.sandbox_disk_gib:g} GiB sandbox disk for {len(over)} task(s): "
-                       + "; ".join(over[:3]) + ("; ..." if len(over) > 3 else ""))
+        return Outcome(
+            "sandbox_disk",
+            "",
+            FAIL,
+            f"ENVIRONMENT_TOO_LARGE_FOR_SANDBOX: compressed image + workspace + headroom exceeds the "
+            f"{admission.sandbox_disk_gib:g} GiB sandbox disk for {len(over)} task(s): "
+            + "; ".join(over[:3])
+            + ("; ..." if len(over) > 3 else ""),
+        )
     if unknown:
-        return Outcome("sandbox_disk", "", NOT_CHECKED,
-                       f"no image size or workspace for {', '.join(unknown[:5])}")
+        return Outcome("sandbox_disk", "", NOT_CHECKED, f"no image size or workspace for {', '.join(unknown[:5])}")
     return Outcome("sandbox_disk", "", PASS)
 
 
 def _contract(data: Any) -> Outcome:
     errors = submission.contract_errors(data)
     if errors:
-        return Outcome("typed_contract", "", FAIL, "; ".join(errors[:3]) +
-                       (f" and {len(errors) - 3} more" if len(errors) > 3 else ""))
+        return Outcome(
+            "typed_contract",
+            "",
+            FAIL,
+            "; ".join(errors[:3]) + (f" and {len(errors) - 3} more" if len(errors) > 3 else ""),
+        )
     return Outcome("typed_contract", "", PASS)
 
 
@@ -232,8 +260,12 @@ def _unique(tasks: Sequence[dict[str, Any]]) -> Outcome:
 def _training(tasks: Sequence[dict[str, Any]]) -> Outcome:
     other = [f"{t.get('task_id')} ({t.get('split')!r})" for t in tasks if t.get("split") not in TRAINING_SPLITS]
     if other:
-        return Outcome("training_tasks", "", FAIL,
-                       f"not in a training split ({', '.join(TRAINING_SPLITS)}): {', '.join(other[:5])}")
+        return Outcome(
+            "training_tasks",
+            "",
+            FAIL,
+            f"not in a training split ({', '.join(TRAINING_SPLITS)}): {', '.join(other[:5])}",
+        )
     return Outcome("training_tasks", "", PASS)
 
 
@@ -250,16 +282,22 @@ def _openenv_schema(data: dict[str, Any], evidence: Evidence) -> Outcome:
         return Outcome("openenv_schema", "", FAIL, f"the request's schema is not the release schema: {difference}")
     if evidence.checks is None:
         return Outcome("openenv_schema", "", NOT_CHECKED, "no check results: what the images served is not known")
-    served = release_schema.first_difference(release_schema.served_parts(evidence.checks.schema), requested) \
-        if evidence.checks.schema else "the image's schema was not recorded"
+    served = (
+        release_schema.first_difference(release_schema.served_parts(evidence.checks.schema), requested)
+        if evidence.checks.schema
+        else "the image's schema was not recorded"
+    )
     if served:
         return Outcome("openenv_schema", "", FAIL, f"{evidence.checks.image} served another schema: {served}")
     externals = _externals(evidence)
     differing = [t for t, r in externals.items() if r.schema_equal is False]
     if differing:
         return Outcome("openenv_schema", "", FAIL, f"the image of {', '.join(differing)} served another schema")
-    unknown = [t.task_id for t in evidence.tasks if t.kind == EXTERNAL
-               and (t.task_id not in externals or externals[t.task_id].schema_equal is None)]
+    unknown = [
+        t.task_id
+        for t in evidence.tasks
+        if t.kind == EXTERNAL and (t.task_id not in externals or externals[t.task_id].schema_equal is None)
+    ]
     if unknown:
         return Outcome("openenv_schema", "", NOT_CHECKED, f"not started, schema not seen: {', '.join(unknown)}")
     return Outcome("openenv_schema", "", PASS)
@@ -273,11 +311,20 @@ def _per_task(task: dict[str, Any], evidence: Evidence, requested_schema: Any) -
     if record is None:
         return [Outcome(n, task_id, FAIL, "the release recorded no verification of this task") for n in TASK_CHECKS]
     if record.image != image:
-        return [Outcome(n, task_id, FAIL, f"the checks ran on {record.image}, the request names {image}")
-                for n in TASK_CHECKS]
-    episode = (Outcome("native_episode", task_id, PASS) if record.verification.verified
-               else Outcome("native_episode", task_id, FAIL if record.verification.status == "failed" else NOT_CHECKED,
-                            record.verification.status))
+        return [
+            Outcome(n, task_id, FAIL, f"the checks ran on {record.image}, the request names {image}")
+            for n in TASK_CHECKS
+        ]
+    episode = (
+        Outcome("native_episode", task_id, PASS)
+        if record.verification.verified
+        else Outcome(
+            "native_episode",
+            task_id,
+            FAIL if record.verification.status == "failed" else NOT_CHECKED,
+            record.verification.status,
+        )
+    )
     if record.kind != EXTERNAL:
         by_id = {c.id: c for c in evidence.checks.checks}
 
@@ -295,8 +342,12 @@ def _per_task(task: dict[str, Any], evidence: Evidence, requested_schema: Any) -
         schema = passed("native_schema", PROCEDURAL_SCHEMA_CHECK)
         served = release_schema.served_parts(evidence.checks.schema) if evidence.checks.schema else None
         if schema.status == PASS and served != requested_schema:
-            schema = Outcome("native_schema", task_id, FAIL, "its /schema is not the request's: "
-                             + str(release_schema.first_difference(served, requested_schema)))
+            schema = Outcome(
+                "native_schema",
+                task_id,
+                FAIL,
+                "its /schema is not the request's: " + str(release_schema.first_difference(served, requested_schema)),
+            )
         return [passed("pinned_openenv_endpoint", PROCEDURAL_ENDPOINT_CHECK), schema, episode]
     result = _externals(evidence).get(task_id)
     if result is None or not result.checks:
@@ -308,12 +359,17 @@ def _per_task(task: dict[str, Any], evidence: Evidence, requested_schema: Any) -
     elif EXTERNAL_ENDPOINT_CHECK in ran["failed"]:
         endpoint = Outcome("pinned_openenv_endpoint", task_id, FAIL, f"{EXTERNAL_ENDPOINT_CHECK} failed")
     else:
-        endpoint = Outcome("pinned_openenv_endpoint", task_id, NOT_CHECKED,
-                           f"`openenv validate` did not run on this image (no {EXTERNAL_ENDPOINT_CHECK} repair check)")
+        endpoint = Outcome(
+            "pinned_openenv_endpoint",
+            task_id,
+            NOT_CHECKED,
+            f"`openenv validate` did not run on this image (no {EXTERNAL_ENDPOINT_CHECK} repair check)",
+        )
     # The external image's /schema was compared with the release schema when it was checked.
     same = bool(result.schema_equal) and requested_schema == release_schema.declared()
-    schema = Outcome("native_schema", task_id, PASS if same else FAIL,
-                     "" if same else "its /schema is not the request's")
+    schema = Outcome(
+        "native_schema", task_id, PASS if same else FAIL, "" if same else "its /schema is not the request's"
+    )
     return [endpoint, schema, episode]
 
 
@@ -322,11 +378,18 @@ def run(data: Any, *, evidence: Evidence, admission: Admission, resolve: Resolve
     request = data if isinstance(data, dict) else {}
     listed = request.get("tasks")
     tasks = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
-    images = list(dict.fromkeys(i for i in [request.get("image"), *(t.get("image") for t in tasks)]
-                                if isinstance(i, str)))
+    images = list(
+        dict.fromkeys(i for i in [request.get("image"), *(t.get("image") for t in tasks)] if isinstance(i, str))
+    )
     outcomes = [_resolved(i, resolve) for i in images]
-    outcomes += [_image_sizes(images, evidence.sizes), _disk(tasks, evidence.sizes, admission), _contract(data),
-                 _unique(tasks), _training(tasks), _openenv_schema(request, evidence)]
+    outcomes += [
+        _image_sizes(images, evidence.sizes),
+        _disk(tasks, evidence.sizes, admission),
+        _contract(data),
+        _unique(tasks),
+        _training(tasks),
+        _openenv_schema(request, evidence),
+    ]
     for task in tasks:
         outcomes += _per_task(task, evidence, request.get("schema"))
     return Report(tuple(outcomes))

@@ -96,13 +96,18 @@ class BaseOrigin:
     @classmethod
     def of(cls, record: BaseRecord, *, lock: str, lock_sha256: str) -> BaseOrigin:
         return cls(
-            packages_pinned_by=lock, lock_sha256=lock_sha256, debian_suite=record.debian_suite,
-            named_after_snapshot=record.debian_snapshot, debs=len(record.debs),
+            packages_pinned_by=lock,
+            lock_sha256=lock_sha256,
+            debian_suite=record.debian_suite,
+            named_after_snapshot=record.debian_snapshot,
+            debs=len(record.debs),
             packages_from=record.debian_mirror,
-            statement=(f"the .debs were fetched from a Debian mirror"
-                       f"{f' ({record.debian_mirror})' if record.debian_mirror else ''}, not from snapshot "
-                       f"{record.debian_snapshot}, which the base is only named after; they are pinned by the "
-                       f".deb list of {lock} (name, version, architecture and sha256 of each) and the base digest"),
+            statement=(
+                f"the .debs were fetched from a Debian mirror"
+                f"{f' ({record.debian_mirror})' if record.debian_mirror else ''}, not from snapshot "
+                f"{record.debian_snapshot}, which the base is only named after; they are pinned by the "
+                f".deb list of {lock} (name, version, architecture and sha256 of each) and the base digest"
+            ),
         )
 
 
@@ -159,8 +164,9 @@ class Builder:
         fields = dict(_build(cls, data, "builder").__dict__)
         if not isinstance(data["toolchain"], list):
             raise ConfigError("builder.toolchain is not a list", actual=type(data["toolchain"]).__name__)
-        fields["toolchain"] = tuple(Distribution.from_json(d, f"builder.toolchain[{i}]")
-                                    for i, d in enumerate(data["toolchain"]))
+        fields["toolchain"] = tuple(
+            Distribution.from_json(d, f"builder.toolchain[{i}]") for i, d in enumerate(data["toolchain"])
+        )
         return cls(**fields)
 
 
@@ -188,10 +194,16 @@ class Image:
     @classmethod
     def of_build(cls, name: str, record: BuildRecord) -> Image:
         """The image a build stage made (`name`: the repository it is released under)."""
-        return cls(name=name, digest=record.manifest_digest, media_type=record.media_type,
-                   config_digest=record.config_digest, compressed_size=record.compressed_size,
-                   layer_count=len(record.base_layers) + len(record.app_layers),
-                   app_layers=record.app_layers, config=record.config)
+        return cls(
+            name=name,
+            digest=record.manifest_digest,
+            media_type=record.media_type,
+            config_digest=record.config_digest,
+            compressed_size=record.compressed_size,
+            layer_count=len(record.base_layers) + len(record.app_layers),
+            app_layers=record.app_layers,
+            config=record.config,
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> Image:
@@ -261,19 +273,23 @@ def project_revision(repo_dir: Path, *, allow_dirty: bool = False) -> ProjectRev
     try:
         commit, tree = git.head_commit(repo_dir), git.head_tree(repo_dir)
     except ReleaseError as exc:
-        raise SourceError(f"{repo_dir} is not a git checkout with a commit",
-                          expected="a committed git checkout", actual=exc.one_line()) from None
-    changed = tuple(sorted(p for p in git.changed_paths(repo_dir)
-                           if not any(p == o or p.startswith(o) for o in RELEASE_OUTPUTS)))
+        raise SourceError(
+            f"{repo_dir} is not a git checkout with a commit",
+            expected="a committed git checkout",
+            actual=exc.one_line(),
+        ) from None
+    changed = tuple(
+        sorted(p for p in git.changed_paths(repo_dir) if not any(p == o or p.startswith(o) for o in RELEASE_OUTPUTS))
+    )
     if changed and not allow_dirty:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise SourceError(
             "the project checkout is dirty, so its commit does not describe the release",
-            expected="a clean checkout", actual=f"{len(changed)} changed path(s): {shown}",
+            expected="a clean checkout",
+            actual=f"{len(changed)} changed path(s): {shown}",
             hint="commit or stash the changes, or allow it explicitly (--allow-dirty; recorded)",
         )
-    return ProjectRevision(commit=commit, tree=tree, dirty=bool(changed), dirty_paths=changed,
-                           allow_dirty=allow_dirty)
+    return ProjectRevision(commit=commit, tree=tree, dirty=bool(changed), dirty_paths=changed, allow_dirty=allow_dirty)
 
 
 def source_date_epoch(inputs: ImageInputs) -> int:
@@ -282,8 +298,9 @@ def source_date_epoch(inputs: ImageInputs) -> int:
     value = os.environ.get("SOURCE_DATE_EPOCH")
     if value is not None and value != "":
         if not value.isdigit():
-            raise ConfigError("SOURCE_DATE_EPOCH is not a number of seconds",
-                              expected="a non-negative integer", actual=value)
+            raise ConfigError(
+                "SOURCE_DATE_EPOCH is not a number of seconds", expected="a non-negative integer", actual=value
+            )
         return int(value)
     return inputs.time
 
@@ -292,8 +309,9 @@ def wheel_lock(repo_dir: Path) -> WheelLock:
     """The hash of the image's wheel lock."""
     path = repo_dir / WHEEL_LOCK
     if not path.is_file():
-        raise SourceError("the wheel lock is missing", expected=str(path), actual="absent",
-                          hint="run `nox -s lock` to write it")
+        raise SourceError(
+            "the wheel lock is missing", expected=str(path), actual="absent", hint="run `nox -s lock` to write it"
+        )
     return WheelLock(path=WHEEL_LOCK, sha256=sha256_file(path))
 
 
@@ -303,31 +321,53 @@ def local_base(repo_dir: Path, name: str, digest: str) -> Base:
     path = repo_dir / BASE_LOCK
     record = base_lock.load_record(path)
     if record is None or (record.name, record.digest) != (name, digest):
-        raise SourceError(f"{BASE_LOCK} does not pin the base the release builds on", expected=f"{name}@{digest}",
-                          actual=record.reference if record else "absent",
-                          hint="run `nox -s base` and commit locks/base.json, then release")
-    return Base(name=name, digest=digest,
-                built_from=BaseOrigin.of(record, lock=BASE_LOCK, lock_sha256=sha256_file(path)))
+        raise SourceError(
+            f"{BASE_LOCK} does not pin the base the release builds on",
+            expected=f"{name}@{digest}",
+            actual=record.reference if record else "absent",
+            hint="run `nox -s base` and commit locks/base.json, then release",
+        )
+    return Base(
+        name=name, digest=digest, built_from=BaseOrigin.of(record, lock=BASE_LOCK, lock_sha256=sha256_file(path))
+    )
 
 
 def builder() -> Builder:
     """The versions that can change the bytes the pipeline writes, and the toolchain this
     process runs with (every installed distribution, as the checkout's uv.lock pins it)."""
-    return Builder(pipeline_version=__version__, python_version=platform.python_version(),
-                   zlib_version=zlib_version(), toolchain=toolchain.installed(toolchain.load_lock()))
+    return Builder(
+        pipeline_version=__version__,
+        python_version=platform.python_version(),
+        zlib_version=zlib_version(),
+        toolchain=toolchain.installed(toolchain.load_lock()),
+    )
 
 
-def assemble(repo_dir: Path, profile: str, *, base: Base, sources: tuple[VendoredFile, ...],
-             external: tuple[ExternalRecord, ...], inputs: ImageInputs, allow_dirty: bool = False) -> Provenance:
+def assemble(
+    repo_dir: Path,
+    profile: str,
+    *,
+    base: Base,
+    sources: tuple[VendoredFile, ...],
+    external: tuple[ExternalRecord, ...],
+    inputs: ImageInputs,
+    allow_dirty: bool = False,
+) -> Provenance:
     """What went into a release made from `repo_dir` with the profile named `profile` (`inputs`:
     pipeline.inputs' image-input commit of that profile). What the release made (the image, the
     tasks' verification, sizes, budgets, runtimes, the dataset) each stage adds to the record
     with `dataclasses.replace`, so a new field touches only the stage that makes it."""
     return Provenance(
-        schema=SCHEMA, profile=profile, source_date_epoch=source_date_epoch(inputs),
-        project=project_revision(repo_dir, allow_dirty=allow_dirty), base=base,
-        wheel_lock=wheel_lock(repo_dir), builder=builder(), sources=tuple(sources),
-        external=tuple(external), image_inputs=inputs,
+        schema=SCHEMA,
+        profile=profile,
+        source_date_epoch=source_date_epoch(inputs),
+        project=project_revision(repo_dir, allow_dirty=allow_dirty),
+        base=base,
+        wheel_lock=wheel_lock(repo_dir),
+        builder=builder(),
+        sources=tuple(sources),
+        external=tuple(external),
+        image_inputs=inputs,
     )
 
 
@@ -353,8 +393,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where} is not an object", actual=type(data).__name__)
     names = [f.name for f in dataclass_fields(cls)]
     if sorted(data) != sorted(names):
-        raise ConfigError(f"{where} has unexpected fields", expected=sorted(names),
-                          actual=sorted(data))
+        raise ConfigError(f"{where} has unexpected fields", expected=sorted(names), actual=sorted(data))
     return cls(**data)
 
 
@@ -371,8 +410,11 @@ def load(path: Path) -> Provenance:
     """Read provenance.json back into its typed record; ConfigError if it is malformed."""
     data = read_json(path)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ConfigError(f"{path} is not a provenance record", expected=SCHEMA,
-                          actual=data.get("schema") if isinstance(data, dict) else type(data).__name__)
+        raise ConfigError(
+            f"{path} is not a provenance record",
+            expected=SCHEMA,
+            actual=data.get("schema") if isinstance(data, dict) else type(data).__name__,
+        )
     project = dict(data.get("project") or {})
     project["dirty_paths"] = tuple(project.get("dirty_paths", ()))
     fields = dict(data)
@@ -381,10 +423,8 @@ def load(path: Path) -> Provenance:
         base=Base.from_json(data.get("base")),
         wheel_lock=_build(WheelLock, data.get("wheel_lock"), "wheel_lock"),
         builder=Builder.from_json(data.get("builder")),
-        sources=tuple(_build(VendoredFile, s, f"sources[{i}]")
-                      for i, s in enumerate(data.get("sources") or [])),
-        external=tuple(_build(ExternalRecord, e, f"external[{i}]")
-                       for i, e in enumerate(data.get("external") or [])),
+        sources=tuple(_build(VendoredFile, s, f"sources[{i}]") for i, s in enumerate(data.get("sources") or [])),
+        external=tuple(_build(ExternalRecord, e, f"external[{i}]") for i, e in enumerate(data.get("external") or [])),
         image=Image.from_json(data["image"]) if data.get("image") is not None else None,
         image_inputs=_image_inputs(data.get("image_inputs")),
         dataset=_build(DatasetPublication, data["dataset"], "dataset") if data.get("dataset") is not None else None,

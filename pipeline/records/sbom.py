@@ -47,8 +47,10 @@ SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/akseljoona
 
 # A dist-info's METADATA and RECORD, and the licence files its metadata may name (License-File:
 # under licenses/ since metadata 2.4, at its top or in a folder of it before).
-_DIST_INFO = re.compile(r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD|(?:licenses|LICENSES)/.+"
-                        r"|[^/]*(?:LICEN[CS]E|COPYING|NOTICE)[^/]*)$")
+_DIST_INFO = re.compile(
+    r"(?:^|/)(?:site|dist)-packages/[^/]+\.dist-info/(?:METADATA|RECORD|(?:licenses|LICENSES)/.+"
+    r"|[^/]*(?:LICEN[CS]E|COPYING|NOTICE)[^/]*)$"
+)
 # A package's copyright file, and its doc directory when that is a link to another
 # package's (Debian allows it between packages of one source).
 _DOC = re.compile(r"usr/share/doc/[^/]+(?:/copyright)?")
@@ -61,8 +63,13 @@ _OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 
 def wanted(path: str, app_dir: str) -> bool:
     """Whether the SBOM needs this image path (relative, no leading slash)."""
-    return (path in _STATUS_FILES or path in _OS_RELEASE or path.startswith(app_dir + "/")
-            or bool(_DIST_INFO.search(path)) or _DOC.fullmatch(path) is not None)
+    return (
+        path in _STATUS_FILES
+        or path in _OS_RELEASE
+        or path.startswith(app_dir + "/")
+        or bool(_DIST_INFO.search(path))
+        or _DOC.fullmatch(path) is not None
+    )
 
 
 def read_sbom_view(image: LayoutImage, app_dir: str) -> FileView:
@@ -100,9 +107,15 @@ class AppFile:
 
 def parse_dpkg_status(text: str) -> list[DebPackage]:
     """Installed packages of a dpkg status file (half-installed or removed ones are skipped)."""
-    return [DebPackage(name=p["Package"], version=p.get("Version", ""), arch=p.get("Architecture", "all"),
-                       source=p.get("Source", p["Package"]).split(" ")[0])
-            for p in dpkg_installed(text)]
+    return [
+        DebPackage(
+            name=p["Package"],
+            version=p.get("Version", ""),
+            arch=p.get("Architecture", "all"),
+            source=p.get("Source", p["Package"]).split(" ")[0],
+        )
+        for p in dpkg_installed(text)
+    ]
 
 
 def distro_of(os_release: bytes | None) -> str:
@@ -116,8 +129,9 @@ def distro_of(os_release: bytes | None) -> str:
     return f"{dist}-{values['VERSION_ID']}" if values.get("VERSION_ID") else dist
 
 
-def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = None,
-                 changed: Callable[[str], None] | None = None) -> list[PyDist]:
+def python_dists(
+    view: FileView, reviewed: sbom_licenses.ReviewedTable | None = None, changed: Callable[[str], None] | None = None
+) -> list[PyDist]:
     """Every dist-info with METADATA in the view. A distribution whose metadata names no
     licence gets the one `reviewed` gives its licence file (License-File), if any."""
     dists = []
@@ -133,21 +147,30 @@ def python_dists(view: FileView, reviewed: sbom_licenses.ReviewedTable | None = 
             for rel in sbom_licenses.license_files(meta):
                 text = view.files.get(f"{location}/{rel}")
                 if text is not None:
-                    lic = reviewed.licence("pypi", canonicalize_name(name), text, where=f"/{location}/{rel}",
-                                           changed=changed)
+                    lic = reviewed.licence(
+                        "pypi", canonicalize_name(name), text, where=f"/{location}/{rel}", changed=changed
+                    )
                 if lic is not None:
                     break
-        dists.append(PyDist(
-            name=name, version=meta.get("Version", "").strip(),
-            location="/" + location, record_sha256=sha256_bytes(record), license=lic,
-        ))
+        dists.append(
+            PyDist(
+                name=name,
+                version=meta.get("Version", "").strip(),
+                location="/" + location,
+                record_sha256=sha256_bytes(record),
+                license=lic,
+            )
+        )
     return dists
 
 
 def app_files(view: FileView, app_dir: str) -> list[AppFile]:
     prefix = app_dir.strip("/") + "/"
-    return [AppFile(path="/" + p, sha256=sha256_bytes(d), size=len(d))
-            for p, d in view.files.items() if p.startswith(prefix)]
+    return [
+        AppFile(path="/" + p, sha256=sha256_bytes(d), size=len(d))
+        for p, d in view.files.items()
+        if p.startswith(prefix)
+    ]
 
 
 # ------------------------------------------------------------------ the document
@@ -183,8 +206,10 @@ def source_date_epoch(config: dict) -> int:
         return int(env)
     created = config.get("created")
     if not created:
-        raise ConfigError("no SOURCE_DATE_EPOCH and no `created` in the image config",
-                          hint="export SOURCE_DATE_EPOCH (the source commit time)")
+        raise ConfigError(
+            "no SOURCE_DATE_EPOCH and no `created` in the image config",
+            hint="export SOURCE_DATE_EPOCH (the source commit time)",
+        )
     return int(datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
 
 
@@ -195,11 +220,12 @@ def _vendored_source(path: str, app_dir: str, sources: Iterable[Source]) -> Sour
     return None
 
 
-def _licence_file_licence(path: str, app_dir: str, sources: Iterable[Source],
-                          first_party_license: str | None) -> str | None:
+def _licence_file_licence(
+    path: str, app_dir: str, sources: Iterable[Source], first_party_license: str | None
+) -> str | None:
     """The licence of a file of the image's licences directory: `LICENSE` is the project's
     own licence file (pipeline.image.payload), `<source>.<file>` a vendored source's."""
-    rest = path[len(app_dir.rstrip("/") + "/licenses/"):]
+    rest = path[len(app_dir.rstrip("/") + "/licenses/") :]
     if rest == "LICENSE":
         return first_party_license
     for s in sources:
@@ -208,9 +234,18 @@ def _licence_file_licence(path: str, app_dir: str, sources: Iterable[Source],
     return None
 
 
-def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, epoch: int,
-              sources: Iterable[Source] = (), first_party_license: str | None = None,
-              lock_text: str = "", reviewed: sbom_licenses.ReviewedTable | None = None):
+def build_bom(
+    image: LayoutImage,
+    view: FileView,
+    *,
+    name: str,
+    app_dir: str,
+    epoch: int,
+    sources: Iterable[Source] = (),
+    first_party_license: str | None = None,
+    lock_text: str = "",
+    reviewed: sbom_licenses.ReviewedTable | None = None,
+):
     """The cyclonedx Bom object for an image whose wanted files are in `view`. Licences of
     free-form copyright files come from `reviewed` (default: the repository's reviewed table);
     a package whose file is not the one reviewed gets none, and is named on stderr."""
@@ -232,23 +267,40 @@ def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, ep
     changed: list[str] = []
     ident = ImageIdentity(name=name, digest=image.digest)
     img = Component(
-        type=ComponentType.CONTAINER, name=name, version=image.digest, bom_ref=BomRef(ident.purl),
-        purl=PackageURL.from_string(ident.purl), hashes=sha256(oci_digest.hex_of(image.digest)),
+        type=ComponentType.CONTAINER,
+        name=name,
+        version=image.digest,
+        bom_ref=BomRef(ident.purl),
+        purl=PackageURL.from_string(ident.purl),
+        hashes=sha256(oci_digest.hex_of(image.digest)),
         properties=[Property(name="arena:layer", value=f"{i}:{d}") for i, (d, _) in enumerate(image.layers)],
     )
-    tools = ToolRepository(components=[Component(
-        type=ComponentType.APPLICATION, name="openenv-arena-release pipeline.sbom", version=__version__,
-        bom_ref=BomRef("tool:pipeline.sbom"),
-    )])
-    bom = Bom(serial_number=serial_number(image.digest), metadata=BomMetaData(
-        component=img, timestamp=datetime.fromtimestamp(epoch, UTC), tools=tools))
+    tools = ToolRepository(
+        components=[
+            Component(
+                type=ComponentType.APPLICATION,
+                name="openenv-arena-release pipeline.sbom",
+                version=__version__,
+                bom_ref=BomRef("tool:pipeline.sbom"),
+            )
+        ]
+    )
+    bom = Bom(
+        serial_number=serial_number(image.digest),
+        metadata=BomMetaData(component=img, timestamp=datetime.fromtimestamp(epoch, UTC), tools=tools),
+    )
 
     status = view.read(_STATUS_FILES[0])
     distro = distro_of(view.read(_OS_RELEASE[0]) or view.read(_OS_RELEASE[1]))
     components = []
     for p in parse_dpkg_status(status.decode(errors="replace")) if status else []:
-        purl = PackageURL(type="deb", namespace="debian", name=p.name, version=p.version,
-                          qualifiers={"arch": p.arch, "distro": distro})
+        purl = PackageURL(
+            type="deb",
+            namespace="debian",
+            name=p.name,
+            version=p.version,
+            qualifiers={"arch": p.arch, "distro": distro},
+        )
         props = [Property(name="arena:location", value="/var/lib/dpkg/status")]
         if p.source != p.name:
             props.append(Property(name="arena:deb-source", value=p.source))
@@ -257,14 +309,23 @@ def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, ep
         if copyright_path:  # read for its licences when machine-readable; named either way
             props.append(Property(name="arena:copyright-file", value="/" + copyright_path))
         if copyright_path and not found:  # free-form: only a reading of this very file counts
-            read = reviewed.licence("deb", p.name, view.files[copyright_path], where="/" + copyright_path,
-                                    changed=changed.append)
+            read = reviewed.licence(
+                "deb", p.name, view.files[copyright_path], where="/" + copyright_path, changed=changed.append
+            )
             if read is not None:
                 found = (read,)
                 props.append(Property(name="arena:license-reviewed", value=reviewed.source))
-        components.append(Component(type=ComponentType.LIBRARY, name=p.name, version=p.version,
-                                    purl=purl, bom_ref=BomRef(purl.to_string()), properties=props,
-                                    licenses=sbom_licenses.cyclonedx_licenses(found)))
+        components.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=p.name,
+                version=p.version,
+                purl=purl,
+                bom_ref=BomRef(purl.to_string()),
+                properties=props,
+                licenses=sbom_licenses.cyclonedx_licenses(found),
+            )
+        )
     locked = allowed_hashes(lock_text)
     dists = python_dists(view, reviewed, changed.append)
     counts: dict[str, int] = {}
@@ -281,28 +342,49 @@ def build_bom(image: LayoutImage, view: FileView, *, name: str, app_dir: str, ep
         # dist-info RECORD (which lists each installed file's hash) is kept under its own
         # name. A lock allowing several wheels gives no single component hash: each is a
         # property then.
-        props = [Property(name="arena:location", value=d.location),
-                 Property(name="arena:dist-info-RECORD-sha256", value=d.record_sha256)]
+        props = [
+            Property(name="arena:location", value=d.location),
+            Property(name="arena:dist-info-RECORD-sha256", value=d.record_sha256),
+        ]
         props += [Property(name="arena:wheel-sha256", value=h) for h in wheels]
-        components.append(Component(type=ComponentType.LIBRARY, name=d.name, version=d.version, purl=purl,
-                                    bom_ref=BomRef(ref), hashes=sha256(wheels[0]) if len(wheels) == 1 else [],
-                                    licenses=licences(d.license), properties=props))
+        components.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=d.name,
+                version=d.version,
+                purl=purl,
+                bom_ref=BomRef(ref),
+                hashes=sha256(wheels[0]) if len(wheels) == 1 else [],
+                licenses=licences(d.license),
+                properties=props,
+            )
+        )
     for f in app_files(view, app_dir):
         src = _vendored_source(f.path, app_dir, sources)
         props = [Property(name="arena:size", value=str(f.size))]
         lic: str | None
         if src is not None:
-            props += [Property(name="arena:source", value=src.name),
-                      Property(name="arena:source-repository", value=src.repository),
-                      Property(name="arena:source-revision", value=src.revision),
-                      Property(name="arena:source-path", value=src.path)]
+            props += [
+                Property(name="arena:source", value=src.name),
+                Property(name="arena:source-repository", value=src.repository),
+                Property(name="arena:source-revision", value=src.revision),
+                Property(name="arena:source-path", value=src.path),
+            ]
             lic = src.license
         elif f.path.startswith(app_dir.rstrip("/") + "/licenses/"):
             lic = _licence_file_licence(f.path, app_dir, sources, first_party_license)
         else:
             lic = first_party_license
-        components.append(Component(type=ComponentType.FILE, name=f.path, bom_ref=BomRef("file:" + f.path),
-                                    hashes=sha256(f.sha256), licenses=licences(lic), properties=props))
+        components.append(
+            Component(
+                type=ComponentType.FILE,
+                name=f.path,
+                bom_ref=BomRef("file:" + f.path),
+                hashes=sha256(f.sha256),
+                licenses=licences(lic),
+                properties=props,
+            )
+        )
     for line in changed:
         say(f"sbom: {line}")
     for c in components:
@@ -332,8 +414,9 @@ def render(bom) -> bytes:
         text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = _strict_validator().validate_str(text)
     if error is not None:
-        raise ReleaseError("the generated SBOM does not validate against CycloneDX 1.6 (strict)",
-                           actual=str(error).splitlines()[0])
+        raise ReleaseError(
+            "the generated SBOM does not validate against CycloneDX 1.6 (strict)", actual=str(error).splitlines()[0]
+        )
     # Re-serialize with sorted keys so the bytes do not depend on the library's field order.
     return (json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
@@ -345,15 +428,31 @@ def validate(data: bytes) -> None:
         raise ReleaseError("SBOM does not validate against CycloneDX 1.6 (strict)", actual=str(error).splitlines()[0])
 
 
-def generate(layout: Path, *, name: str, app_dir: str, ref: str | None = None, sources: Iterable[Source] = (),
-             first_party_license: str | None = None, lock_text: str = "",
-             reviewed: sbom_licenses.ReviewedTable | None = None) -> bytes:
+def generate(
+    layout: Path,
+    *,
+    name: str,
+    app_dir: str,
+    ref: str | None = None,
+    sources: Iterable[Source] = (),
+    first_party_license: str | None = None,
+    lock_text: str = "",
+    reviewed: sbom_licenses.ReviewedTable | None = None,
+) -> bytes:
     """SBOM bytes of the image in an OCI layout (validated, deterministic)."""
     image = open_image(layout, ref)
     view = read_sbom_view(image, app_dir)
-    bom = build_bom(image, view, name=name, app_dir=app_dir, epoch=source_date_epoch(image.config),
-                    sources=sources, first_party_license=first_party_license, lock_text=lock_text,
-                    reviewed=reviewed)
+    bom = build_bom(
+        image,
+        view,
+        name=name,
+        app_dir=app_dir,
+        epoch=source_date_epoch(image.config),
+        sources=sources,
+        first_party_license=first_party_license,
+        lock_text=lock_text,
+        reviewed=reviewed,
+    )
     return render(bom)
 
 

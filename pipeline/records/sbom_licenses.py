@@ -197,8 +197,11 @@ class ReviewedTable:
         for e in entries:
             by_hash = self.entries.setdefault((e.kind, e.name), {})
             if e.sha256 in by_hash:
-                raise ConfigError(f"{source}: {e.kind} {e.name} has two entries for one file",
-                                  actual=e.sha256, hint="keep one reading of each file")
+                raise ConfigError(
+                    f"{source}: {e.kind} {e.name} has two entries for one file",
+                    actual=e.sha256,
+                    hint="keep one reading of each file",
+                )
             by_hash[e.sha256] = e
 
     @classmethod
@@ -225,19 +228,27 @@ class ReviewedTable:
                     raise ConfigError(f"{where}: `sha256` is not a sha256 hex digest", actual=repr(sha))
                 problem = expression_problem(expr)
                 if problem is not None:
-                    raise ConfigError(f"{where} ({', '.join(names)}): {problem}",
-                                      hint="an SPDX expression: SPDX ids, WITH exceptions, LicenseRef- references")
+                    raise ConfigError(
+                        f"{where} ({', '.join(names)}): {problem}",
+                        hint="an SPDX expression: SPDX ids, WITH exceptions, LicenseRef- references",
+                    )
                 if not isinstance(quote, str) or not quote.strip() or len(_words(quote)) > QUOTE_MAX:
-                    raise ConfigError(f"{where} ({', '.join(names)}): `quote` is not a short passage",
-                                      expected=f"1 to {QUOTE_MAX} characters of the file", actual=repr(quote))
+                    raise ConfigError(
+                        f"{where} ({', '.join(names)}): `quote` is not a short passage",
+                        expected=f"1 to {QUOTE_MAX} characters of the file",
+                        actual=repr(quote),
+                    )
                 if kind == "pypi":  # compared by normalized name (PEP 503)
                     names = [canonicalize_name(n) for n in names]
-                entries += [Reviewed(kind=kind, name=n, sha256=sha, expression=expr.strip(), quote=quote,
-                                     note=str(note)) for n in names]
+                entries += [
+                    Reviewed(kind=kind, name=n, sha256=sha, expression=expr.strip(), quote=quote, note=str(note))
+                    for n in names
+                ]
         return cls(entries, source)
 
-    def licence(self, kind: str, name: str, data: bytes, *, where: str,
-                changed: Callable[[str], None] | None = None) -> str | None:
+    def licence(
+        self, kind: str, name: str, data: bytes, *, where: str, changed: Callable[[str], None] | None = None
+    ) -> str | None:
         """The reviewed expression for package `name`'s file `data` (at `where` in the image),
         or None. A package the table has, but for a file of another hash, gets None and is
         reported to `changed`; a file of the hash without the entry's quote is refused."""
@@ -248,13 +259,18 @@ class ReviewedTable:
         entry = by_hash.get(sha)
         if entry is None:
             if changed is not None:
-                changed(f"{kind} {name}: {where} (sha256 {sha}) is not the file reviewed "
-                        f"({', '.join(sorted(by_hash))}): no licence claimed; review it again in {self.source}")
+                changed(
+                    f"{kind} {name}: {where} (sha256 {sha}) is not the file reviewed "
+                    f"({', '.join(sorted(by_hash))}): no licence claimed; review it again in {self.source}"
+                )
             return None
         if not quote_in(entry.quote, data):
-            raise ConfigError(f"{self.source}: the reviewed licence of {kind} {name} quotes text its file does "
-                              f"not hold", expected=entry.quote, actual=f"{where} (sha256 {sha})",
-                              hint="the entry is wrong: read the file again and quote it")
+            raise ConfigError(
+                f"{self.source}: the reviewed licence of {kind} {name} quotes text its file does not hold",
+                expected=entry.quote,
+                actual=f"{where} (sha256 {sha})",
+                hint="the entry is wrong: read the file again and quote it",
+            )
         return entry.expression
 
 
@@ -280,8 +296,12 @@ def _make(factory, value: str):
     from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
     made = factory.make_from_string(value)
-    if (isinstance(made, DisjunctiveLicense) and made.id is None and _LICENSE_REF.search(value)
-            and expression_problem(value) is None):
+    if (
+        isinstance(made, DisjunctiveLicense)
+        and made.id is None
+        and _LICENSE_REF.search(value)
+        and expression_problem(value) is None
+    ):
         return LicenseExpression(value)
     return made
 

@@ -117,11 +117,13 @@ def dsse_verify(envelope: bytes, key: SSlibKey, *, what: str) -> bytes:
     except (ValueError, KeyError, TypeError, sslib_exceptions.FormatError) as exc:
         raise VerificationError(f"{what} is not a DSSE envelope: {exc!s}") from None
     if env.payload_type != PAYLOAD_TYPE:
-        raise VerificationError(f"{what} has the wrong payload type", expected=PAYLOAD_TYPE,
-                                actual=env.payload_type)
+        raise VerificationError(f"{what} has the wrong payload type", expected=PAYLOAD_TYPE, actual=env.payload_type)
     if key.keyid not in env.signatures:
-        raise VerificationError(f"{what} is not signed by the release key", expected=key.keyid,
-                                actual=", ".join(sorted(env.signatures)) or "no signatures")
+        raise VerificationError(
+            f"{what} is not signed by the release key",
+            expected=key.keyid,
+            actual=", ".join(sorted(env.signatures)) or "no signatures",
+        )
     try:
         env.verify([key], 1)
     except sslib_exceptions.VerificationError:
@@ -174,8 +176,9 @@ class SigstorePolicy:
     issuer: str
 
     def to_json(self) -> bytes:
-        return (json.dumps({"identity": self.identity, "issuer": self.issuer}, indent=2, sort_keys=True)
-                + "\n").encode()
+        return (
+            json.dumps({"identity": self.identity, "issuer": self.issuer}, indent=2, sort_keys=True) + "\n"
+        ).encode()
 
     @classmethod
     def load(cls, path: Path) -> SigstorePolicy:
@@ -183,8 +186,9 @@ class SigstorePolicy:
             data = json.loads(Path(path).read_bytes())
             return cls(identity=data["identity"], issuer=data["issuer"])
         except FileNotFoundError:
-            raise VerificationError(f"{path} is missing",
-                                    hint="a keyless release publishes its signer identity") from None
+            raise VerificationError(
+                f"{path} is missing", hint="a keyless release publishes its signer identity"
+            ) from None
         except (ValueError, KeyError, TypeError) as exc:
             raise VerificationError(f"{path} is not an identity policy: {exc!s}") from None
 
@@ -261,7 +265,7 @@ class SigstoreSigner:
             raise ConfigError(
                 "sigstore signing needs an OIDC identity token",
                 hint="run in CI with id-token permission or set SIGSTORE_ID_TOKEN; "
-                     "or sign with the local key (--signing key)",
+                "or sign with the local key (--signing key)",
             )
         return IdentityToken(raw)
 

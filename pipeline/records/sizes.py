@@ -29,10 +29,11 @@ from pipeline.errors import ConfigError, VerificationError
 if TYPE_CHECKING:  # the check suite's modules load the OpenEnv client: only `descriptors` needs them
     from pipeline.checks.results import SuiteResult
 
-SEED_MEASURE = ("layer sizes, no config blobs; an image built FROM another image of the release "
-                "adds only its new layers (layers counted once per chain)")
-PLATFORM_MEASURE = ("compressed_bytes_declared_by_registry_manifests: config blob + layers, "
-                    "every distinct blob once")
+SEED_MEASURE = (
+    "layer sizes, no config blobs; an image built FROM another image of the release "
+    "adds only its new layers (layers counted once per chain)"
+)
+PLATFORM_MEASURE = "compressed_bytes_declared_by_registry_manifests: config blob + layers, every distinct blob once"
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,26 @@ class Sizes:
     platform_bytes: int | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"measures": {"seed": SEED_MEASURE, "platform": PLATFORM_MEASURE},
-                "images": [img.__dict__ for img in self.images],
-                "seed_bytes": self.seed_bytes, "platform_bytes": self.platform_bytes}
+        return {
+            "measures": {"seed": SEED_MEASURE, "platform": PLATFORM_MEASURE},
+            "images": [img.__dict__ for img in self.images],
+            "seed_bytes": self.seed_bytes,
+            "platform_bytes": self.platform_bytes,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Sizes:
         if not isinstance(data, dict) or set(data) != {"measures", "images", "seed_bytes", "platform_bytes"}:
-            raise ConfigError("sizes is not a sizes record",
-                              expected=["images", "measures", "platform_bytes", "seed_bytes"],
-                              actual=sorted(data) if isinstance(data, dict) else type(data).__name__)
-        return cls(images=tuple(ImageSize(**img) for img in data["images"]),
-                   seed_bytes=data["seed_bytes"], platform_bytes=data["platform_bytes"])
+            raise ConfigError(
+                "sizes is not a sizes record",
+                expected=["images", "measures", "platform_bytes", "seed_bytes"],
+                actual=sorted(data) if isinstance(data, dict) else type(data).__name__,
+            )
+        return cls(
+            images=tuple(ImageSize(**img) for img in data["images"]),
+            seed_bytes=data["seed_bytes"],
+            platform_bytes=data["platform_bytes"],
+        )
 
 
 def _once(blobs: Iterable[tuple[Any, Blob]]) -> int:
@@ -97,8 +106,9 @@ def _once(blobs: Iterable[tuple[Any, Blob]]) -> int:
     sizes: dict[Any, int] = {}
     for key, blob in blobs:
         if sizes.setdefault(key, blob.size) != blob.size:
-            raise VerificationError(f"blob {blob.digest} is listed with two sizes",
-                                    expected=sizes[key], actual=blob.size)
+            raise VerificationError(
+                f"blob {blob.digest} is listed with two sizes", expected=sizes[key], actual=blob.size
+            )
     return sum(sizes.values())
 
 
@@ -127,10 +137,16 @@ def measure(images: Sequence[ImageDescriptors]) -> Sizes:
     for img in images:
         seen.setdefault(img.image, img)
     distinct = list(seen.values())
-    rows = tuple(ImageSize(
-        image=img.image, measured=img.measured, layer_count=len(img.layers) if img.layers else None,
-        seed_bytes=seed_total([img]),
-        platform_bytes=platform_total([img])) for img in distinct)
+    rows = tuple(
+        ImageSize(
+            image=img.image,
+            measured=img.measured,
+            layer_count=len(img.layers) if img.layers else None,
+            seed_bytes=seed_total([img]),
+            platform_bytes=platform_total([img]),
+        )
+        for img in distinct
+    )
     return Sizes(images=rows, seed_bytes=seed_total(distinct), platform_bytes=platform_total(distinct))
 
 
@@ -145,8 +161,11 @@ def descriptors(checks: SuiteResult, image: str, tasks: Sequence[ExternalTask]) 
     for task in tasks:
         got = results.get(task.task_id)
         if got is not None and got.layers and got.config_size:
-            out.append(ImageDescriptors(task.image, Blob(got.config_digest, got.config_size),
-                                        tuple(Blob(d, n) for d, n in got.layers)))
+            out.append(
+                ImageDescriptors(
+                    task.image, Blob(got.config_digest, got.config_size), tuple(Blob(d, n) for d, n in got.layers)
+                )
+            )
         else:
             out.append(ImageDescriptors(task.image, None, (), declared_bytes=task.compressed_bytes))
     return out

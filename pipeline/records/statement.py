@@ -34,8 +34,13 @@ NAME = "release"
 RECORD_FILES = ("provenance.json", "submission.json")
 # Publishing aids for other tools; the audit never trusts them, so they are not bound.
 UNBOUND = (signing.PUBLIC_KEY_FILE, signing.KEYID_FILE, signing.IDENTITY_FILE)
-REQUIRED = ("provenance.json", "submission.json", "attestations/sbom.cdx.json", "attestations/checks.json",
-            "attestations/layout.json")
+REQUIRED = (
+    "provenance.json",
+    "submission.json",
+    "attestations/sbom.cdx.json",
+    "attestations/checks.json",
+    "attestations/layout.json",
+)
 
 
 def predicate_type(source_url: str) -> str:
@@ -79,8 +84,11 @@ def is_dataset_subject(name: object) -> bool:
 
 def dataset_subjects(stmt: Mapping[str, Any]) -> dict[str, Any]:
     """The dataset folder's files the statement binds: path in the folder -> sha256."""
-    return {s.get("name")[len(DATASET_FOLDER) + 1:]: (s.get("digest") or {}).get("sha256")
-            for s in (stmt.get("subject") or [])[1:] if is_dataset_subject(s.get("name"))}
+    return {
+        s.get("name")[len(DATASET_FOLDER) + 1 :]: (s.get("digest") or {}).get("sha256")
+        for s in (stmt.get("subject") or [])[1:]
+        if is_dataset_subject(s.get("name"))
+    }
 
 
 # What the audit reads besides the statement's subjects: the policy, the inputs it re-hashes,
@@ -114,42 +122,70 @@ def irregular_files(root: Path) -> list[str]:
 def check_regular(root: Path) -> None:
     odd = irregular_files(root)
     if odd:
-        raise VerificationError("records are links or special files", expected="regular files in the records tree",
-                                actual=", ".join(odd), hint="a release writes no links; replace them with the "
-                                                            "released files or restore the records")
+        raise VerificationError(
+            "records are links or special files",
+            expected="regular files in the records tree",
+            actual=", ".join(odd),
+            hint="a release writes no links; replace them with the released files or restore the records",
+        )
 
 
-def build(root: Path, image: Subject, *, source_url: str, profile: str, signing_kind: str,
-          released_on: datetime, dataset: Path) -> bytes:
+def build(
+    root: Path,
+    image: Subject,
+    *,
+    source_url: str,
+    profile: str,
+    signing_kind: str,
+    released_on: datetime,
+    dataset: Path,
+) -> bytes:
     """The statement's canonical bytes over the records staged under `root` and the dataset
     folder `dataset` (its copies of the records already in place)."""
     missing = [f for f in REQUIRED if not (Path(root) / f).is_file()]
     if missing:
-        raise VerificationError("the release statement cannot bind records that were not written",
-                                expected=list(REQUIRED), actual=f"missing: {', '.join(missing)}")
-    subjects = [image.to_json()] + [{"name": f, "digest": {"sha256": sha256_file(Path(root) / f)}}
-                                    for f in bound_files(root)]
+        raise VerificationError(
+            "the release statement cannot bind records that were not written",
+            expected=list(REQUIRED),
+            actual=f"missing: {', '.join(missing)}",
+        )
+    subjects = [image.to_json()] + [
+        {"name": f, "digest": {"sha256": sha256_file(Path(root) / f)}} for f in bound_files(root)
+    ]
     dataset_files = [p.relative_to(dataset).as_posix() for p in sorted(Path(dataset).rglob("*")) if p.is_file()]
-    subjects += [{"name": dataset_name(f), "digest": {"sha256": sha256_file(Path(dataset) / f)}}
-                 for f in dataset_files if not is_unbound(f)]
-    return canonical_json({
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": predicate_type(source_url),
-        "predicate": {
-            "profile": profile,
-            "releasedOn": utc_time(released_on),
-            "signing": signing_kind,
-        },
-    })
+    subjects += [
+        {"name": dataset_name(f), "digest": {"sha256": sha256_file(Path(dataset) / f)}}
+        for f in dataset_files
+        if not is_unbound(f)
+    ]
+    return canonical_json(
+        {
+            "_type": STATEMENT_TYPE,
+            "subject": subjects,
+            "predicateType": predicate_type(source_url),
+            "predicate": {
+                "profile": profile,
+                "releasedOn": utc_time(released_on),
+                "signing": signing_kind,
+            },
+        }
+    )
 
 
-def write(root: Path, signer, image: Subject, *, source_url: str, profile: str,
-          released_on: datetime, dataset: Path) -> Path:
+def write(
+    root: Path, signer, image: Subject, *, source_url: str, profile: str, released_on: datetime, dataset: Path
+) -> Path:
     """Sign the statement over the records staged under `root` and the dataset folder `dataset`
     into attestations/."""
-    data = build(root, image, source_url=source_url, profile=profile, signing_kind=signer.kind,
-                 released_on=released_on, dataset=dataset)
+    data = build(
+        root,
+        image,
+        source_url=source_url,
+        profile=profile,
+        signing_kind=signer.kind,
+        released_on=released_on,
+        dataset=dataset,
+    )
     out = path(Path(root) / "attestations", signer.suffix)
     write_atomic(out, signer.sign(data))
     return out
@@ -160,8 +196,9 @@ def parse_time(value: Any, *, what: str) -> datetime:
     try:
         return parse_utc_time(value)
     except (TypeError, ValueError):
-        raise VerificationError(f"{what} is not a valid UTC time", expected="YYYY-MM-DDTHH:MM:SSZ",
-                                actual=value) from None
+        raise VerificationError(
+            f"{what} is not a valid UTC time", expected="YYYY-MM-DDTHH:MM:SSZ", actual=value
+        ) from None
 
 
 def released_on(stmt: Mapping[str, Any]) -> datetime:
@@ -177,30 +214,48 @@ def check_subjects(root: Path, stmt: Mapping[str, Any]) -> None:
     # the statement see two different bindings, and "../x" or "/x" binds a file outside the records.
     repeated = sorted({str(n) for n in names if names.count(n) > 1})
     if repeated:
-        raise VerificationError("the release statement binds a record twice", expected="each record once",
-                                actual=", ".join(repeated))
+        raise VerificationError(
+            "the release statement binds a record twice", expected="each record once", actual=", ".join(repeated)
+        )
     outside = [str(n) for n in names if not is_tree_path(n)]
     if outside:
-        raise VerificationError("the release statement binds paths outside the records tree",
-                                expected="relative paths without '..'", actual=", ".join(outside))
+        raise VerificationError(
+            "the release statement binds paths outside the records tree",
+            expected="relative paths without '..'",
+            actual=", ".join(outside),
+        )
     # The dataset folder's subjects are the audit's dataset checks' (dist/ is not committed).
-    files = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in subjects[1:]
-             if not is_dataset_subject(s.get("name"))}
+    files = {
+        s.get("name"): (s.get("digest") or {}).get("sha256")
+        for s in subjects[1:]
+        if not is_dataset_subject(s.get("name"))
+    }
     unbound_required = [f for f in REQUIRED if f not in files]
     if unbound_required:
-        raise VerificationError("the release statement does not bind every required record",
-                                expected=list(REQUIRED), actual=f"not bound: {', '.join(unbound_required)}")
+        raise VerificationError(
+            "the release statement does not bind every required record",
+            expected=list(REQUIRED),
+            actual=f"not bound: {', '.join(unbound_required)}",
+        )
     for name, expected in sorted(files.items()):
         p = root / str(name)
         if not p.is_file():
-            raise VerificationError(f"{name} is missing (the release statement binds it)",
-                                    expected=f"sha256 {expected}", actual="absent")
+            raise VerificationError(
+                f"{name} is missing (the release statement binds it)", expected=f"sha256 {expected}", actual="absent"
+            )
         actual = sha256_file(p)
         if actual != expected:
-            raise VerificationError(f"{name} differs from the sha256 the release statement binds",
-                                    expected=expected, actual=actual, hint="the record was edited after signing")
+            raise VerificationError(
+                f"{name} differs from the sha256 the release statement binds",
+                expected=expected,
+                actual=actual,
+                hint="the record was edited after signing",
+            )
     extra = [f for f in bound_files(root) if f not in files]
     if extra:
-        raise VerificationError("record files not bound by the release statement",
-                                expected="none", actual=", ".join(extra),
-                                hint="files added after the release are not part of it")
+        raise VerificationError(
+            "record files not bound by the release statement",
+            expected="none",
+            actual=", ".join(extra),
+            hint="files added after the release are not part of it",
+        )

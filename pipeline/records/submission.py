@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 SCHEMA_FILE = Path(__file__).with_name("request.schema.json")
-FIELDS = ("submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
-          "dataset", "source")
+FIELDS = ("submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action", "dataset", "source")
 TASK_FIELDS = ("task_id", "image", "split", *REQUEST_BUDGET_FIELDS)
 
 
@@ -66,18 +65,25 @@ def source_at(repository_url: str, commit: str) -> str:
     return f"{repository_url.rstrip('/')}/tree/{commit}"
 
 
-def build(cfg: ReleaseConfig, identity: RequestIdentity, tasks: Sequence[TaskRecord], *,
-          image: str, source_revision: str) -> Request:
+def build(
+    cfg: ReleaseConfig, identity: RequestIdentity, tasks: Sequence[TaskRecord], *, image: str, source_revision: str
+) -> Request:
     """The request for `tasks` (in request order, verification.build's), on `image`."""
     entries = []
     for task in tasks:
         budgets = cfg.budgets[task.kind]
-        entries.append(RequestTask(task.task_id, task.image, budgets.split,
-                                   {k: budgets.values[k] for k in REQUEST_BUDGET_FIELDS}))
+        entries.append(
+            RequestTask(task.task_id, task.image, budgets.split, {k: budgets.values[k] for k in REQUEST_BUDGET_FIELDS})
+        )
     return Request(
-        submission_id=identity.submission_id, name=cfg.name, image=image, schema=release_schema.declared(),
-        tasks=tuple(entries), example_actions=release_schema.example_actions(),
-        finish_action=release_schema.finish_action(), dataset=identity.dataset,
+        submission_id=identity.submission_id,
+        name=cfg.name,
+        image=image,
+        schema=release_schema.declared(),
+        tasks=tuple(entries),
+        example_actions=release_schema.example_actions(),
+        finish_action=release_schema.finish_action(),
+        dataset=identity.dataset,
         source=source_at(cfg.source_url, source_revision),
     )
 
@@ -111,9 +117,11 @@ def validate(data: Any) -> None:
     """VerificationError naming the first break of the request contract, if any."""
     errors = contract_errors(data)
     if errors:
-        raise VerificationError(f"submission.json is not the request the platform accepts ({SCHEMA_FILE.name})",
-                                expected="no contract error", actual="; ".join(errors[:3]) +
-                                (f" and {len(errors) - 3} more" if len(errors) > 3 else ""))
+        raise VerificationError(
+            f"submission.json is not the request the platform accepts ({SCHEMA_FILE.name})",
+            expected="no contract error",
+            actual="; ".join(errors[:3]) + (f" and {len(errors) - 3} more" if len(errors) > 3 else ""),
+        )
 
 
 def write_submission(path: Path | str, req: Request) -> None:
@@ -126,9 +134,13 @@ def write_submission(path: Path | str, req: Request) -> None:
 def from_json(data: Any) -> Request:
     """The typed request from its JSON (validated against the contract first)."""
     validate(data)
-    return Request(**{k: data[k] for k in FIELDS if k != "tasks"},
-                   tasks=tuple(RequestTask(t["task_id"], t["image"], t["split"],
-                                           {k: t[k] for k in REQUEST_BUDGET_FIELDS}) for t in data["tasks"]))
+    return Request(
+        **{k: data[k] for k in FIELDS if k != "tasks"},
+        tasks=tuple(
+            RequestTask(t["task_id"], t["image"], t["split"], {k: t[k] for k in REQUEST_BUDGET_FIELDS})
+            for t in data["tasks"]
+        ),
+    )
 
 
 def load(path: Path | str) -> Request:

@@ -105,11 +105,19 @@ def from_auditor(*, key_file: Path | None, identity: str | None, issuer: str | N
         try:
             key = signing.key_from_pem(Path(key_file).read_bytes())
         except FileNotFoundError:
-            raise ConfigError(f"--key {key_file} does not exist",
-                              hint="pass the release's public key (PEM); for this machine's release key, "
-                                   f"which it writes to {own_public_key()}, run `nox -s key` first") from None
-    where = " ".join(p for p in (f"--key {key_file}" if key_file else "",
-                                 f"--identity {identity} --issuer {issuer}" if identity else "") if p)
+            raise ConfigError(
+                f"--key {key_file} does not exist",
+                hint="pass the release's public key (PEM); for this machine's release key, "
+                f"which it writes to {own_public_key()}, run `nox -s key` first",
+            ) from None
+    where = " ".join(
+        p
+        for p in (
+            f"--key {key_file}" if key_file else "",
+            f"--identity {identity} --issuer {issuer}" if identity else "",
+        )
+        if p
+    )
     return TrustRoot(source=f"auditor {where}", key=key, identity=identity, issuer=issuer)
 
 
@@ -122,7 +130,7 @@ def identity_matches(pattern: str, san: str) -> bool:
     """The identity rule of the module doc: exact, or a prefix ending in `*` then a ref name."""
     if pattern.endswith("*"):
         prefix = pattern[:-1]
-        return san.startswith(prefix) and _REF_NAME.fullmatch(san[len(prefix):]) is not None
+        return san.startswith(prefix) and _REF_NAME.fullmatch(san[len(prefix) :]) is not None
     return san == pattern
 
 
@@ -140,25 +148,35 @@ def verify_dsse(data: bytes, root: TrustRoot, *, what: str, att_dir: Path) -> Ve
         key = root.key
     else:
         if not root.keyids:
-            raise VerificationError(f"{what}: no release key is pinned ({root.source})",
-                                    expected="keyids = [...]", actual=f"signed by keyid {claimed}",
-                                    hint="pin the release keyid in trust.toml, or audit with --key FILE")
+            raise VerificationError(
+                f"{what}: no release key is pinned ({root.source})",
+                expected="keyids = [...]",
+                actual=f"signed by keyid {claimed}",
+                hint="pin the release keyid in trust.toml, or audit with --key FILE",
+            )
         try:
             key = signing.load_published_key(att_dir)
         except VerificationError as exc:
-            raise VerificationError(f"{what}: no key material for the pinned keyids: {exc.one_line()}",
-                                    hint="audit with --key FILE (the release's public key)") from None
+            raise VerificationError(
+                f"{what}: no key material for the pinned keyids: {exc.one_line()}",
+                hint="audit with --key FILE (the release's public key)",
+            ) from None
         if key.keyid not in root.keyids:
             raise VerificationError(
                 f"{what} is signed by keyid {claimed}, which is not pinned ({root.source})",
-                expected=", ".join(root.keyids), actual=f"published key {key.keyid}",
+                expected=", ".join(root.keyids),
+                actual=f"published key {key.keyid}",
                 hint="records re-signed with another key are refused; if this key is genuinely "
-                     "the release key, pin it in trust.toml; the records of your own release: "
-                     f"`nox -s audit -- --key {own_public_key()}`")
+                "the release key, pin it in trust.toml; the records of your own release: "
+                f"`nox -s audit -- --key {own_public_key()}`",
+            )
     if key.keyid not in _envelope_keyids(data):
-        raise VerificationError(f"{what} is not signed by the trusted key", expected=key.keyid,
-                                actual=f"signed by keyid {claimed}",
-                                hint=f"trust root: {root.describe()}")
+        raise VerificationError(
+            f"{what} is not signed by the trusted key",
+            expected=key.keyid,
+            actual=f"signed by keyid {claimed}",
+            hint=f"trust root: {root.describe()}",
+        )
     return Verified(signing.dsse_verify(data, key, what=what), f"key {key.keyid}")
 
 
@@ -186,12 +204,19 @@ def verify_bundle(data: bytes, root: TrustRoot, *, what: str) -> Verified:
     """A sigstore bundle whose certificate identity matches the pinned identity and issuer."""
     san = bundle_identity(data, what=what)
     if not root.identity or not root.issuer:
-        raise VerificationError(f"{what}: no sigstore identity is pinned ({root.source})",
-                                expected="identity + issuer", actual=f"signed by {san}",
-                                hint="pin [trust.<profile>] identity and issuer, or audit with --identity/--issuer")
+        raise VerificationError(
+            f"{what}: no sigstore identity is pinned ({root.source})",
+            expected="identity + issuer",
+            actual=f"signed by {san}",
+            hint="pin [trust.<profile>] identity and issuer, or audit with --identity/--issuer",
+        )
     if not identity_matches(root.identity, san):
-        raise VerificationError(f"{what} is signed by {san}, which is not the pinned identity",
-                                expected=root.identity, actual=san, hint=f"trust root: {root.describe()}")
+        raise VerificationError(
+            f"{what} is signed by {san}, which is not the pinned identity",
+            expected=root.identity,
+            actual=san,
+            hint=f"trust root: {root.describe()}",
+        )
     policy = signing.SigstorePolicy(identity=san, issuer=root.issuer)
     return Verified(signing.sigstore_verify(data, policy, what=what), f"{san} ({root.issuer})")
 
@@ -211,17 +236,21 @@ def unpinned_warning(pinned: TrustRoot, keyid: str) -> str | None:
     """A loud warning when the key about to sign is not among the `pinned` keyids, else None."""
     if keyid in pinned.keyids:
         return None
-    return (f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
-            f"`python -m pipeline audit` will refuse these records (signed by an unpinned key) unless it "
-            f"is given the key: `nox -s audit -- --key {own_public_key()}`. "
-            f"To trust this key, put this there (trust.toml) and commit it: {pin_line(keyid)}")
+    return (
+        f"WARNING: the release key {keyid} is not pinned in {pinned.source}: "
+        f"`python -m pipeline audit` will refuse these records (signed by an unpinned key) unless it "
+        f"is given the key: `nox -s audit -- --key {own_public_key()}`. "
+        f"To trust this key, put this there (trust.toml) and commit it: {pin_line(keyid)}"
+    )
 
 
 def unpinned_identity_warning(pinned: TrustRoot, policy: signing.SigstorePolicy) -> str | None:
     """A loud warning when the sigstore identity about to sign is not the `pinned` one, else None."""
     if pinned.identity and pinned.issuer == policy.issuer and identity_matches(pinned.identity, policy.identity):
         return None
-    return (f"WARNING: the signing identity {policy.identity} ({policy.issuer}) is not the one pinned in "
-            f"{pinned.source} ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
-            "`python -m pipeline audit` will refuse these records. Sign from the pinned release workflow, "
-            "or pin this identity (identity = ..., issuer = ...) in trust.toml.")
+    return (
+        f"WARNING: the signing identity {policy.identity} ({policy.issuer}) is not the one pinned in "
+        f"{pinned.source} ({pinned.identity or 'none'} / {pinned.issuer or 'none'}): "
+        "`python -m pipeline audit` will refuse these records. Sign from the pinned release workflow, "
+        "or pin this identity (identity = ..., issuer = ...) in trust.toml."
+    )

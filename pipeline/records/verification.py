@@ -57,17 +57,28 @@ class TaskRecord:
     verification: Verification
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "image": self.image, "kind": self.kind,
-                "verification": self.verification.to_json()}
+        return {
+            "task_id": self.task_id,
+            "image": self.image,
+            "kind": self.kind,
+            "verification": self.verification.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> TaskRecord:
         if not isinstance(data, dict) or set(data) != {"task_id", "image", "kind", "verification"}:
-            raise ConfigError("a task record is malformed", expected=["image", "kind", "task_id", "verification"],
-                              actual=sorted(data) if isinstance(data, dict) else type(data).__name__)
+            raise ConfigError(
+                "a task record is malformed",
+                expected=["image", "kind", "task_id", "verification"],
+                actual=sorted(data) if isinstance(data, dict) else type(data).__name__,
+            )
         v = data["verification"]
-        return cls(data["task_id"], data["image"], data["kind"],
-                   Verification(v["status"], v["passed"], v["failed"], v.get("checks")))
+        return cls(
+            data["task_id"],
+            data["image"],
+            data["kind"],
+            Verification(v["status"], v["passed"], v["failed"], v.get("checks")),
+        )
 
 
 def _case_verification(checks: SuiteResult, case_id: str) -> Verification:
@@ -88,35 +99,48 @@ def _external_verification(result: ExternalResult | None) -> Verification:
     return Verification(status, 0, 0)
 
 
-def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *,
-          image: str) -> tuple[TaskRecord, ...]:
+def build(cfg: ReleaseConfig, policy: ExternalPolicy, checks: SuiteResult, *, image: str) -> tuple[TaskRecord, ...]:
     """Every task in request order; CheckFailure when any check failed or is missing."""
     from pipeline.checks.external import ExternalResult
 
     if not checks.ok:
         failed = [c.id for c in checks.failures]
-        raise CheckFailure("the check suite has failures: the release stops before submission.json",
-                           expected="0 failed checks", actual=f"{len(failed)} failed: {', '.join(failed[:8])}",
-                           hint="fix the image and run `python -m pipeline verify` again")
+        raise CheckFailure(
+            "the check suite has failures: the release stops before submission.json",
+            expected="0 failed checks",
+            actual=f"{len(failed)} failed: {', '.join(failed[:8])}",
+            hint="fix the image and run `python -m pipeline verify` again",
+        )
     ImageRef.parse(image, pinned=True)  # the submitted image is pinned by digest
     externals = {e["task_id"]: ExternalResult.from_json(e) for e in checks.external}
-    unverified = [t.task_id for t in cfg.external.tasks
-                  if t.task_id not in externals or not externals[t.task_id].fully_checked]
+    unverified = [
+        t.task_id for t in cfg.external.tasks if t.task_id not in externals or not externals[t.task_id].fully_checked
+    ]
     if policy.required and unverified:
-        raise CheckFailure(f"profile {policy.profile} requires every external task verified",
-                           expected="verified", actual=f"not verified: {', '.join(unverified)}")
+        raise CheckFailure(
+            f"profile {policy.profile} requires every external task verified",
+            expected="verified",
+            actual=f"not verified: {', '.join(unverified)}",
+        )
     tasks: list[TaskRecord] = []
     for number, block in enumerate(cfg.curriculum.blocks(), start=1):
         tasks += [TaskRecord(case.id, image, PROCEDURAL, _case_verification(checks, case.id)) for case in block]
-        tasks += [TaskRecord(ext.task_id, ext.image, EXTERNAL, _external_verification(externals.get(ext.task_id)))
-                  for ext in cfg.external.tasks if ext.after_block == number]
+        tasks += [
+            TaskRecord(ext.task_id, ext.image, EXTERNAL, _external_verification(externals.get(ext.task_id)))
+            for ext in cfg.external.tasks
+            if ext.after_block == number
+        ]
     unchecked = [t.task_id for t in tasks if t.kind == PROCEDURAL and not t.verification.verified]
     if unchecked:
-        raise CheckFailure("some procedural cases have no checks of their own in this run",
-                           expected="every case checked", actual=", ".join(unchecked[:8]),
-                           hint="run the whole suite (a shard's record must be merged first)")
+        raise CheckFailure(
+            "some procedural cases have no checks of their own in this run",
+            expected="every case checked",
+            actual=", ".join(unchecked[:8]),
+            hint="run the whole suite (a shard's record must be merged first)",
+        )
     failed = [t.task_id for t in tasks if t.verification.failed]
     if failed:
-        raise CheckFailure("tasks with failed checks cannot be requested", expected="no failed checks",
-                           actual=", ".join(failed))
+        raise CheckFailure(
+            "tasks with failed checks cannot be requested", expected="no failed checks", actual=", ".join(failed)
+        )
     return tuple(tasks)

@@ -29,9 +29,11 @@ VERIFIER_ID = "https://github.com/akseljoonas/openenv-arena-release/pipeline/aud
 SLSA_LEVEL = "SLSA_BUILD_LEVEL_1"  # what the provenance states (attest.SLSA_BUILD_LEVEL)
 
 
-SELF_CHECK = ("the releaser's own audit of its records, run by the release before it published them and "
-              "signed with the release's signer: it says the records passed the checks listed here against "
-              "the trust root named here, not that anyone independent of the releaser verified them")
+SELF_CHECK = (
+    "the releaser's own audit of its records, run by the release before it published them and "
+    "signed with the release's signer: it says the records passed the checks listed here against "
+    "the trust root named here, not that anyone independent of the releaser verified them"
+)
 
 
 def predicate(rows, *, records: Path, image: str, verified_on: datetime, self_check: bool = False) -> dict[str, Any]:
@@ -44,6 +46,7 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime, self_ch
         # Regular files only: a pipe or a link to /dev/zero (the audit fails on them) is never read.
         if p.name.endswith((signing.DSSE_SUFFIX, signing.BUNDLE_SUFFIX)) and p.is_file() and not p.is_symlink():
             inputs.append({"uri": f"attestations/{p.name}", "digest": {"sha256": sha256_file(p)}})
+
     def described(name: str) -> dict[str, Any]:
         path = records / name
         regular = path.is_file() and not path.is_symlink()
@@ -72,13 +75,25 @@ def predicate(rows, *, records: Path, image: str, verified_on: datetime, self_ch
     }
 
 
-def statement(rows, *, records: Path, image: str | None, verified_on: datetime | None = None,
-              self_check: bool = False) -> bytes:
-    subject = (attest.Subject.from_image_ref(image) if image and ImageRef.parse(image).digest
-               else attest.Subject("unknown", "sha256:" + "0" * 64))
-    return attest.statement(subject, PREDICATE_TYPE, predicate(
-        rows, records=records, image=f"{subject.name}@{subject.digest}",
-        verified_on=verified_on or datetime.now(UTC), self_check=self_check))
+def statement(
+    rows, *, records: Path, image: str | None, verified_on: datetime | None = None, self_check: bool = False
+) -> bytes:
+    subject = (
+        attest.Subject.from_image_ref(image)
+        if image and ImageRef.parse(image).digest
+        else attest.Subject("unknown", "sha256:" + "0" * 64)
+    )
+    return attest.statement(
+        subject,
+        PREDICATE_TYPE,
+        predicate(
+            rows,
+            records=records,
+            image=f"{subject.name}@{subject.digest}",
+            verified_on=verified_on or datetime.now(UTC),
+            self_check=self_check,
+        ),
+    )
 
 
 def write(out: Path, rows, *, records: Path, image: str | None, key_path: Path | None = None) -> Path:

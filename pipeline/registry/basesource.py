@@ -34,7 +34,7 @@ BLOB_CACHE = REPO_ROOT / ".release" / "cache" / "blobs"
 
 def _loopback(registry: str) -> bool:
     """Whether `host[:port]` (or `[v6]:port`) names this machine's loopback interface."""
-    name = registry[1:registry.find("]")] if registry.startswith("[") else registry.split(":")[0]
+    name = registry[1 : registry.find("]")] if registry.startswith("[") else registry.split(":")[0]
     if name == "localhost":
         return True
     try:
@@ -66,8 +66,9 @@ class BaseSource:
     @classmethod
     def from_registry(cls, reference: str, name: str | None = None) -> BaseSource:
         ref = ImageRef.parse(reference, registry=True, pinned=True)
-        return cls(name=name or stable_name(ref), digest=str(ref.digest), registry=ref.registry,
-                   repository=ref.repository)
+        return cls(
+            name=name or stable_name(ref), digest=str(ref.digest), registry=ref.registry, repository=ref.repository
+        )
 
     @classmethod
     def from_layout(cls, layout: Path, name: str, digest: str) -> BaseSource:
@@ -95,9 +96,11 @@ def base_from_layout(src: Layout, digest: str, layout: Layout) -> BaseImage:
     """The base `digest` from an OCI image layout (every blob verified on the way)."""
     desc = next((d for d in src.index().manifests if d.digest == digest), None)
     if desc is None:
-        raise ConfigError(f"the base {digest} is not in the OCI layout {src.root}",
-                          actual=", ".join(d.digest for d in src.index().manifests) or "empty",
-                          hint="rebuild the base layout from locks/base.json")
+        raise ConfigError(
+            f"the base {digest} is not in the OCI layout {src.root}",
+            actual=", ".join(d.digest for d in src.index().manifests) or "empty",
+            hint="rebuild the base layout from locks/base.json",
+        )
     raw = src.read_blob(desc.digest, size=desc.size)
     manifest = parse_manifest(raw, desc.media_type)
     config_bytes = src.read_blob(manifest.config.digest, size=manifest.config.size)
@@ -115,8 +118,7 @@ def fetch_base(client: RegistryClient, ref: ImageRef, layout: Layout) -> BaseIma
     no-op rebuild touches the registry for two small documents only.
     """
     if ref.digest is None:
-        raise ConfigError(f"base {ref} must be pinned by digest", expected="name@sha256:...",
-                          actual=str(ref))
+        raise ConfigError(f"base {ref} must be pinned by digest", expected="name@sha256:...", actual=str(ref))
     fetched = client.get_manifest(ref.repository, ref.digest)
     parsed = parse(fetched.raw, fetched.media_type)
     if isinstance(parsed, Index):
@@ -134,8 +136,12 @@ def fetch_base(client: RegistryClient, ref: ImageRef, layout: Layout) -> BaseIma
     config = parse_config(config_bytes)
     platform = f"{config.os}/{config.architecture}"
     if platform != "linux/amd64":
-        raise UnsupportedPlatform(f"base {ref} is not a linux/amd64 image", expected="linux/amd64",
-                                  actual=platform, hint="pin the amd64 image (or its index)")
+        raise UnsupportedPlatform(
+            f"base {ref} is not a linux/amd64 image",
+            expected="linux/amd64",
+            actual=platform,
+            hint="pin the amd64 image (or its index)",
+        )
     missing = [l for l in manifest.layers if not _intact(layout.blob_path(l.digest), l.digest, "the layout's")]
     fetch = [l for l in missing if not (BLOB_CACHE / l.digest[7:]).is_file()]
     _fetch(client, ref, fetch)
@@ -173,6 +179,5 @@ def _fetch(client: RegistryClient, ref: ImageRef, layers: list) -> None:
     BLOB_CACHE.mkdir(parents=True, exist_ok=True)
     progress = Progress(f"fetch base layers of {ref.name}", sum(l.size for l in layers), unit="B")
     for layer in layers:
-        client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:],
-                        size=layer.size, progress=progress)
+        client.get_blob(ref.repository, layer.digest, BLOB_CACHE / layer.digest[7:], size=layer.size, progress=progress)
     progress.finish()

@@ -186,8 +186,10 @@ def _worker_identity() -> tuple[str, int, int] | None:
             return user, pwd.getpwnam(user).pw_uid, grp.getgrnam(group).gr_gid
         except KeyError:
             continue
-    raise ToolError(f"no unprivileged user for nginx's workers: none of {[u for u, _ in WORKER_USERS]} exists",
-                    hint="create the www-data user (Debian's base-passwd has it)")
+    raise ToolError(
+        f"no unprivileged user for nginx's workers: none of {[u for u, _ in WORKER_USERS]} exists",
+        hint="create the www-data user (Debian's base-passwd has it)",
+    )
 
 
 RUNTIME_PREFIX = "arena-registry-"
@@ -207,24 +209,33 @@ def _runtime_dir(root: Path, worker: tuple[str, int, int] | None) -> Path:
         os.chmod(directory, 0o750)
     sock = directory / "registry.sock"
     if len(os.fsencode(sock)) > _MAX_SOCKET_PATH:
-        raise ToolError("the registry directory's path is too long for a unix socket",
-                        expected=f"at most {_MAX_SOCKET_PATH} bytes", actual=str(sock),
-                        hint="set RELEASE_REGISTRY_DIR to a shorter path")
+        raise ToolError(
+            "the registry directory's path is too long for a unix socket",
+            expected=f"at most {_MAX_SOCKET_PATH} bytes",
+            actual=str(sock),
+            hint="set RELEASE_REGISTRY_DIR to a shorter path",
+        )
     return directory
 
 
 def _remove_runtime_dir(state: RegistryState) -> None:
     if not state.backend_address.startswith("unix:"):
         return
-    directory = Path(state.backend_address[len("unix:"):]).parent
+    directory = Path(state.backend_address[len("unix:") :]).parent
     if directory.name.startswith(RUNTIME_PREFIX) or directory == state.root / "run":
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def _wait_socket(sock: Path, pid: int, logfile: Path, worker: tuple[str, int, int] | None) -> None:
     """Wait until docker-registry accepts on ``sock``; then let the workers' group connect."""
-    _daemon.wait_ready(pid, "docker-registry", logfile, lambda: None if _daemon.answers(sock) else "no answer",
-                       timeout_s=START_TIMEOUT_S, expected=f"docker-registry listening on {sock}")
+    _daemon.wait_ready(
+        pid,
+        "docker-registry",
+        logfile,
+        lambda: None if _daemon.answers(sock) else "no answer",
+        timeout_s=START_TIMEOUT_S,
+        expected=f"docker-registry listening on {sock}",
+    )
     os.chmod(sock, 0o660)
     if worker is not None:
         os.chown(sock, 0, worker[2])
@@ -249,12 +260,14 @@ def _registry_config(root: Path, storage: Path, listen: tuple[str, str], token_a
         },
     }
     if token_auth is not None:
-        config["auth"] = {"token": {
-            "realm": token_auth.realm,
-            "service": token_auth.service,
-            "issuer": token_auth.issuer,
-            "rootcertbundle": str(token_auth.rootcertbundle),
-        }}
+        config["auth"] = {
+            "token": {
+                "realm": token_auth.realm,
+                "service": token_auth.service,
+                "issuer": token_auth.issuer,
+                "rootcertbundle": str(token_auth.rootcertbundle),
+            }
+        }
     path = root / "registry.yml"
     write_atomic(path, json.dumps(config, indent=2).encode(), mode=0o600)
     return path
@@ -333,8 +346,9 @@ def grp_name(gid: int) -> str:
 # ------------------------------------------------------------------ processes
 
 
-def _wait_healthy(url: str, pid: int, marker: str, logfile: Path, auth: tuple[str, str] | None,
-                  ok: tuple[int, ...] = (200,)) -> None:
+def _wait_healthy(
+    url: str, pid: int, marker: str, logfile: Path, auth: tuple[str, str] | None, ok: tuple[int, ...] = (200,)
+) -> None:
     def answer() -> str | None:
         try:
             resp = requests.get(url, auth=auth, timeout=2)
@@ -400,8 +414,10 @@ def stop_orphaned(root: Path | None = None) -> str | None:
             return None
         running = _stop_unlocked(root)
     what = "stopped the local registry" if running else "cleared the state of the local registry"
-    return (f"{what} (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) that a release which "
-            f"is gone (PID {state.owner.pid}) had started, under {root}")
+    return (
+        f"{what} (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) that a release which "
+        f"is gone (PID {state.owner.pid}) had started, under {root}"
+    )
 
 
 def corrupt_blobs(root: Path | None = None, *, storage: Path | None = None) -> list[str]:
@@ -424,8 +440,13 @@ def corrupt_blobs(root: Path | None = None, *, storage: Path | None = None) -> l
     return bad
 
 
-def start(root: Path | None = None, *, storage: Path | None = None,
-          token_auth: TokenAuth | None = None, owner: runs.Owner | None = None) -> RegistryState:
+def start(
+    root: Path | None = None,
+    *,
+    storage: Path | None = None,
+    token_auth: TokenAuth | None = None,
+    owner: runs.Owner | None = None,
+) -> RegistryState:
     """Start (or reuse) the registry under `root` and return its state.
 
     `storage` defaults to `<root>/storage`. With `token_auth`, docker-registry itself
@@ -442,8 +463,9 @@ def start(root: Path | None = None, *, storage: Path | None = None,
         return _start_unlocked(root, Path(storage or root / "storage").resolve(), token_auth, owner)
 
 
-def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
-                    owner: runs.Owner | None = None) -> RegistryState:
+def _start_unlocked(
+    root: Path, storage: Path, token_auth: TokenAuth | None, owner: runs.Owner | None = None
+) -> RegistryState:
     registry_bin = which("docker-registry", package="docker-registry")
     storage.mkdir(parents=True, exist_ok=True)
     # A storage an earlier registry left is a cache like the others: checked before anything
@@ -451,9 +473,11 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
     # already runs in its registry stage). docker-registry trusts the bytes it stored.
     corrupt = corrupt_blobs(storage=storage)
     if corrupt:
-        say(f"removed {len(corrupt)} corrupt blob(s) from the local registry's storage "
+        say(
+            f"removed {len(corrupt)} corrupt blob(s) from the local registry's storage "
             f"({', '.join(d[:19] for d in corrupt)}) before serving it from {storage}; the next push "
-            "sends them again")
+            "sends them again"
+        )
     user, password, pw_file = _credentials(root)
     previous = _ports(root)
     worker = _worker_identity()
@@ -478,8 +502,7 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
     try:
         nginx_pid = 0
         if token_auth is not None:
-            _wait_healthy(f"http://{backend_address}/v2/", reg_pid, "docker-registry", reg_log,
-                          None, ok=(200, 401))
+            _wait_healthy(f"http://{backend_address}/v2/", reg_pid, "docker-registry", reg_log, None, ok=(200, 401))
             address = backend_address
         else:
             _wait_socket(backend_sock, reg_pid, reg_log, worker)
@@ -498,9 +521,17 @@ def _start_unlocked(root: Path, storage: Path, token_auth: TokenAuth | None,
         if token_auth is None:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    state = RegistryState(root=root, address=address, backend_address=backend_address,
-                          registry_pid=reg_pid, nginx_pid=nginx_pid, user=user,
-                          password_file=pw_file, storage=storage, owner=owner)
+    state = RegistryState(
+        root=root,
+        address=address,
+        backend_address=backend_address,
+        registry_pid=reg_pid,
+        nginx_pid=nginx_pid,
+        user=user,
+        password_file=pw_file,
+        storage=storage,
+        owner=owner,
+    )
     _write_state(state)
     return state
 
@@ -511,8 +542,7 @@ def endpoint(root: Path | None = None, *, start_if_needed: bool = True) -> Regis
     state = status(root)
     if state is None:
         if not start_if_needed:
-            raise ToolError("the local registry is not running",
-                            hint="run `python -m pipeline registry start`")
+            raise ToolError("the local registry is not running", hint="run `python -m pipeline registry start`")
         state = start(root)
     return state
 

@@ -39,8 +39,7 @@ class PullResult:
         return len(self.layers)
 
 
-def pull(reference: str | ImageRef, dest: Path, *,
-         client: RegistryClient | None = None) -> PullResult:
+def pull(reference: str | ImageRef, dest: Path, *, client: RegistryClient | None = None) -> PullResult:
     """Pull `host/repo@sha256:...` anonymously into the empty directory `dest`.
 
     An image index is resolved to its linux/amd64 manifest. The result's
@@ -49,17 +48,18 @@ def pull(reference: str | ImageRef, dest: Path, *,
     """
     ref = reference if isinstance(reference, ImageRef) else ImageRef.parse(reference, registry=True)
     if ref.digest is None:
-        raise ConfigError(f"pull {ref} by digest, not by tag",
-                          expected="host/repository@sha256:<hex>", actual=str(ref))
+        raise ConfigError(f"pull {ref} by digest, not by tag", expected="host/repository@sha256:<hex>", actual=str(ref))
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
-        raise ConfigError(f"pull destination {dest} is not empty",
-                          hint="pull into a fresh directory so nothing is reused")
+        raise ConfigError(
+            f"pull destination {dest} is not empty", hint="pull into a fresh directory so nothing is reused"
+        )
     # Never the caller's credentials: this pull must work for anyone.
     client = client or RegistryClient(ref.registry)
     if client.credentials is not None:
-        raise ConfigError("the verification pull must be credential-less",
-                          hint="pass a RegistryClient without credentials")
+        raise ConfigError(
+            "the verification pull must be credential-less", hint="pass a RegistryClient without credentials"
+        )
 
     fetched = client.get_manifest(ref.repository, ref.digest)
     parsed = parse(fetched.raw, fetched.media_type)
@@ -71,8 +71,9 @@ def pull(reference: str | ImageRef, dest: Path, *,
         layout.put_bytes(fetched.raw)
         fetched = client.get_manifest(ref.repository, chosen.digest)
         if len(fetched.raw) != chosen.size:
-            raise DigestMismatch(f"manifest {chosen.digest} has the wrong size",
-                                 expected=chosen.size, actual=len(fetched.raw))
+            raise DigestMismatch(
+                f"manifest {chosen.digest} has the wrong size", expected=chosen.size, actual=len(fetched.raw)
+            )
         parsed = parse(fetched.raw, fetched.media_type)
         if isinstance(parsed, Index):
             raise ManifestError("image index points to another index", actual=chosen.digest)
@@ -81,37 +82,50 @@ def pull(reference: str | ImageRef, dest: Path, *,
 
     config_bytes = client.get_blob_bytes(ref.repository, manifest.config.digest)
     if len(config_bytes) != manifest.config.size:
-        raise DigestMismatch(f"config blob {manifest.config.digest} has the wrong size",
-                             expected=manifest.config.size, actual=len(config_bytes))
+        raise DigestMismatch(
+            f"config blob {manifest.config.digest} has the wrong size",
+            expected=manifest.config.size,
+            actual=len(config_bytes),
+        )
     config = parse_config(config_bytes)
     config.check_platform()
     if len(config.diff_ids) != len(manifest.layers):
-        raise ManifestError("config and manifest disagree on the layer count",
-                            expected=len(manifest.layers), actual=len(config.diff_ids))
+        raise ManifestError(
+            "config and manifest disagree on the layer count",
+            expected=len(manifest.layers),
+            actual=len(config.diff_ids),
+        )
     layout.put_bytes(config_bytes)
 
     progress = Progress(f"pull {ref.name}", manifest.compressed_size, unit="B")
     for layer in manifest.layers:
         if layout.has_blob(layer.digest):
             continue
-        client.get_blob(ref.repository, layer.digest, layout.blob_path(layer.digest),
-                        size=layer.size, progress=progress)
+        client.get_blob(
+            ref.repository, layer.digest, layout.blob_path(layer.digest), size=layer.size, progress=progress
+        )
     progress.finish()
 
     wanted = chosen.digest if index_digest else ref.digest
     actual = _digest.of_bytes(fetched.raw)
     if actual != wanted:
-        raise DigestMismatch(f"manifest of {ref} does not hash to its digest",
-                             expected=wanted, actual=actual)
+        raise DigestMismatch(f"manifest of {ref} does not hash to its digest", expected=wanted, actual=actual)
     stored = layout.add_manifest(fetched.raw, media_type, ref_name=ref.digest)
     # Re-read everything from the store: the layout is what later stages use.
     layout.verify_image(ref.digest)
     result = PullResult(
-        reference=str(ref), manifest_digest=stored.digest, media_type=media_type,
-        config_digest=manifest.config.digest, config_size=manifest.config.size, layers=manifest.layers,
-        compressed_size=manifest.compressed_size, layout=dest, index_digest=index_digest,
+        reference=str(ref),
+        manifest_digest=stored.digest,
+        media_type=media_type,
+        config_digest=manifest.config.digest,
+        config_size=manifest.config.size,
+        layers=manifest.layers,
+        compressed_size=manifest.compressed_size,
+        layout=dest,
+        index_digest=index_digest,
     )
-    say(f"  pulled {ref}: {result.layer_count} layers, {result.compressed_size:,} compressed "
-        "bytes, every digest checked")
+    say(
+        f"  pulled {ref}: {result.layer_count} layers, {result.compressed_size:,} compressed "
+        "bytes, every digest checked"
+    )
     return result
-

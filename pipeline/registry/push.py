@@ -39,9 +39,16 @@ class PushResult:
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
-def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, media_type: str,
-               blobs: Mapping[str, Path | bytes], *, tag: str | None = None,
-               mount_from: Sequence[str] = ()) -> PushResult:
+def push_image(
+    client: RegistryClient,
+    repository: str,
+    manifest_bytes: bytes,
+    media_type: str,
+    blobs: Mapping[str, Path | bytes],
+    *,
+    tag: str | None = None,
+    mount_from: Sequence[str] = (),
+) -> PushResult:
     """Push one image: every blob its manifest names (from `blobs`), then the manifest.
 
     `blobs` maps digest -> file or bytes; every config/layer digest of the manifest
@@ -56,8 +63,7 @@ def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, m
     skipped: list[str] = []
     missing = [d for d in needed if not client.has_blob(repository, d.digest)]
     if mount_from:
-        missing = [d for d in missing
-                   if not any(client.mount_blob(repository, d.digest, src) for src in mount_from)]
+        missing = [d for d in missing if not any(client.mount_blob(repository, d.digest, src) for src in mount_from)]
     skipped = [d.digest for d in needed if d not in missing]
     total = sum(d.size for d in missing)
     progress = Progress(f"push {client.registry}/{repository}", total, unit="B")
@@ -65,8 +71,10 @@ def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, m
     for desc in missing:
         source = blobs.get(desc.digest)
         if source is None:
-            raise ConfigError(f"blob {desc.digest} is neither in the registry nor given to push",
-                              hint="push from a complete OCI layout")
+            raise ConfigError(
+                f"blob {desc.digest} is neither in the registry nor given to push",
+                hint="push from a complete OCI layout",
+            )
         bytes_sent += client.upload_blob(repository, desc.digest, source, progress=progress)
         sent.append(desc.digest)
     if missing:
@@ -76,19 +84,37 @@ def push_image(client: RegistryClient, repository: str, manifest_bytes: bytes, m
         client.put_manifest(repository, manifest_digest, manifest_bytes, media_type)
     if tag and client.head_manifest(repository, tag) != manifest_digest:
         client.put_manifest(repository, tag, manifest_bytes, media_type)
-    say(f"  pushed {client.registry}/{repository}@{manifest_digest}: {len(sent)} blobs sent, "
-        f"{len(skipped)} already there")
-    return PushResult(client.registry, repository, manifest_digest, media_type, tag,
-                      tuple(sent), tuple(skipped), bytes_sent, manifest_sent)
+    say(
+        f"  pushed {client.registry}/{repository}@{manifest_digest}: {len(sent)} blobs sent, "
+        f"{len(skipped)} already there"
+    )
+    return PushResult(
+        client.registry,
+        repository,
+        manifest_digest,
+        media_type,
+        tag,
+        tuple(sent),
+        tuple(skipped),
+        bytes_sent,
+        manifest_sent,
+    )
 
 
-def push_layout(client: RegistryClient, repository: str, layout_dir: Path, *,
-                ref_name: str | None = None, tag: str | None = None,
-                mount_from: Sequence[str] = ()) -> PushResult:
+def push_layout(
+    client: RegistryClient,
+    repository: str,
+    layout_dir: Path,
+    *,
+    ref_name: str | None = None,
+    tag: str | None = None,
+    mount_from: Sequence[str] = (),
+) -> PushResult:
     """Push an image of an OCI layout (verified as it is read) to `repository`."""
     layout = Layout.open(layout_dir)
     img = layout.verify_image(ref_name)
     blobs: dict[str, Path | bytes] = {img.manifest.config.digest: img.config_bytes}
     blobs.update({d.digest: layout.blob_path(d.digest) for d in img.manifest.layers})
-    return push_image(client, repository, img.manifest_bytes, img.descriptor.media_type, blobs,
-                      tag=tag, mount_from=mount_from)
+    return push_image(
+        client, repository, img.manifest_bytes, img.descriptor.media_type, blobs, tag=tag, mount_from=mount_from
+    )

@@ -68,24 +68,43 @@ class Fetched:
     payload: bytes
 
 
-def push_referrer(client: RegistryClient, repository: str, subject_digest: str, *, artifact_type: str,
-                  payload: bytes, media_type: str, annotations: Mapping[str, str]) -> Pushed:
+def push_referrer(
+    client: RegistryClient,
+    repository: str,
+    subject_digest: str,
+    *,
+    artifact_type: str,
+    payload: bytes,
+    media_type: str,
+    annotations: Mapping[str, str],
+) -> Pushed:
     """Push `payload` as the one layer of an artifact manifest whose subject is `subject_digest`
     (an image of `repository`), then list it: by the registry's referrers API when it has one,
     else in the `sha256-<hex>` tag's index. Pushing the same payload again changes nothing."""
     subject_raw = client.get_manifest(repository, subject_digest)
-    layer = Descriptor(media_type, _digest.of_bytes(payload), len(payload),
-                       annotations={TITLE: f"{fallback_tag(_digest.of_bytes(payload))}.sigstore.json"}
-                       if media_type.startswith("application/vnd.dev.sigstore.bundle") else {})
-    manifest = Manifest(media_type=OCI_MANIFEST, artifact_type=artifact_type, config=EMPTY_DESCRIPTOR,
-                        layers=(layer,), annotations=dict(sorted(annotations.items())),
-                        subject=Descriptor(subject_raw.media_type, subject_digest, len(subject_raw.raw)))
+    layer = Descriptor(
+        media_type,
+        _digest.of_bytes(payload),
+        len(payload),
+        annotations={TITLE: f"{fallback_tag(_digest.of_bytes(payload))}.sigstore.json"}
+        if media_type.startswith("application/vnd.dev.sigstore.bundle")
+        else {},
+    )
+    manifest = Manifest(
+        media_type=OCI_MANIFEST,
+        artifact_type=artifact_type,
+        config=EMPTY_DESCRIPTOR,
+        layers=(layer,),
+        annotations=dict(sorted(annotations.items())),
+        subject=Descriptor(subject_raw.media_type, subject_digest, len(subject_raw.raw)),
+    )
     raw = manifest.to_bytes()
     for digest, blob in ((EMPTY_DESCRIPTOR.digest, EMPTY_CONFIG), (layer.digest, payload)):
         if not client.has_blob(repository, digest):
             client.upload_blob(repository, digest, blob)
-    descriptor = Descriptor(OCI_MANIFEST, _digest.of_bytes(raw), len(raw), annotations=manifest.annotations,
-                            artifact_type=artifact_type)
+    descriptor = Descriptor(
+        OCI_MANIFEST, _digest.of_bytes(raw), len(raw), annotations=manifest.annotations, artifact_type=artifact_type
+    )
     if client.put_referrer(repository, raw, OCI_MANIFEST):
         return Pushed(descriptor, API)
     tag = fallback_tag(subject_digest)
@@ -115,9 +134,12 @@ def _as_index(raw: bytes, media_type: str, *, where: str) -> Index:
     except ManifestError as exc:
         raise RegistryError(f"{where} is not a referrers index: {exc.one_line()}") from None
     if not isinstance(parsed, Index) or parsed.media_type not in INDEX_TYPES:
-        raise RegistryError(f"{where} is not a referrers index", expected=OCI_INDEX,
-                            actual=getattr(parsed, "media_type", type(parsed).__name__),
-                            hint="the tag is reserved for the referrers of the image whose digest it names")
+        raise RegistryError(
+            f"{where} is not a referrers index",
+            expected=OCI_INDEX,
+            actual=getattr(parsed, "media_type", type(parsed).__name__),
+            hint="the tag is reserved for the referrers of the image whose digest it names",
+        )
     return parsed
 
 
@@ -126,16 +148,26 @@ def list_referrers(client: RegistryClient, repository: str, subject_digest: str)
     tag's when the registry has no API; empty when neither lists any."""
     fetched = client.get_referrers(repository, subject_digest)
     if fetched is not None:
-        index = _as_index(fetched.raw, fetched.media_type or OCI_INDEX,
-                          where=f"the referrers of {client.registry}/{repository}@{subject_digest}")
+        index = _as_index(
+            fetched.raw,
+            fetched.media_type or OCI_INDEX,
+            where=f"the referrers of {client.registry}/{repository}@{subject_digest}",
+        )
         return Listing(subject_digest, API, index.manifests)
     tag = fallback_tag(subject_digest)
     tagged = _tag_index(client, repository, subject_digest)
     return Listing(subject_digest, f"tag {tag}", tagged.manifests if tagged else ())
 
 
-def fetch_referrer(client: RegistryClient, repository: str, descriptor: Descriptor, subject_digest: str, *,
-                   artifact_type: str, media_type: str) -> Fetched:
+def fetch_referrer(
+    client: RegistryClient,
+    repository: str,
+    descriptor: Descriptor,
+    subject_digest: str,
+    *,
+    artifact_type: str,
+    media_type: str,
+) -> Fetched:
     """A listed referrer's manifest and payload, each digest-checked; VerificationError unless
     it is an artifact of `artifact_type` with one layer of `media_type` whose subject is
     `subject_digest` (an index entry can name any manifest: the manifest's own subject decides)."""
@@ -147,15 +179,22 @@ def fetch_referrer(client: RegistryClient, repository: str, descriptor: Descript
         raise VerificationError(f"{where} is not an artifact manifest: {exc.one_line()}") from None
     actual_subject = manifest.subject.digest if manifest.subject else None
     if actual_subject != subject_digest:
-        raise VerificationError(f"{where}: its manifest's subject is another image", expected=subject_digest,
-                                actual=actual_subject or "no subject",
-                                hint="the referrers index lists an artifact that is not about this image")
+        raise VerificationError(
+            f"{where}: its manifest's subject is another image",
+            expected=subject_digest,
+            actual=actual_subject or "no subject",
+            hint="the referrers index lists an artifact that is not about this image",
+        )
     if manifest.artifact_type != artifact_type:
         raise VerificationError(f"{where}: artifactType", expected=artifact_type, actual=manifest.artifact_type)
-    if manifest.config.digest != EMPTY_DESCRIPTOR.digest or len(manifest.layers) != 1 \
-            or manifest.layers[0].media_type != media_type:
-        raise VerificationError(f"{where}: not an empty config and one {media_type} layer",
-                                actual=f"config {manifest.config.media_type}, "
-                                       + ", ".join(d.media_type for d in manifest.layers))
+    if (
+        manifest.config.digest != EMPTY_DESCRIPTOR.digest
+        or len(manifest.layers) != 1
+        or manifest.layers[0].media_type != media_type
+    ):
+        raise VerificationError(
+            f"{where}: not an empty config and one {media_type} layer",
+            actual=f"config {manifest.config.media_type}, " + ", ".join(d.media_type for d in manifest.layers),
+        )
     payload = client.get_blob_bytes(repository, manifest.layers[0].digest)
     return Fetched(descriptor, manifest, payload)

@@ -42,8 +42,11 @@ EXTRA_PACKAGES = ("uidmap", "slirp4netns", "fuse-overlayfs", "containernetworkin
 # Files looked for by path, not on PATH -> the Debian package that provides them: the private
 # Docker engine is Debian's docker.io, engine and client (another `docker` may come first on
 # PATH: pipeline/runtime/dockerd.py).
-FILES: dict[str, str] = {dockerd.DOCKERD: dockerd.PACKAGE, dockerd.DOCKER_CLIENT: dockerd.PACKAGE,
-                         dockerd.CONTAINERD: "containerd"}
+FILES: dict[str, str] = {
+    dockerd.DOCKERD: dockerd.PACKAGE,
+    dockerd.DOCKER_CLIENT: dockerd.PACKAGE,
+    dockerd.CONTAINERD: "containerd",
+}
 
 
 def missing_packages() -> list[str]:
@@ -69,12 +72,10 @@ def ensure_tools() -> list[str]:
     say(f"setup: installing {' '.join(missing)} with apt-get")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     _proc.run(["apt-get", "update", "-qq"], env=env, timeout=900)
-    _proc.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-              env=env, timeout=1800)
+    _proc.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env, timeout=1800)
     still = missing_packages()
     if still:
-        raise ToolError("apt-get finished but tools are still missing", expected="none",
-                        actual=", ".join(still))
+        raise ToolError("apt-get finished but tools are still missing", expected="none", actual=", ".join(still))
     if "podman" in missing:
         _first_use("podman")
     return missing
@@ -98,9 +99,14 @@ def _propagation(path: str) -> str | None:
         fields = line.split()
         if re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]) != path:
             continue
-        optional = fields[6:fields.index("-")]
-        found = ("shared" if any(f.startswith("shared:") for f in optional)
-                 else "slave" if any(f.startswith("master:") for f in optional) else "private")
+        optional = fields[6 : fields.index("-")]
+        found = (
+            "shared"
+            if any(f.startswith("shared:") for f in optional)
+            else "slave"
+            if any(f.startswith("master:") for f in optional)
+            else "private"
+        )
     return found
 
 

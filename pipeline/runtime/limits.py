@@ -44,17 +44,30 @@ class ContainerLimits:
     def from_budgets(cls, budgets: Budgets, *, pids: int = DEFAULT_PIDS) -> ContainerLimits:
         """memory_gib, cpu_floor_vcpus and workspace_gib of a `[budgets.*]` table."""
         values = budgets.values
-        limits = cls(memory_bytes=values["memory_gib"] * GIB, pids=pids,
-                     cpus=float(values["cpu_floor_vcpus"]), workspace_bytes=values["workspace_gib"] * GIB)
+        limits = cls(
+            memory_bytes=values["memory_gib"] * GIB,
+            pids=pids,
+            cpus=float(values["cpu_floor_vcpus"]),
+            workspace_bytes=values["workspace_gib"] * GIB,
+        )
         if min(limits.memory_bytes, limits.pids, limits.cpus, limits.workspace_bytes) <= 0:
             raise ConfigError("every container limit must be positive", actual=limits)
         return limits
 
     def run_args(self) -> list[str]:
         """Arguments of `podman run` / `docker run` applying these limits."""
-        args = ["--memory", str(self.memory_bytes), "--memory-swap", str(self.memory_bytes),
-                "--pids-limit", str(self.pids), "--cpus", f"{self.cpus:g}",
-                "--tmpfs", f"{WORKSPACE}:rw,size={self.workspace_bytes},mode=0755"]
+        args = [
+            "--memory",
+            str(self.memory_bytes),
+            "--memory-swap",
+            str(self.memory_bytes),
+            "--pids-limit",
+            str(self.pids),
+            "--cpus",
+            f"{self.cpus:g}",
+            "--tmpfs",
+            f"{WORKSPACE}:rw,size={self.workspace_bytes},mode=0755",
+        ]
         if self.own_user_namespace:
             base = (_USERNS_FIRST_BLOCK + secrets.randbelow(_USERNS_BLOCKS)) * _USERNS_SIZE
             args += ["--uidmap", f"0:{base}:{_USERNS_SIZE}", "--gidmap", f"0:{base}:{_USERNS_SIZE}"]
@@ -66,8 +79,12 @@ class ContainerLimits:
 
     def expected(self) -> dict[str, int | float]:
         """The values the suite must find in force inside the container."""
-        return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus,
-                "workspace_bytes": self.workspace_bytes}
+        return {
+            "memory_bytes": self.memory_bytes,
+            "pids": self.pids,
+            "cpus": self.cpus,
+            "workspace_bytes": self.workspace_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -90,5 +107,4 @@ class ExternalLimits:
         return limits
 
     def run_args(self) -> list[str]:
-        return ["--memory", str(self.memory_bytes), "--memory-swap", str(self.memory_bytes),
-                "--cpus", f"{self.cpus:g}"]
+        return ["--memory", str(self.memory_bytes), "--memory-swap", str(self.memory_bytes), "--cpus", f"{self.cpus:g}"]

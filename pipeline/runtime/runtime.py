@@ -80,8 +80,11 @@ def detect(choice: str = "auto", *, quiet: bool = False) -> str:
         dockerd.binaries()
     else:
         _proc.which("podman", package="podman")
-    line = f"container engine: {engine}" + (" (runtime.engine = auto: podman; the private Docker engine "
-                                            "only when asked: --engine docker)" if choice == "auto" else "")
+    line = f"container engine: {engine}" + (
+        " (runtime.engine = auto: podman; the private Docker engine only when asked: --engine docker)"
+        if choice == "auto"
+        else ""
+    )
     if not quiet and line not in _SAID:  # once a process: an adapter is made per command and test
         _SAID.add(line)
         say(line)
@@ -98,10 +101,12 @@ def loopback_command(command: Sequence[str], port: int) -> list[str]:
     argv = list(command)
     for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
         if flag not in argv[:-1]:
-            raise ContainerError(f"the image's command takes no {flag} value: it cannot be given a loopback "
-                                 "port under host networking",
-                                 expected=f"a command with {flag} VALUE", actual=" ".join(argv) or "(none)",
-                                 hint="serve it with podman (--engine podman)")
+            raise ContainerError(
+                f"the image's command takes no {flag} value: it cannot be given a loopback port under host networking",
+                expected=f"a command with {flag} VALUE",
+                actual=" ".join(argv) or "(none)",
+                hint="serve it with podman (--engine podman)",
+            )
         argv[argv.index(flag) + 1] = value
     return argv
 
@@ -116,9 +121,14 @@ def free_port() -> int:
 class ContainerRuntime:
     """docker/podman CLI with this machine's flags; see the module docstring."""
 
-    def __init__(self, config: RuntimeConfig | None = None, *, engine: str | None = None,
-                 environ: Mapping[str, str] | None = None,
-                 docker: dockerd.EngineState | None = None) -> None:
+    def __init__(
+        self,
+        config: RuntimeConfig | None = None,
+        *,
+        engine: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        docker: dockerd.EngineState | None = None,
+    ) -> None:
         config = config if config is not None else load().runtime
         self.engine = detect(engine) if engine else detect(config.engine_choice(environ))
         self.args: EngineArgs = config.args_for(self.engine, environ)
@@ -128,11 +138,13 @@ class ContainerRuntime:
         if self.engine == "docker":
             self.docker = docker or dockerd.status()
             if self.docker is None:
-                raise ToolError("the private Docker engine is not running",
-                                expected=f"dockerd answering on {dockerd.default_root() / 'docker.sock'}",
-                                actual="no engine",
-                                hint="the commands that use it start it (`nox -s serve -- --engine docker`, "
-                                     "the release's verify stage); never a host's default daemon")
+                raise ToolError(
+                    "the private Docker engine is not running",
+                    expected=f"dockerd answering on {dockerd.default_root() / 'docker.sock'}",
+                    actual="no engine",
+                    hint="the commands that use it start it (`nox -s serve -- --engine docker`, "
+                    "the release's verify stage); never a host's default daemon",
+                )
             self.client: tuple[str, ...] = self.docker.client_args()
         else:
             self.client = (_proc.which("podman", package="podman"),)
@@ -143,8 +155,7 @@ class ContainerRuntime:
         return self.engine == "docker"
 
     def _cli(self, *argv: str, check: bool = True, timeout: float | None = 600):
-        return _proc.run([*self.client, *self.args.global_args, *argv], check=check,
-                         timeout=timeout)
+        return _proc.run([*self.client, *self.args.global_args, *argv], check=check, timeout=timeout)
 
     def image_command(self, image: str) -> list[str]:
         """The image's Entrypoint and Cmd, as the engine would run them."""
@@ -177,16 +188,25 @@ class ContainerRuntime:
         loaded = out.stdout.decode().strip()
         loaded = loaded if loaded.startswith("sha256:") else f"sha256:{loaded}"
         if out.returncode != 0 or loaded not in digests:
-            raise ContainerError(f"{self.engine} did not load {name} from {archive}",
-                                 expected=" or ".join(sorted(digests)),
-                                 actual=loaded if out.returncode == 0 else out.stderr.decode(errors="replace").strip())
+            raise ContainerError(
+                f"{self.engine} did not load {name} from {archive}",
+                expected=" or ".join(sorted(digests)),
+                actual=loaded if out.returncode == 0 else out.stderr.decode(errors="replace").strip(),
+            )
         return name
 
-    def run(self, image: str, *, port: int = 8000, env: Mapping[str, str] | None = None,
-            name: str | None = None, extra_args: Sequence[str] = (),
-            command: Sequence[str] = (),
-            limits: ContainerLimits | ExternalLimits | None = None,
-            host_port: int | None = None) -> Container:
+    def run(
+        self,
+        image: str,
+        *,
+        port: int = 8000,
+        env: Mapping[str, str] | None = None,
+        name: str | None = None,
+        extra_args: Sequence[str] = (),
+        command: Sequence[str] = (),
+        limits: ContainerLimits | ExternalLimits | None = None,
+        host_port: int | None = None,
+    ) -> Container:
         """Start `image` detached, publishing `port` on 127.0.0.1:`host_port` (default: a free port).
 
         `extra_args` go to `run` before the image, `command` replaces the image's Cmd,
@@ -194,12 +214,26 @@ class ContainerRuntime:
         and a user namespace of the container's own.
         """
         if self.host_network:
-            return self._run_host_network(image, port=host_port, env=env, name=name, extra_args=extra_args,
-                                          command=command, limits=limits)
-        argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
-                "--label", f"{SESSION_LABEL}={self.session}", "--label", f"{RUN_LABEL}={runs.current().label()}",
-                "--publish", f"127.0.0.1:{host_port or ''}:{port}", *self.args.run_args,
-                *(limits.run_args() if limits else ()), *extra_args]
+            return self._run_host_network(
+                image, port=host_port, env=env, name=name, extra_args=extra_args, command=command, limits=limits
+            )
+        argv = [
+            "run",
+            "--detach",
+            "--pull",
+            "never",
+            "--label",
+            f"{LABEL}={OWNER}",
+            "--label",
+            f"{SESSION_LABEL}={self.session}",
+            "--label",
+            f"{RUN_LABEL}={runs.current().label()}",
+            "--publish",
+            f"127.0.0.1:{host_port or ''}:{port}",
+            *self.args.run_args,
+            *(limits.run_args() if limits else ()),
+            *extra_args,
+        ]
         if name:
             argv += ["--name", name]
         for key, value in sorted((env or {}).items()):
@@ -212,24 +246,47 @@ class ContainerRuntime:
             logs = self.logs(cid, tail=30).strip() or "(no output)"
             state = "running" if self._running(cid) else "exited"
             self.remove(cid)
-            raise ContainerError(f"container {cid[:12]} ({image}) has no published port {port}",
-                                 expected="a running container", actual=state,
-                                 hint=f"container logs:\n{logs}")
+            raise ContainerError(
+                f"container {cid[:12]} ({image}) has no published port {port}",
+                expected="a running container",
+                actual=state,
+                hint=f"container logs:\n{logs}",
+            )
         host, _, host_port = mapped[0].rpartition(":")
         return Container(id=cid, image=image, host=host or "127.0.0.1", port=int(host_port))
 
-    def _run_host_network(self, image: str, *, port: int | None, env: Mapping[str, str] | None,
-                          name: str | None, extra_args: Sequence[str], command: Sequence[str],
-                          limits: ContainerLimits | ExternalLimits | None) -> Container:
+    def _run_host_network(
+        self,
+        image: str,
+        *,
+        port: int | None,
+        env: Mapping[str, str] | None,
+        name: str | None,
+        extra_args: Sequence[str],
+        command: Sequence[str],
+        limits: ContainerLimits | ExternalLimits | None,
+    ) -> Container:
         """docker: the host's network, the server's command given a free loopback port, Docker's
         defaults otherwise (no security option, capability, privilege or user namespace added)."""
         port = port or free_port()
         if isinstance(limits, ContainerLimits):
             # docker has no --uidmap: the container's IDs are the host's (docs/isolation.md).
             limits = replace(limits, own_user_namespace=False)
-        argv = ["run", "--detach", "--pull", "never", "--label", f"{LABEL}={OWNER}",
-                "--label", f"{SESSION_LABEL}={self.session}", "--network", "host", *self.args.run_args,
-                *(limits.run_args() if limits else ()), *extra_args]
+        argv = [
+            "run",
+            "--detach",
+            "--pull",
+            "never",
+            "--label",
+            f"{LABEL}={OWNER}",
+            "--label",
+            f"{SESSION_LABEL}={self.session}",
+            "--network",
+            "host",
+            *self.args.run_args,
+            *(limits.run_args() if limits else ()),
+            *extra_args,
+        ]
         if name:
             argv += ["--name", name]
         for key, value in sorted((env or {}).items()):
@@ -242,18 +299,29 @@ class ContainerRuntime:
         """What the engine applied to a container: its seccomp profile, added capabilities,
         privilege, user-namespace mode, security options, network mode (from `inspect`)."""
         cid = container.id if isinstance(container, Container) else container
-        fmt = ("{{json .HostConfig.SecurityOpt}}\t{{json .HostConfig.CapAdd}}\t{{json .HostConfig.Privileged}}"
-               "\t{{json .HostConfig.UsernsMode}}\t{{json .HostConfig.NetworkMode}}")
+        fmt = (
+            "{{json .HostConfig.SecurityOpt}}\t{{json .HostConfig.CapAdd}}\t{{json .HostConfig.Privileged}}"
+            "\t{{json .HostConfig.UsernsMode}}\t{{json .HostConfig.NetworkMode}}"
+        )
         out = self._cli("inspect", "--format", fmt, cid)
         opts, caps, privileged, userns, network = (json.loads(x) for x in out.stdout.decode().strip().split("\t"))
         opts = list(opts or [])
         if self.engine == "podman":  # podman's inspect leaves `unmask=` out of SecurityOpt
             made = json.loads(self._cli("inspect", "--format", "{{json .Config.CreateCommand}}", cid).stdout or b"[]")
-            opts += [value for flag, value in zip(made or [], (made or [])[1:])
-                     if flag == "--security-opt" and value not in opts]
+            opts += [
+                value
+                for flag, value in zip(made or [], (made or [])[1:])
+                if flag == "--security-opt" and value not in opts
+            ]
         seccomp = next((o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")), "default")
-        return {"security_opt": opts, "seccomp": seccomp, "cap_add": list(caps or []),
-                "privileged": bool(privileged), "userns_mode": userns or "", "network_mode": network or ""}
+        return {
+            "security_opt": opts,
+            "seccomp": seccomp,
+            "cap_add": list(caps or []),
+            "privileged": bool(privileged),
+            "userns_mode": userns or "",
+            "network_mode": network or "",
+        }
 
     def engine_info(self) -> dict[str, Any]:
         """The engine as `info` reports it: name, client path, versions, security options."""
@@ -261,23 +329,36 @@ class ContainerRuntime:
             out = self._cli("info", "--format", "{{json .}}")
             info = json.loads(out.stdout)
             client = self._cli("version", "--format", "{{.Client.Version}}").stdout.decode().strip()
-            return {"engine": "docker", "client": self.client[0], "client_version": client,
-                    "version": info.get("ServerVersion", ""),
-                    "security_options": sorted(info.get("SecurityOptions") or []),
-                    "runtime": info.get("DefaultRuntime", ""), "cgroup_version": str(info.get("CgroupVersion", "")),
-                    "private_engine": self.docker is not None}
+            return {
+                "engine": "docker",
+                "client": self.client[0],
+                "client_version": client,
+                "version": info.get("ServerVersion", ""),
+                "security_options": sorted(info.get("SecurityOptions") or []),
+                "runtime": info.get("DefaultRuntime", ""),
+                "cgroup_version": str(info.get("CgroupVersion", "")),
+                "private_engine": self.docker is not None,
+            }
         out = self._cli("info", "--format", "json")
         info = json.loads(out.stdout)
         host = info.get("host", {})
         sec = host.get("security", {})
-        options = [f"{k}={v}" for k, v in sorted(sec.items()) if k in ("rootless", "seccompEnabled",
-                                                                       "seccompProfilePath", "selinuxEnabled",
-                                                                       "apparmorEnabled")]
+        options = [
+            f"{k}={v}"
+            for k, v in sorted(sec.items())
+            if k in ("rootless", "seccompEnabled", "seccompProfilePath", "selinuxEnabled", "apparmorEnabled")
+        ]
         version = info.get("version", {}).get("Version", "")
-        return {"engine": "podman", "client": self.client[0], "client_version": version,
-                "version": version, "security_options": options,
-                "runtime": host.get("ociRuntime", {}).get("name", ""),
-                "cgroup_version": str(host.get("cgroupVersion", "")), "private_engine": False}
+        return {
+            "engine": "podman",
+            "client": self.client[0],
+            "client_version": version,
+            "version": version,
+            "security_options": options,
+            "runtime": host.get("ociRuntime", {}).get("name", ""),
+            "cgroup_version": str(host.get("cgroupVersion", "")),
+            "private_engine": False,
+        }
 
     def logs(self, container: Container | str, *, tail: int | None = None) -> str:
         """stdout and stderr of a container (the last `tail` lines if given)."""
@@ -290,8 +371,7 @@ class ContainerRuntime:
         out = self._cli("inspect", "--format", "{{.State.Running}}", cid, check=False)
         return out.returncode == 0 and out.stdout.decode().strip() == "true"
 
-    def wait_healthy(self, container: Container, *, path: str = "/health",
-                     timeout: float | None = None) -> float:
+    def wait_healthy(self, container: Container, *, path: str = "/health", timeout: float | None = None) -> float:
         """Poll `path` until it answers 200; ContainerError with the logs otherwise."""
         timeout = self.health_timeout_s if timeout is None else timeout
         started = time.monotonic()
@@ -318,14 +398,21 @@ class ContainerRuntime:
         raise ContainerError(
             f"container {container.id[:12]} ({container.image}) is not healthy at {url} "
             f"after {time.monotonic() - started:.0f} s ({self._state(container.id)})",
-            expected="HTTP 200", actual=last,
-            hint=f"container logs:\n{logs}")
+            expected="HTTP 200",
+            actual=last,
+            hint=f"container logs:\n{logs}",
+        )
 
     def _state(self, cid: str) -> str:
         """The engine's view of a container, for error messages."""
-        out = self._cli("inspect", "--format",
-                        "state {{.State.Status}}, pid {{.State.Pid}}, exit code {{.State.ExitCode}}, "
-                        "started {{.State.StartedAt}}", cid, check=False, timeout=60)
+        out = self._cli(
+            "inspect",
+            "--format",
+            "state {{.State.Status}}, pid {{.State.Pid}}, exit code {{.State.ExitCode}}, started {{.State.StartedAt}}",
+            cid,
+            check=False,
+            timeout=60,
+        )
         return out.stdout.decode(errors="replace").strip() if out.returncode == 0 else "state unknown"
 
     def start(self, image: str, **kwargs) -> Container:
@@ -349,8 +436,9 @@ class ContainerRuntime:
             # and removing it again removes it.
             out = self._cli("rm", "--force", cid, check=False)
         if out.returncode != 0 and self.exists(cid):
-            raise ContainerError(f"cannot remove container {cid[:12]}",
-                                 actual=out.stderr.decode(errors="replace").strip())
+            raise ContainerError(
+                f"cannot remove container {cid[:12]}", actual=out.stderr.decode(errors="replace").strip()
+            )
 
     def host_root(self, container: Container) -> str | None:
         """Where this process can read the container's filesystem (/proc/<PID>/root of its
@@ -366,12 +454,13 @@ class ContainerRuntime:
         """Bytes in the container's writable layer now: the engine's `SizeRw` of
         `inspect --size` (the size of the container's own upper layer: what it wrote,
         created or copied up from the image; the image's layers are not counted)."""
-        out = self._cli("container", "inspect", "--size", "--format", "{{.SizeRw}}", container.id,
-                        check=False)
+        out = self._cli("container", "inspect", "--size", "--format", "{{.SizeRw}}", container.id, check=False)
         text = out.stdout.decode().strip()
         if out.returncode != 0 or not text.lstrip("-").isdigit():
-            raise ContainerError(f"cannot measure the writable layer of container {container.id[:12]}",
-                                 actual=(out.stderr.decode(errors="replace") or text).strip()[-300:])
+            raise ContainerError(
+                f"cannot measure the writable layer of container {container.id[:12]}",
+                actual=(out.stderr.decode(errors="replace") or text).strip()[-300:],
+            )
         return int(text)
 
     def remove_image(self, name: str) -> None:
@@ -396,8 +485,16 @@ class ContainerRuntime:
 
     def remove_orphans(self) -> list[str]:
         """Remove the containers whose starting process is gone (RUN_LABEL); their IDs."""
-        out = self._cli("ps", "--all", "--no-trunc", "--filter", f"label={LABEL}={OWNER}",
-                        "--format", f'{{{{.ID}}}} {{{{index .Labels "{RUN_LABEL}"}}}}', check=False)
+        out = self._cli(
+            "ps",
+            "--all",
+            "--no-trunc",
+            "--filter",
+            f"label={LABEL}={OWNER}",
+            "--format",
+            f'{{{{.ID}}}} {{{{index .Labels "{RUN_LABEL}"}}}}',
+            check=False,
+        )
         gone = []
         for line in out.stdout.decode().splitlines():
             cid, _, label = line.strip().partition(" ")

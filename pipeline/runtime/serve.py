@@ -47,8 +47,7 @@ HOST_DIR = config_mod.REPO_ROOT / ".release" / "serve-host"
 PORT_VARIABLE = "RELEASE_SERVE_PORT"
 
 
-def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None,
-               environ: Mapping[str, str] = os.environ) -> int:
+def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None, environ: Mapping[str, str] = os.environ) -> int:
     """The loopback port to serve on: `--port`, else $RELEASE_SERVE_PORT, else release.toml's."""
     if requested is not None:
         return requested
@@ -56,8 +55,12 @@ def serve_port(cfg: config_mod.ReleaseConfig, requested: int | None,
     if raw is None:
         return cfg.port
     if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{PORT_VARIABLE} is not a port number", expected="1..65535", actual=raw,
-                          hint=f"unset it to serve on {cfg.port}")
+        raise ConfigError(
+            f"{PORT_VARIABLE} is not a port number",
+            expected="1..65535",
+            actual=raw,
+            hint=f"unset it to serve on {cfg.port}",
+        )
     return int(raw)
 
 
@@ -67,9 +70,10 @@ def check_port_free(host_port: int) -> None:
         try:
             probe.bind(("127.0.0.1", host_port))
         except OSError as exc:
-            raise ConfigError(f"cannot serve on 127.0.0.1:{host_port}: {exc.strerror}",
-                              hint=f"serve on another port: `nox -s serve -- --port {host_port + 1}` "
-                                   "(and give the client that URL)") from None
+            raise ConfigError(
+                f"cannot serve on 127.0.0.1:{host_port}: {exc.strerror}",
+                hint=f"serve on another port: `nox -s serve -- --port {host_port + 1}` (and give the client that URL)",
+            ) from None
 
 
 def built_record(record: Path) -> BuildRecord:
@@ -95,23 +99,29 @@ def load_built(runtime: ContainerRuntime, record: BuildRecord) -> str:
     with tempfile.TemporaryDirectory(prefix="serve-", dir=scratch) as tmp:
         archive = Path(tmp) / "image.tar"
         try:
-            Layout.open(Path(record.layout)).write_archive(record.manifest_digest, archive, name=name,
-                                                          docker=runtime.engine == "docker")
+            Layout.open(Path(record.layout)).write_archive(
+                record.manifest_digest, archive, name=name, docker=runtime.engine == "docker"
+            )
         except ReleaseError as exc:
-            raise ConfigError(f"the built image {record.manifest_digest} is not intact in {record.layout}: "
-                              f"{exc.what}", expected=exc.expected, actual=exc.actual,
-                              hint="run `nox -s release` again") from None
+            raise ConfigError(
+                f"the built image {record.manifest_digest} is not intact in {record.layout}: {exc.what}",
+                expected=exc.expected,
+                actual=exc.actual,
+                hint="run `nox -s release` again",
+            ) from None
         return runtime.load(archive, name, digests=(record.manifest_digest, record.config_digest))
 
 
-def serve_container(runtime: ContainerRuntime, image: str, cfg: config_mod.ReleaseConfig, *,
-                    host_port: int, what: str) -> int:
+def serve_container(
+    runtime: ContainerRuntime, image: str, cfg: config_mod.ReleaseConfig, *, host_port: int, what: str
+) -> int:
     """Run `image` (already in the engine) on 127.0.0.1:`host_port` until Ctrl-C or it exits."""
     check_port_free(host_port)
     # A service manager (or a test) stops with SIGTERM: remove the container then too.
     signal.signal(signal.SIGTERM, _interrupt)
-    container = runtime.start(image, port=cfg.port, host_port=host_port,
-                              limits=ContainerLimits.from_budgets(cfg.budgets["procedural"]))
+    container = runtime.start(
+        image, port=cfg.port, host_port=host_port, limits=ContainerLimits.from_budgets(cfg.budgets["procedural"])
+    )
     say(f"serving {what} at {container.url} (container {container.id[:12]}); Ctrl-C stops it")
     try:
         while runtime.exists(container.id):
@@ -145,14 +155,18 @@ def engine_runtime(cfg: config_mod.ReleaseConfig, engine: str | None) -> Iterato
         yield ContainerRuntime(cfg.runtime, engine="docker", docker=state)
 
 
-def serve_built(record_path: Path, cfg: config_mod.ReleaseConfig, *, host_port: int,
-                engine: str | None = None) -> int:
+def serve_built(record_path: Path, cfg: config_mod.ReleaseConfig, *, host_port: int, engine: str | None = None) -> int:
     record = built_record(record_path)
     check_port_free(host_port)
     with engine_runtime(cfg, engine) as runtime:
         image = load_built(runtime, record)
-        return serve_container(runtime, image, cfg, host_port=host_port,
-                               what=f"{record.repository}@{record.manifest_digest} (from {record.layout})")
+        return serve_container(
+            runtime,
+            image,
+            cfg,
+            host_port=host_port,
+            what=f"{record.repository}@{record.manifest_digest} (from {record.layout})",
+        )
 
 
 def serve_pulled(image: str, cfg: config_mod.ReleaseConfig, *, host_port: int, engine: str | None = None) -> int:
@@ -177,15 +191,27 @@ def serve_host(port: int, tasks_file: str | None, curriculum: Curriculum) -> int
     """The server run on this host from a root-only copy of env/, serving `curriculum` as the
     image would (its env/curriculum.json)."""
     if os.geteuid() != 0:
-        raise ConfigError("host mode needs root (the shell drops every command to UID 2000)",
-                          actual=f"uid {os.geteuid()}", hint="run as root, or serve the image (no --host-mode)")
+        raise ConfigError(
+            "host mode needs root (the shell drops every command to UID 2000)",
+            actual=f"uid {os.geteuid()}",
+            hint="run as root, or serve the image (no --host-mode)",
+        )
     app = HOST_DIR / "app"
     app.mkdir(parents=True, exist_ok=True)
     os.chmod(app, 0o700)
     root_only_copy(config_mod.REPO_ROOT / "env", app / "env")
     write_atomic(app / CURRICULUM_PATH, curriculum.file_bytes(), mode=0o600)
-    argv = [sys.executable, "-m", "env", "serve", "--host-mode", "--port", str(port),
-            "--workspace", str(HOST_DIR / "workspace")]
+    argv = [
+        sys.executable,
+        "-m",
+        "env",
+        "serve",
+        "--host-mode",
+        "--port",
+        str(port),
+        "--workspace",
+        str(HOST_DIR / "workspace"),
+    ]
     if tasks_file:
         argv += ["--tasks", str(root_only_copy_file(Path(tasks_file), app / "vendor" / "tasks.py"))]
     env = {k: v for k, v in os.environ.items() if k != TASKS_FILE_VARIABLE}

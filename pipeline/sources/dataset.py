@@ -105,8 +105,7 @@ def record_relpath(task: config_mod.ExternalTask) -> str:
 
 def mirror_path(mirror: Path, ext: config_mod.External, task: config_mod.ExternalTask) -> Path:
     """The mirror file for one task (layout in the module docstring)."""
-    return (mirror / "huggingface.co" / "datasets" / ext.dataset / ext.revision / task.split
-            / f"{task.task_id}.json")
+    return mirror / "huggingface.co" / "datasets" / ext.dataset / ext.revision / task.split / f"{task.task_id}.json"
 
 
 def _at(row: dict[str, Any], dotted: str) -> Any:
@@ -119,44 +118,56 @@ def _at(row: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def record_text(ext: config_mod.External, task: config_mod.ExternalTask, item: Any,
-                where: str) -> tuple[int, bytes]:
+def record_text(ext: config_mod.External, task: config_mod.ExternalTask, item: Any, where: str) -> tuple[int, bytes]:
     """(row index, record text) of one rows-API item, after every check a row can fail
     before its hash: its shape, truncation, its row index, the task id at `id_field`,
     and the record's own `instance_id`."""
-    if not isinstance(item, dict) or not isinstance(item.get("row"), dict) \
-            or not isinstance(item.get("row_idx"), int):
-        raise SourceError(f"record for {task.task_id} from {where} is malformed",
-                          expected='{"row_idx": <int>, "row": {...}}',
-                          actual=type(item).__name__ if not isinstance(item, dict) else sorted(item))
+    if not isinstance(item, dict) or not isinstance(item.get("row"), dict) or not isinstance(item.get("row_idx"), int):
+        raise SourceError(
+            f"record for {task.task_id} from {where} is malformed",
+            expected='{"row_idx": <int>, "row": {...}}',
+            actual=type(item).__name__ if not isinstance(item, dict) else sorted(item),
+        )
     if item.get("truncated_cells"):
-        raise SourceError(f"record for {task.task_id} from {where} has truncated cells",
-                          expected="no truncated cells", actual=item["truncated_cells"],
-                          hint="extract the row from the pinned parquet file into a mirror "
-                               "directory and use --mirror")
+        raise SourceError(
+            f"record for {task.task_id} from {where} has truncated cells",
+            expected="no truncated cells",
+            actual=item["truncated_cells"],
+            hint="extract the row from the pinned parquet file into a mirror directory and use --mirror",
+        )
     row_idx, row = item["row_idx"], item["row"]
     if row_idx != task.row:
-        raise SourceError(f"record for {task.task_id} from {where} is at another row",
-                          expected=f"row {task.row} of split {task.split}", actual=f"row {row_idx}")
+        raise SourceError(
+            f"record for {task.task_id} from {where} is at another row",
+            expected=f"row {task.row} of split {task.split}",
+            actual=f"row {row_idx}",
+        )
     found = _at(row, ext.id_field)
     if found != task.task_id:
-        raise SourceError(f"row {row_idx} of split {task.split} from {where} is another task",
-                          expected=f"{ext.id_field} = {task.task_id}", actual=f"{ext.id_field} = {found!r}",
-                          hint="check the row pin in release.toml")
+        raise SourceError(
+            f"row {row_idx} of split {task.split} from {where} is another task",
+            expected=f"{ext.id_field} = {task.task_id}",
+            actual=f"{ext.id_field} = {found!r}",
+            hint="check the row pin in release.toml",
+        )
     text = _at(row, ext.record_field)
     if not isinstance(text, str):
-        raise SourceError(f"row {row_idx} from {where} holds no record text",
-                          expected=f"a JSON string at {ext.record_field}",
-                          actual=type(text).__name__)
+        raise SourceError(
+            f"row {row_idx} from {where} holds no record text",
+            expected=f"a JSON string at {ext.record_field}",
+            actual=type(text).__name__,
+        )
     try:
         record = json.loads(text)
     except ValueError as exc:
-        raise SourceError(f"the record of {task.task_id} at {ext.record_field} is not JSON",
-                          actual=str(exc)) from None
+        raise SourceError(f"the record of {task.task_id} at {ext.record_field} is not JSON", actual=str(exc)) from None
     own = record.get("instance_id") if isinstance(record, dict) else None
     if own != task.task_id:
-        raise SourceError(f"the record at row {row_idx} from {where} names another task",
-                          expected=f"instance_id = {task.task_id}", actual=f"instance_id = {own!r}")
+        raise SourceError(
+            f"the record at row {row_idx} from {where} names another task",
+            expected=f"instance_id = {task.task_id}",
+            actual=f"instance_id = {own!r}",
+        )
     return row_idx, text.encode("utf-8")
 
 
@@ -179,9 +190,12 @@ def _get_json(url: str) -> Any:
     except urlerror.HTTPError as exc:
         if exc.code >= 500:
             raise _Unavailable(f"{url} answered HTTP {exc.code}") from None
-        raise SourceError(f"{url} refused the request", expected="HTTP 200",
-                          actual=f"HTTP {exc.code}",
-                          hint="check the dataset, revision, split and row pins") from None
+        raise SourceError(
+            f"{url} refused the request",
+            expected="HTTP 200",
+            actual=f"HTTP {exc.code}",
+            hint="check the dataset, revision, split and row pins",
+        ) from None
     except (TimeoutError, urlerror.URLError, ConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Unavailable(f"{parse.urlsplit(url).netloc} unreachable: {reason}") from None
@@ -196,27 +210,51 @@ def _from_https(ext: config_mod.External, task: config_mod.ExternalTask):
         raise _Unavailable(
             f"the datasets-server serves the head {head} of {ext.dataset}, not the pinned "
             f"revision {ext.revision}, so a record without a pinned sha256 cannot be "
-            "confirmed; provide it with --mirror")
+            "confirmed; provide it with --mirror"
+        )
     url = f"{ext.rows_url}/rows?" + parse.urlencode(
-        {"dataset": ext.dataset, "config": ext.subset, "split": task.split,
-         "offset": task.row, "length": 1})
+        {"dataset": ext.dataset, "config": ext.subset, "split": task.split, "offset": task.row, "length": 1}
+    )
     answer = _get_json(url)
     rows = answer.get("rows") if isinstance(answer, dict) else None
     if not isinstance(rows, list) or len(rows) != 1:
-        raise SourceError(f"{url} did not return exactly one row for {task.task_id}",
-                          expected="1 row", actual=f"{len(rows) if isinstance(rows, list) else 'no'} rows")
+        raise SourceError(
+            f"{url} did not return exactly one row for {task.task_id}",
+            expected="1 row",
+            actual=f"{len(rows) if isinstance(rows, list) else 'no'} rows",
+        )
     return record_text(ext, task, rows[0], url)
 
 
-def _record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, *, row: int,
-            sha256: str, status: str, reason: str, path: str) -> ExternalRecord:
+def _record(
+    cfg: config_mod.ReleaseConfig,
+    task: config_mod.ExternalTask,
+    *,
+    row: int,
+    sha256: str,
+    status: str,
+    reason: str,
+    path: str,
+) -> ExternalRecord:
     ext, budgets = cfg.external, cfg.budgets["external"]
     return ExternalRecord(
-        task_id=task.task_id, dataset=ext.dataset, revision=ext.revision, subset=ext.subset,
-        split=task.split, row=row, sha256=sha256, image=task.image, digest=task.digest,
-        compressed_bytes=task.compressed_bytes, budget_split=budgets.split,
-        budgets=dict(budgets.values), license=ext.license, status=status, reason=reason,
-        record_path=path, reference=task.reference,
+        task_id=task.task_id,
+        dataset=ext.dataset,
+        revision=ext.revision,
+        subset=ext.subset,
+        split=task.split,
+        row=row,
+        sha256=sha256,
+        image=task.image,
+        digest=task.digest,
+        compressed_bytes=task.compressed_bytes,
+        budget_split=budgets.split,
+        budgets=dict(budgets.values),
+        license=ext.license,
+        status=status,
+        reason=reason,
+        record_path=path,
+        reference=task.reference,
     )
 
 
@@ -224,40 +262,47 @@ def _verify(task: config_mod.ExternalTask, digest: str, where: str) -> None:
     if task.record_sha256 and digest != task.record_sha256:
         raise DigestMismatch(
             f"hash mismatch for external record {task.task_id} {where}",
-            expected=f"sha256 {task.record_sha256}", actual=f"sha256 {digest}",
+            expected=f"sha256 {task.record_sha256}",
+            actual=f"sha256 {digest}",
             hint="the record differs from its pin in release.toml; review it before re-pinning",
         )
 
 
-def fetch_record(cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, out_dir: Path, *,
-                 mirror: Path | None = None) -> ExternalRecord:
+def fetch_record(
+    cfg: config_mod.ReleaseConfig, task: config_mod.ExternalTask, out_dir: Path, *, mirror: Path | None = None
+) -> ExternalRecord:
     """Obtain, verify and store one record; raises _Unavailable when it cannot be reached."""
     rel = record_relpath(task)
     target = out_dir / rel
     if target.exists() and task.record_sha256:
         _verify(task, sha256_bytes(target.read_bytes()), f"in {target} (modified after fetching?)")
-        return _record(cfg, task, row=task.row, sha256=task.record_sha256, status=VERIFIED,
-                       reason="", path=rel)
+        return _record(cfg, task, row=task.row, sha256=task.record_sha256, status=VERIFIED, reason="", path=rel)
     if mirror is not None:
         row_idx, data = _from_mirror(mirror, cfg.external, task)
     else:
         row_idx, data = _from_https(cfg.external, task)
     digest = record_sha256(data)
-    _verify(task, digest, f"at {cfg.external.dataset}@{cfg.external.revision} "
-                          f"split {task.split} row {row_idx}")
+    _verify(task, digest, f"at {cfg.external.dataset}@{cfg.external.revision} split {task.split} row {row_idx}")
     if target.exists() and target.read_bytes() != data:
         raise DigestMismatch(
             f"stored external record {target} differs from the fetched one",
-            expected=f"sha256 {digest}", actual=f"sha256 {sha256_bytes(target.read_bytes())}",
+            expected=f"sha256 {digest}",
+            actual=f"sha256 {sha256_bytes(target.read_bytes())}",
             hint=f"records are never overwritten: delete {target} and fetch again",
         )
     if not target.exists():
         write_atomic(target, data, mode=READ_ONLY)
     if task.record_sha256:
         return _record(cfg, task, row=row_idx, sha256=digest, status=VERIFIED, reason="", path=rel)
-    return _record(cfg, task, row=row_idx, sha256=digest, status=UNPINNED, path=rel,
-                   reason=f"first fetch: pin record_sha256 = \"{digest}\" "
-                          f"for {task.task_id} in release.toml ({len(data)} bytes)")
+    return _record(
+        cfg,
+        task,
+        row=row_idx,
+        sha256=digest,
+        status=UNPINNED,
+        path=rel,
+        reason=f'first fetch: pin record_sha256 = "{digest}" for {task.task_id} in release.toml ({len(data)} bytes)',
+    )
 
 
 def check_stored(record: ExternalRecord, out_dir: Path) -> None:
@@ -269,18 +314,25 @@ def check_stored(record: ExternalRecord, out_dir: Path) -> None:
         return
     path = out_dir / record.record_path
     if not path.is_file():
-        raise SourceError(f"stored external record {record.task_id} is missing",
-                          expected=str(path), actual="absent",
-                          hint="run `python -m pipeline vendor` to fetch it")
+        raise SourceError(
+            f"stored external record {record.task_id} is missing",
+            expected=str(path),
+            actual="absent",
+            hint="run `python -m pipeline vendor` to fetch it",
+        )
     digest = sha256_bytes(path.read_bytes())
     if digest != record.sha256:
-        raise DigestMismatch(f"stored external record {path} was modified",
-                             expected=f"sha256 {record.sha256}", actual=f"sha256 {digest}",
-                             hint=f"delete {path} and run `python -m pipeline vendor` again")
+        raise DigestMismatch(
+            f"stored external record {path} was modified",
+            expected=f"sha256 {record.sha256}",
+            actual=f"sha256 {digest}",
+            hint=f"delete {path} and run `python -m pipeline vendor` again",
+        )
 
 
-def fetch_records(cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPolicy, out_dir: Path, *,
-                  mirror: Path | None = None) -> tuple[ExternalRecord, ...]:
+def fetch_records(
+    cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPolicy, out_dir: Path, *, mirror: Path | None = None
+) -> tuple[ExternalRecord, ...]:
     """Every external record of the release, in release.toml order.
 
     Mismatches always raise. Unreachable or unpinned records are reported in the
@@ -293,18 +345,20 @@ def fetch_records(cfg: config_mod.ReleaseConfig, policy: config_mod.ExternalPoli
         except _Unavailable as exc:
             if policy.required:
                 raise SourceError(
-                    f"external record {task.task_id} could not be fetched "
-                    f"(profile {policy.profile} requires it)",
-                    expected="a verified record", actual=str(exc),
+                    f"external record {task.task_id} could not be fetched (profile {policy.profile} requires it)",
+                    expected="a verified record",
+                    actual=str(exc),
                     hint="run with network access to huggingface.co or pass --mirror DIR",
                 ) from None
-            record = _record(cfg, task, row=task.row, sha256=task.record_sha256,
-                             status=NOT_FETCHED, reason=str(exc), path="")
+            record = _record(
+                cfg, task, row=task.row, sha256=task.record_sha256, status=NOT_FETCHED, reason=str(exc), path=""
+            )
         if record.status == UNPINNED and policy.required:
             raise SourceError(
                 f"external record {task.task_id} is not pinned in release.toml "
                 f"(profile {policy.profile} requires verified records)",
-                expected="record_sha256 pinned", actual=f"sha256 {record.sha256}",
+                expected="record_sha256 pinned",
+                actual=f"sha256 {record.sha256}",
                 hint=record.reason,
             )
         records.append(record)

@@ -53,12 +53,14 @@ def check_revision(revision: str, *, where: str = "revision") -> str:
     if SHORT_COMMIT.fullmatch(revision):
         raise SourceError(
             f"{where} is a short revision, which is ambiguous",
-            expected="a full 40-hex commit id", actual=revision,
+            expected="a full 40-hex commit id",
+            actual=revision,
             hint="pin the full commit id (git rev-parse <short>)",
         )
     raise SourceError(
         f"{where} is a moving ref (branch, tag or symbolic name), not a commit id",
-        expected="a full 40-hex commit id", actual=revision or "(empty)",
+        expected="a full 40-hex commit id",
+        actual=revision or "(empty)",
         hint="pin the commit it points to today (git ls-remote <url> <ref>)",
     )
 
@@ -110,9 +112,9 @@ def fetch_revision(cache: Path, url: str, revision: str) -> Fetched:
         method = "by-id"
     if not has_commit(cache, revision):
         raise SourceError(
-            f"revision not found at {url}: the pinned commit was rewritten away "
-            "(force push) or deleted upstream",
-            expected=f"commit {revision}", actual="absent from every branch and tag",
+            f"revision not found at {url}: the pinned commit was rewritten away (force push) or deleted upstream",
+            expected=f"commit {revision}",
+            actual="absent from every branch and tag",
             hint="check the upstream history; pin a revision that exists, or use a mirror that kept it",
         )
     return Fetched(cache, url, revision, method)
@@ -121,9 +123,17 @@ def fetch_revision(cache: Path, url: str, revision: str) -> Fetched:
 def _full_fetch(cache: Path, url: str, *, first_error: ToolError) -> None:
     # The refspec keeps upstream refs in their own namespace so they never look like
     # local branches; "+" lets a force-pushed upstream replace what an earlier fetch saw.
-    proc = _git("-C", cache, "fetch", "--quiet", "--no-tags", url,
-                "+refs/heads/*:refs/upstream/heads/*", "+refs/tags/*:refs/upstream/tags/*",
-                check=False)
+    proc = _git(
+        "-C",
+        cache,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        url,
+        "+refs/heads/*:refs/upstream/heads/*",
+        "+refs/tags/*:refs/upstream/tags/*",
+        check=False,
+    )
     if proc.returncode != 0:
         err = (proc.stderr or b"").decode(errors="replace").strip().splitlines()
         raise ToolError(
@@ -149,7 +159,8 @@ def read_file(cache: Path, revision: str, path: str) -> bytes:
     if kind != "blob":
         raise SourceError(
             f"{path} is not a file at revision {revision}",
-            expected="a file (blob)", actual=kind or "absent",
+            expected="a file (blob)",
+            actual=kind or "absent",
             hint="check the pinned path; the file may have been moved or deleted in that commit",
         )
     return _git("-C", cache, "cat-file", "blob", f"{revision}:{path}").stdout
@@ -163,8 +174,9 @@ def head_commit(repo: Path) -> str:
 def commit_of(repo: Path, revision: str) -> str | None:
     """The commit id `revision` (a commit id, branch, tag, `HEAD~2`...) names in `repo`, or
     None when it names none (or `repo` is not a git repository)."""
-    proc = _git("-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}",
-                check=False)
+    proc = _git(
+        "-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}", check=False
+    )
     return proc.stdout.decode().strip() if proc.returncode == 0 else None
 
 

@@ -30,8 +30,9 @@ class ReferenceScript:
     script: bytes
 
 
-def reference_scripts(cfg: config_mod.ReleaseConfig, vendored: Sequence[config_mod.Source],
-                      vendor_dir: Path) -> dict[str, tuple[ReferenceScript | None, str]]:
+def reference_scripts(
+    cfg: config_mod.ReleaseConfig, vendored: Sequence[config_mod.Source], vendor_dir: Path
+) -> dict[str, tuple[ReferenceScript | None, str]]:
     """task id -> (its reference script, or None and why not), in release.toml order.
 
     `vendored` is what the profile vendors (`ReleasePlan.sources`): a task whose
@@ -52,6 +53,5 @@ def reference_scripts(cfg: config_mod.ReleaseConfig, vendored: Sequence[config_m
             out[task.task_id] = (None, exc.one_line())
             continue
         path = vendor_dir / record.vendor_path
-        out[task.task_id] = (ReferenceScript(task.task_id, source.name, path, record.sha256,
-                                             path.read_bytes()), "")
+        out[task.task_id] = (ReferenceScript(task.task_id, source.name, path, record.sha256, path.read_bytes()), "")
     return out

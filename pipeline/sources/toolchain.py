@@ -93,10 +93,14 @@ class Distribution:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Distribution:
-        if not isinstance(data, dict) or sorted(data) != ["file", "name", "sha256", "version"] or \
-                not all(isinstance(v, str) for v in data.values()):
-            raise ConfigError(f"{where} is not a toolchain entry", expected="name, version, file and sha256 strings",
-                              actual=data)
+        if (
+            not isinstance(data, dict)
+            or sorted(data) != ["file", "name", "sha256", "version"]
+            or not all(isinstance(v, str) for v in data.values())
+        ):
+            raise ConfigError(
+                f"{where} is not a toolchain entry", expected="name, version, file and sha256 strings", actual=data
+            )
         return cls(**data)
 
 
@@ -124,23 +128,29 @@ def parse_lock(text: str, *, where: str = LOCK_FILE) -> Lock:
     groups: dict[str, tuple[str, ...]] = {}
     for entry in data.get("package", []):
         name, version = canonicalize_name(entry["name"]), str(entry.get("version", ""))
-        files = [LockedFile(_filename(w["url"]), _sha256(w["hash"], f"{where} {name} {version}"))
-                 for w in entry.get("wheels", []) if "url" in w and "hash" in w]
+        files = [
+            LockedFile(_filename(w["url"]), _sha256(w["hash"], f"{where} {name} {version}"))
+            for w in entry.get("wheels", [])
+            if "url" in w and "hash" in w
+        ]
         sdist = entry.get("sdist")
         if isinstance(sdist, dict) and "url" in sdist and "hash" in sdist:
             files.append(LockedFile(_filename(sdist["url"]), _sha256(sdist["hash"], f"{where} {name} {version}")))
         packages.append(LockedPackage(name, version, tuple(files)))
         if entry.get("source", {}).get("editable") == "." or entry.get("source", {}).get("virtual") == ".":
-            groups = {g: tuple(canonicalize_name(m["name"]) for m in members)
-                      for g, members in entry.get("dev-dependencies", {}).items()}
+            groups = {
+                g: tuple(canonicalize_name(m["name"]) for m in members)
+                for g, members in entry.get("dev-dependencies", {}).items()
+            }
     return Lock(tuple(packages), groups)
 
 
 def load_lock(root: Path = REPO_ROOT) -> Lock:
     path = Path(root) / LOCK_FILE
     if not path.is_file():
-        raise SourceError(f"{LOCK_FILE} is missing", expected=str(path), actual="absent",
-                          hint=f"write it: {REGENERATE}")
+        raise SourceError(
+            f"{LOCK_FILE} is missing", expected=str(path), actual="absent", hint=f"write it: {REGENERATE}"
+        )
     return parse_lock(path.read_text(encoding="utf-8"), where=str(path))
 
 
@@ -151,8 +161,12 @@ def uv() -> str:
     """The uv executable: $UV (nox sets it to the uv it uses), else the one on PATH."""
     found = os.environ.get("UV") or shutil.which("uv")
     if not found:
-        raise ToolError("uv is not installed", expected="uv on PATH (or $UV)", actual="none",
-                        hint=f"install it as the README's set-up does (python3 -m pip install {pin('uv')})")
+        raise ToolError(
+            "uv is not installed",
+            expected="uv on PATH (or $UV)",
+            actual="none",
+            hint=f"install it as the README's set-up does (python3 -m pip install {pin('uv')})",
+        )
     return found
 
 
@@ -168,8 +182,10 @@ def export_path(root: Path, group: str) -> Path:
 
 def export(root: Path, group: str) -> bytes:
     """uv's hash-pinned requirements export of one group, from the lock as it is (`--frozen`)."""
-    return _proc.run([uv(), "export", "--frozen", "--only-group", group, "--no-emit-project",
-                      "--format", "requirements-txt"], cwd=root).stdout
+    return _proc.run(
+        [uv(), "export", "--frozen", "--only-group", group, "--no-emit-project", "--format", "requirements-txt"],
+        cwd=root,
+    ).stdout
 
 
 def regenerate(root: Path = REPO_ROOT) -> tuple[Path, ...]:
@@ -180,8 +196,10 @@ def regenerate(root: Path = REPO_ROOT) -> tuple[Path, ...]:
         path = export_path(root, group)
         write_atomic(path, export(root, group))
         written.append(path)
-    say(f"locked {LOCK_FILE} and exported {len(written)} group(s): "
-        + ", ".join(str(p.relative_to(root)) for p in written))
+    say(
+        f"locked {LOCK_FILE} and exported {len(written)} group(s): "
+        + ", ".join(str(p.relative_to(root)) for p in written)
+    )
     return tuple(written)
 
 
@@ -191,32 +209,40 @@ def check(root: Path = REPO_ROOT) -> None:
     runtime lock shares with uv.lock are locked at the same versions."""
     root = Path(root)
     if not (root / LOCK_FILE).is_file():
-        raise SourceError(f"{LOCK_FILE} is missing", expected=str(root / LOCK_FILE), actual="absent",
-                          hint=f"write it: {REGENERATE}")
+        raise SourceError(
+            f"{LOCK_FILE} is missing", expected=str(root / LOCK_FILE), actual="absent", hint=f"write it: {REGENERATE}"
+        )
     # Offline: a current lock is checked from pyproject.toml and the lock alone; a stale one
     # fails either way (uv says it needs updating, or cannot resolve the change offline).
     proc = _proc.run([uv(), "lock", "--check", "--offline"], cwd=root, check=False)
     if proc.returncode != 0:
         said = [line for line in proc.stderr.decode(errors="replace").splitlines() if line.strip()]
-        raise SourceError(f"{LOCK_FILE} does not follow from pyproject.toml's dependency groups",
-                          expected="`uv lock --check --offline` to pass",
-                          actual=" / ".join(said[-3:]) or f"exit {proc.returncode}",
-                          hint=f"re-lock and commit {LOCK_FILE} and {EXPORT_DIR}/: {REGENERATE}")
+        raise SourceError(
+            f"{LOCK_FILE} does not follow from pyproject.toml's dependency groups",
+            expected="`uv lock --check --offline` to pass",
+            actual=" / ".join(said[-3:]) or f"exit {proc.returncode}",
+            hint=f"re-lock and commit {LOCK_FILE} and {EXPORT_DIR}/: {REGENERATE}",
+        )
     names = groups(root)
     for group in names:
         path = export_path(root, group)
         want = export(root, group)
         have = path.read_bytes() if path.is_file() else None
         if have != want:
-            raise SourceError(f"{path.relative_to(root)} is not uv's export of {LOCK_FILE}'s group {group}",
-                              expected=f"{len(want)} bytes as `uv export` writes them",
-                              actual="absent" if have is None else f"{len(have)} bytes that differ",
-                              hint=f"regenerate the exports: {REGENERATE}")
+            raise SourceError(
+                f"{path.relative_to(root)} is not uv's export of {LOCK_FILE}'s group {group}",
+                expected=f"{len(want)} bytes as `uv export` writes them",
+                actual="absent" if have is None else f"{len(have)} bytes that differ",
+                hint=f"regenerate the exports: {REGENERATE}",
+            )
     for path in sorted((root / EXPORT_DIR).glob("*.txt")):
         if path.stem not in names and path.read_text(encoding="utf-8").startswith(EXPORT_HEADER):
-            raise SourceError(f"{path.relative_to(root)} exports a group pyproject.toml no longer has",
-                              expected=f"one of {', '.join(names)}", actual=path.stem,
-                              hint="remove the file")
+            raise SourceError(
+                f"{path.relative_to(root)} exports a group pyproject.toml no longer has",
+                expected=f"one of {', '.join(names)}",
+                actual=path.stem,
+                hint="remove the file",
+            )
     _runtime_agrees(root, load_lock(root))
 
 
@@ -229,10 +255,12 @@ def _runtime_agrees(root: Path, lock: Lock) -> None:
         for (name, version), _ in sorted(runtime_lock.allowed_hashes(path.read_text(encoding="utf-8")).items()):
             locked = sorted(lock.versions(name))
             if locked and locked != [version]:
-                raise SourceError(f"{name} is locked at another version in {LOCK_FILE} than in "
-                                  f"{path.relative_to(root)}", expected=version, actual=", ".join(locked),
-                                  hint="keep [tool.uv] constraint-dependencies equal to locks/runtime.in's pins, "
-                                       f"then {REGENERATE}")
+                raise SourceError(
+                    f"{name} is locked at another version in {LOCK_FILE} than in {path.relative_to(root)}",
+                    expected=version,
+                    actual=", ".join(locked),
+                    hint=f"keep [tool.uv] constraint-dependencies equal to locks/runtime.in's pins, then {REGENERATE}",
+                )
 
 
 # ------------------------------------------------------------------ what is installed
@@ -268,14 +296,19 @@ def _installed_file(name: str, package: LockedPackage, tags: frozenset[Tag]) -> 
         if len(candidates) == 1:
             return candidates[0]
         if len(candidates) > 1:
-            raise SourceError(f"{name} {package.version}: more than one locked wheel has the installed wheel's tags",
-                              expected="one", actual=", ".join(f.filename for f in candidates))
+            raise SourceError(
+                f"{name} {package.version}: more than one locked wheel has the installed wheel's tags",
+                expected="one",
+                actual=", ".join(f.filename for f in candidates),
+            )
     if len(sdists) == 1:  # no locked wheel is the installed one: it was built from the sdist
         return sdists[0]
-    raise SourceError(f"{name} {package.version} was not installed from a file {LOCK_FILE} pins",
-                      expected="a locked wheel with tags " + ", ".join(sorted(map(str, tags))),
-                      actual=", ".join(f.filename for f in package.files) or "no files",
-                      hint="reinstall the session from the lock's exports (nox -s <session> --reuse-venv=no)")
+    raise SourceError(
+        f"{name} {package.version} was not installed from a file {LOCK_FILE} pins",
+        expected="a locked wheel with tags " + ", ".join(sorted(map(str, tags))),
+        actual=", ".join(f.filename for f in package.files) or "no files",
+        hint="reinstall the session from the lock's exports (nox -s <session> --reuse-venv=no)",
+    )
 
 
 def installed(lock: Lock, paths: list[str] | None = None) -> tuple[Distribution, ...]:
@@ -290,13 +323,19 @@ def installed(lock: Lock, paths: list[str] | None = None) -> tuple[Distribution,
         package = lock.versions(name).get(version)
         if package is None:
             locked = sorted(lock.versions(name))
-            raise SourceError(f"{name} {version} is installed in the pipeline's environment, but {LOCK_FILE} "
-                              "does not pin it", expected=", ".join(locked) or f"{name} absent", actual=version,
-                              hint="install exactly the lock's exports: recreate the session's virtualenv "
-                                   "(nox -s <session> --reuse-venv=no)")
+            raise SourceError(
+                f"{name} {version} is installed in the pipeline's environment, but {LOCK_FILE} does not pin it",
+                expected=", ".join(locked) or f"{name} absent",
+                actual=version,
+                hint="install exactly the lock's exports: recreate the session's virtualenv "
+                "(nox -s <session> --reuse-venv=no)",
+            )
         if name in found:
-            raise SourceError(f"{name} is installed twice in the pipeline's environment",
-                              expected="one version", actual=f"{found[name].version}, {version}")
+            raise SourceError(
+                f"{name} is installed twice in the pipeline's environment",
+                expected="one version",
+                actual=f"{found[name].version}, {version}",
+            )
         f = _installed_file(name, package, _wheel_tags(dist))
         found[name] = Distribution(name, version, f.filename, f.sha256)
     return tuple(found[n] for n in sorted(found))
@@ -306,24 +345,39 @@ def verify(toolchain: tuple[Distribution, ...], lock: Lock, *, where: str) -> No
     """Each toolchain entry is a file `lock` pins (name, version, file, sha256), and every member of
     the lock's pipeline group is in it; VerificationError naming the first that is not."""
     if not toolchain:
-        raise VerificationError("provenance.json's builder lists no toolchain", expected="the pipeline's "
-                                "installed distributions", actual="none",
-                                hint="the records predate the locked toolchain: make a new release")
+        raise VerificationError(
+            "provenance.json's builder lists no toolchain",
+            expected="the pipeline's installed distributions",
+            actual="none",
+            hint="the records predate the locked toolchain: make a new release",
+        )
     for entry in toolchain:
         versions = lock.versions(entry.name)
         if entry.version not in versions:
-            raise VerificationError(f"toolchain {entry.name}: version vs {where}",
-                                    expected=", ".join(sorted(versions)) or "not locked", actual=entry.version,
-                                    hint="the release ran with a distribution the lock does not pin")
+            raise VerificationError(
+                f"toolchain {entry.name}: version vs {where}",
+                expected=", ".join(sorted(versions)) or "not locked",
+                actual=entry.version,
+                hint="the release ran with a distribution the lock does not pin",
+            )
         files = {f.filename: f.sha256 for f in versions[entry.version].files}
         if entry.file not in files:
-            raise VerificationError(f"toolchain {entry.name} {entry.version}: file vs {where}",
-                                    expected=", ".join(sorted(files)), actual=entry.file)
+            raise VerificationError(
+                f"toolchain {entry.name} {entry.version}: file vs {where}",
+                expected=", ".join(sorted(files)),
+                actual=entry.file,
+            )
         if files[entry.file] != entry.sha256:
-            raise VerificationError(f"toolchain {entry.name} {entry.version}: sha256 of {entry.file} vs {where}",
-                                    expected=files[entry.file], actual=entry.sha256)
+            raise VerificationError(
+                f"toolchain {entry.name} {entry.version}: sha256 of {entry.file} vs {where}",
+                expected=files[entry.file],
+                actual=entry.sha256,
+            )
     names = {e.name for e in toolchain}
     missing = [m for m in lock.groups.get(PIPELINE_GROUP, ()) if m not in names]
     if missing:
-        raise VerificationError(f"toolchain vs {where}'s {PIPELINE_GROUP} group: members not installed",
-                                expected="every member", actual="missing " + ", ".join(missing))
+        raise VerificationError(
+            f"toolchain vs {where}'s {PIPELINE_GROUP} group: members not installed",
+            expected="every member",
+            actual="missing " + ", ".join(missing),
+        )

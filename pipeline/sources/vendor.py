@@ -63,12 +63,11 @@ class VendoredFile:
 
 def vendor_paths(source: config_mod.Source) -> tuple[str, str]:
     """Where a source's file and licence land, relative to the vendor directory."""
-    return (f"{source.name}/{Path(source.path).name}",
-            f"{source.name}/{Path(source.license_file).name}")
+    return (f"{source.name}/{Path(source.path).name}", f"{source.name}/{Path(source.license_file).name}")
 
 
 def repository_key(url: str) -> str | None:
-    """"host/path" of a network URL (the mirror and cache layout), None for local ones."""
+    """ "host/path" of a network URL (the mirror and cache layout), None for local ones."""
     parsed = urlparse(url)
     if parsed.scheme in ("", "file") or not parsed.hostname:
         return None
@@ -89,7 +88,8 @@ def mirror_url(mirror: Path, repository: str) -> str:
             return candidate.resolve().as_uri()
     raise SourceError(
         f"no mirror of {repository} in {mirror}",
-        expected=" or ".join(str(c) for c in candidates), actual="neither exists",
+        expected=" or ".join(str(c) for c in candidates),
+        actual="neither exists",
         hint="clone it there (git clone --mirror <url> <path>.git) or drop --mirror",
     )
 
@@ -109,13 +109,13 @@ def _verify_file(source: config_mod.Source, data: bytes, where: str) -> str:
             f"hash mismatch for source {source.name}: {source.path} {where}",
             expected=f"sha256 {source.sha256} ({source.size} bytes)",
             actual=f"sha256 {digest} ({len(data)} bytes)",
-            hint="the bytes differ from the pin in release.toml; review the upstream change "
-                 "before changing the pin",
+            hint="the bytes differ from the pin in release.toml; review the upstream change before changing the pin",
         )
     if len(data) != source.size:
         raise DigestMismatch(
             f"size mismatch for source {source.name}: {source.path} {where}",
-            expected=f"{source.size} bytes", actual=f"{len(data)} bytes",
+            expected=f"{source.size} bytes",
+            actual=f"{len(data)} bytes",
             hint="the sha256 matches, so the size pin in release.toml is wrong",
         )
     return digest
@@ -126,7 +126,8 @@ def _verify_license(source: config_mod.Source, data: bytes, where: str) -> str:
     if source.license_sha256 and digest != source.license_sha256:
         raise DigestMismatch(
             f"licence hash mismatch for source {source.name}: {source.license_file} {where}",
-            expected=f"sha256 {source.license_sha256}", actual=f"sha256 {digest}",
+            expected=f"sha256 {source.license_sha256}",
+            actual=f"sha256 {digest}",
             hint="the licence differs from its pin in release.toml; review it",
         )
     return digest
@@ -135,15 +136,21 @@ def _verify_license(source: config_mod.Source, data: bytes, where: str) -> str:
 def _record(source: config_mod.Source, digest: str, size: int, license_digest: str) -> VendoredFile:
     file_rel, license_rel = vendor_paths(source)
     return VendoredFile(
-        source=source.name, repository=source.repository, revision=source.revision,
-        path=source.path, sha256=digest, size=size, license=source.license,
-        license_file=source.license_file, license_sha256=license_digest,
-        vendor_path=file_rel, license_path=license_rel,
+        source=source.name,
+        repository=source.repository,
+        revision=source.revision,
+        path=source.path,
+        sha256=digest,
+        size=size,
+        license=source.license,
+        license_file=source.license_file,
+        license_sha256=license_digest,
+        vendor_path=file_rel,
+        license_path=license_rel,
     )
 
 
-def check_vendored(source: config_mod.Source, out_dir: Path, *,
-                   license_sha256: str | None = None) -> VendoredFile:
+def check_vendored(source: config_mod.Source, out_dir: Path, *, license_sha256: str | None = None) -> VendoredFile:
     """Verify an already vendored source from the vendor directory alone (no git, no network).
 
     The licence is checked against `license_sha256` when given (e.g. from
@@ -153,8 +160,12 @@ def check_vendored(source: config_mod.Source, out_dir: Path, *,
     target, license_target = out_dir / file_rel, out_dir / license_rel
     for path, what in ((target, "vendored file"), (license_target, "vendored licence")):
         if not path.is_file():
-            raise SourceError(f"{what} of source {source.name} is missing", expected=str(path),
-                              actual="absent", hint="run `python -m pipeline vendor`")
+            raise SourceError(
+                f"{what} of source {source.name} is missing",
+                expected=str(path),
+                actual="absent",
+                hint="run `python -m pipeline vendor`",
+            )
     where = f"in {target} (modified after vendoring?)"
     data = target.read_bytes()
     digest = _verify_file(source, data, where)
@@ -163,7 +174,8 @@ def check_vendored(source: config_mod.Source, out_dir: Path, *,
     if expected_license and license_digest != expected_license:
         raise DigestMismatch(
             f"vendored licence of source {source.name} was modified: {license_target}",
-            expected=f"sha256 {expected_license}", actual=f"sha256 {license_digest}",
+            expected=f"sha256 {expected_license}",
+            actual=f"sha256 {license_digest}",
             hint=f"delete {target.parent} and run `python -m pipeline vendor` again",
         )
     return _record(source, digest, len(data), license_digest)
@@ -174,7 +186,8 @@ def _read_pinned(cache: Path, source: config_mod.Source, path: str, what: str) -
     if kind != "blob":
         raise SourceError(
             f"{what} of source {source.name} is missing at revision {source.revision}",
-            expected=f"file {path}", actual=f"{kind}" if kind else "absent",
+            expected=f"file {path}",
+            actual=f"{kind}" if kind else "absent",
             hint="check the pinned path in release.toml against the upstream commit",
         )
     return git.read_file(cache, source.revision, path)
@@ -187,14 +200,16 @@ def _place(target: Path, data: bytes, source: config_mod.Source) -> None:
             return
         raise DigestMismatch(
             f"vendor file {target} of source {source.name} differs from the pinned upstream bytes",
-            expected=f"sha256 {sha256_bytes(data)}", actual=f"sha256 {sha256_bytes(current)}",
+            expected=f"sha256 {sha256_bytes(data)}",
+            actual=f"sha256 {sha256_bytes(current)}",
             hint=f"vendored files are never overwritten: delete {target.parent} and vendor again",
         )
     write_atomic(target, data, mode=READ_ONLY)
 
 
-def vendor_source(source: config_mod.Source, out_dir: Path, *, mirror: Path | None = None,
-                  cache_root: Path = DEFAULT_CACHE) -> VendoredFile:
+def vendor_source(
+    source: config_mod.Source, out_dir: Path, *, mirror: Path | None = None, cache_root: Path = DEFAULT_CACHE
+) -> VendoredFile:
     """Fetch, verify and write one pinned source; return its record.
 
     Nothing is fetched when the vendor directory already holds the verified file and
@@ -218,18 +233,23 @@ def vendor_source(source: config_mod.Source, out_dir: Path, *, mirror: Path | No
     return _record(source, digest, len(data), license_digest)
 
 
-def vendor(sources: Sequence[config_mod.Source], out_dir: Path = DEFAULT_OUT,
-           *, mirror: Path | None = None,
-           cache_root: Path = DEFAULT_CACHE) -> tuple[VendoredFile, ...]:
+def vendor(
+    sources: Sequence[config_mod.Source],
+    out_dir: Path = DEFAULT_OUT,
+    *,
+    mirror: Path | None = None,
+    cache_root: Path = DEFAULT_CACHE,
+) -> tuple[VendoredFile, ...]:
     """Vendor each of `sources` (a release plan's), in order."""
     if mirror is not None and not mirror.is_dir():
-        raise ConfigError("--mirror is not a directory", expected="an existing directory",
-                          actual=str(mirror))
+        raise ConfigError("--mirror is not a directory", expected="an existing directory", actual=str(mirror))
     records = []
     for source in sources:
         say(f"vendor {source.name}: {source.repository} @ {source.revision}")
         record = vendor_source(source, out_dir, mirror=mirror, cache_root=cache_root)
-        say(f"  {record.vendor_path}: sha256 {record.sha256}, {record.size} bytes; "
-            f"licence {record.license} sha256 {record.license_sha256}")
+        say(
+            f"  {record.vendor_path}: sha256 {record.sha256}, {record.size} bytes; "
+            f"licence {record.license} sha256 {record.license_sha256}"
+        )
         records.append(record)
     return tuple(records)

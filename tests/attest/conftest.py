@@ -71,8 +71,10 @@ TASKS_PY = b"# vendored upstream task module\nTASKS = []\n"
 
 
 def _meta(name: str, version: str, license_expr: str) -> bytes:
-    return (f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n"
-            f"License-Expression: {license_expr}\n\nlong description\n").encode()
+    return (
+        f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n"
+        f"License-Expression: {license_expr}\n\nlong description\n"
+    ).encode()
 
 
 def _files(entries: dict[str, bytes], *, links: dict[str, str] | None = None) -> list[FileEntry]:
@@ -88,56 +90,84 @@ class SmallImage:
     name: str
 
 
-def make_image(root: Path, *, app_files: dict[str, bytes] | None = None,
-               base_files: dict[str, bytes] | None = None) -> SmallImage:
+def make_image(
+    root: Path, *, app_files: dict[str, bytes] | None = None, base_files: dict[str, bytes] | None = None
+) -> SmallImage:
     """Write the small image into `root/oci` and return its manifest digest (`base_files`:
     more files of the bottom layer)."""
     layout = root / "oci"
     blobs = layout / "blobs" / "sha256"
     layers = [
-        _files({"var/lib/dpkg/status": DPKG_STATUS, "usr/lib/os-release": OS_RELEASE,
+        _files(
+            {
+                "var/lib/dpkg/status": DPKG_STATUS,
+                "usr/lib/os-release": OS_RELEASE,
                 "usr/share/doc/base-files/copyright": BASE_FILES_COPYRIGHT,
-                "usr/share/doc/libc-common/copyright": LIBC6_COPYRIGHT, **(base_files or {})},
-               links={"etc/os-release": "../usr/lib/os-release",
-                      # a doc directory linked to another package's, as Debian allows within a source
-                      "usr/share/doc/libc6": "libc-common"}),
-        _files({
-            f"{SITE}/requests-2.32.3.dist-info/METADATA": _meta("requests", "2.32.3", "Apache-2.0"),
-            f"{SITE}/requests-2.32.3.dist-info/RECORD": b"requests/__init__.py,sha256=abc,10\n",
-            f"{SITE}/Old_Pkg-1.0.dist-info/METADATA": _meta("Old_Pkg", "1.0", "MIT"),
-            f"{SITE}/Old_Pkg-1.0.dist-info/RECORD": b"old_pkg/__init__.py,,\n",
-        }),
+                "usr/share/doc/libc-common/copyright": LIBC6_COPYRIGHT,
+                **(base_files or {}),
+            },
+            links={
+                "etc/os-release": "../usr/lib/os-release",
+                # a doc directory linked to another package's, as Debian allows within a source
+                "usr/share/doc/libc6": "libc-common",
+            },
+        ),
+        _files(
+            {
+                f"{SITE}/requests-2.32.3.dist-info/METADATA": _meta("requests", "2.32.3", "Apache-2.0"),
+                f"{SITE}/requests-2.32.3.dist-info/RECORD": b"requests/__init__.py,sha256=abc,10\n",
+                f"{SITE}/Old_Pkg-1.0.dist-info/METADATA": _meta("Old_Pkg", "1.0", "MIT"),
+                f"{SITE}/Old_Pkg-1.0.dist-info/RECORD": b"old_pkg/__init__.py,,\n",
+            }
+        ),
         _files({f"{SITE}/.wh.Old_Pkg-1.0.dist-info": b""}),
-        _files(app_files or {
-            "opt/arena/env/__init__.py": b"",
-            "opt/arena/env/openenv.yaml": OPENENV_YAML,
-            "opt/arena/env/server/app.py": b"app = None\n",
-            "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
-            "opt/arena/vendor/metaharness-tasks/LICENSE": b"MIT License\n",
-            "opt/arena/licenses/metaharness-tasks.LICENSE": b"MIT License\n",
-        }),
+        _files(
+            app_files
+            or {
+                "opt/arena/env/__init__.py": b"",
+                "opt/arena/env/openenv.yaml": OPENENV_YAML,
+                "opt/arena/env/server/app.py": b"app = None\n",
+                "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
+                "opt/arena/vendor/metaharness-tasks/LICENSE": b"MIT License\n",
+                "opt/arena/licenses/metaharness-tasks.LICENSE": b"MIT License\n",
+            }
+        ),
     ]
     written = [write_layer(entries, blobs, source_date_epoch=EPOCH) for entries in layers]
     config = {
-        "architecture": "amd64", "os": "linux", "created": "2023-11-14T22:13:20Z",
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "2023-11-14T22:13:20Z",
         "config": {"WorkingDir": APP},
         "rootfs": {"type": "layers", "diff_ids": [w.diff_id for w in written]},
     }
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     (blobs / oci_digest.hex_of(oci_digest.of_bytes(config_bytes))).write_bytes(config_bytes)
     manifest = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": oci_digest.of_bytes(config_bytes), "size": len(config_bytes)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": w.digest,
-                    "size": w.size} for w in written],
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": oci_digest.of_bytes(config_bytes),
+            "size": len(config_bytes),
+        },
+        "layers": [
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": w.digest, "size": w.size}
+            for w in written
+        ],
     }
     manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     digest = oci_digest.of_bytes(manifest_bytes)
     (blobs / oci_digest.hex_of(digest)).write_bytes(manifest_bytes)
     (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
-        {"mediaType": manifest["mediaType"], "digest": digest, "size": len(manifest_bytes)}]}))
+    (layout / "index.json").write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "manifests": [{"mediaType": manifest["mediaType"], "digest": digest, "size": len(manifest_bytes)}],
+            }
+        )
+    )
     return SmallImage(layout=layout, digest=digest, name="arena/openenv-data-workflows")
 
 
@@ -152,20 +182,29 @@ BASE = "registry.example.invalid/base/python@sha256:" + "5" * 64
 LOCAL_BASE = "arena/base@sha256:" + "e" * 64  # the base of `local_records`, built locally
 EXTERNAL_IMAGE = "registry.example.invalid/mimo/software@sha256:" + "7" * 64
 # One MiMo record as the dataset stores it (one line of JSON) and the row holding it.
-EXTERNAL_RECORD = json.dumps({"cwd": "/workspace/repo", "instance_id": "format-code-task-000666",
-                              "problem_statement": "repair the formatter"})
-EXTERNAL_ROW = {"prompt": [{"role": "user", "content": "repair the formatter"}],
-                "reward_model": {"style": "rule"},
-                "extra_info": {"instance_id": "format-code-task-000666", "instance_json": EXTERNAL_RECORD}}
+EXTERNAL_RECORD = json.dumps(
+    {"cwd": "/workspace/repo", "instance_id": "format-code-task-000666", "problem_statement": "repair the formatter"}
+)
+EXTERNAL_ROW = {
+    "prompt": [{"role": "user", "content": "repair the formatter"}],
+    "reward_model": {"style": "rule"},
+    "extra_info": {"instance_id": "format-code-task-000666", "instance_json": EXTERNAL_RECORD},
+}
 DATASET, DATASET_REV = "XiaomiMiMo/MiMo-V2.6-RL-oss", "639865fd3374018d6cb29b9fb82dd531406fcf5f"
 LICENSE = b"MIT License\n\nCopyright (c) upstream\n"
 OPENENV_YAML = (REPO_ROOT / "env" / "openenv.yaml").read_bytes()  # the project's own manifest
-LOCK_TEXT = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\n"
-             "idna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n")
+LOCK_TEXT = (
+    "requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + "\nidna==3.10 \\\n    --hash=sha256:" + "c" * 64 + "\n"
+)
 # Checks of the image (those the admission preflight reads among them) and one of every case:
 # a case is verified by checks of its own.
-CHECKS = (("image/health", True), ("image/isolation-mode", True), ("image/schema", True),
-          ("image/openenv-validate", True), *((f"{c.id}/correct", True) for c in all_cases()))
+CHECKS = (
+    ("image/health", True),
+    ("image/isolation-mode", True),
+    ("image/schema", True),
+    ("image/openenv-validate", True),
+    *((f"{c.id}/correct", True) for c in all_cases()),
+)
 # The suite ran under both engines of [runtime] verify: podman's checks carry the suite's ids,
 # docker's the suffix @docker (pipeline/checks/run.py); each server reported its isolation mode.
 RUNTIMES = (("podman", "", "namespaces"), ("docker", "@docker", "unprivileged"))
@@ -175,15 +214,39 @@ def runtime_records() -> tuple[dict, ...]:
     """checks.json's `runtimes` as a release under podman and the private Docker engine writes them."""
     out = []
     for name, suffix, mode in RUNTIMES:
-        engine = {"engine": name, "client": f"/usr/bin/{name}", "client_version": "1.0", "version": "1.0",
-                  "security_options": ["name=seccomp,profile=default"] if name == "docker" else [],
-                  "runtime": "runc", "cgroup_version": "1", "private_engine": False}
-        security = {"security_opt": [], "seccomp": "default", "cap_add": [], "privileged": False,
-                    "userns_mode": "" if name == "docker" else "private", "network_mode": "host"}
-        out.append({"name": name, "suffix": suffix, "engine": engine, "container_security": security,
-                    "isolation": mode, "containers": 2,
-                    "summary": {"total": len(CHECKS), "passed": sum(ok for _, ok in CHECKS),
-                                "failed": sum(not ok for _, ok in CHECKS)}})
+        engine = {
+            "engine": name,
+            "client": f"/usr/bin/{name}",
+            "client_version": "1.0",
+            "version": "1.0",
+            "security_options": ["name=seccomp,profile=default"] if name == "docker" else [],
+            "runtime": "runc",
+            "cgroup_version": "1",
+            "private_engine": False,
+        }
+        security = {
+            "security_opt": [],
+            "seccomp": "default",
+            "cap_add": [],
+            "privileged": False,
+            "userns_mode": "" if name == "docker" else "private",
+            "network_mode": "host",
+        }
+        out.append(
+            {
+                "name": name,
+                "suffix": suffix,
+                "engine": engine,
+                "container_security": security,
+                "isolation": mode,
+                "containers": 2,
+                "summary": {
+                    "total": len(CHECKS),
+                    "passed": sum(ok for _, ok in CHECKS),
+                    "failed": sum(not ok for _, ok in CHECKS),
+                },
+            }
+        )
     return tuple(out)
 
 
@@ -191,9 +254,15 @@ def suite_checks(checks=None):
     """CHECKS under every runtime (ids suffixed), image/isolation-mode naming each one's mode."""
     from pipeline.checks.results import CheckResult
 
-    return tuple(CheckResult(id=i + suffix, passed=ok, seconds=0.1,
-                             detail=f"isolation: {mode}" if i == "image/isolation-mode" else "")
-                 for _, suffix, mode in RUNTIMES for i, ok in (checks or CHECKS))
+    return tuple(
+        CheckResult(
+            id=i + suffix, passed=ok, seconds=0.1, detail=f"isolation: {mode}" if i == "image/isolation-mode" else ""
+        )
+        for _, suffix, mode in RUNTIMES
+        for i, ok in (checks or CHECKS)
+    )
+
+
 COMMAND = ("python", "-m", "pipeline", "release", "--profile", "test")
 RELEASED_ON = (2024, 1, 1)
 
@@ -209,13 +278,28 @@ issuer = "https://token.actions.githubusercontent.com"
 '''
 
 
-def release_toml(tasks_sha256: str, tasks_size: int, license_sha256: str, *,
-                 record_sha256: str, base: str = BASE) -> str:
+def release_toml(
+    tasks_sha256: str, tasks_size: int, license_sha256: str, *, record_sha256: str, base: str = BASE
+) -> str:
     def budgets(value: int) -> str:
-        return "\n".join(f"{k} = {value}" for k in (
-            "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s", "tool_calls_total",
-            "tool_calls_per_minute", "completion_tokens", "observation_tokens", "context_tokens",
-            "memory_gib", "cpu_floor_vcpus", "workspace_gib"))
+        return "\n".join(
+            f"{k} = {value}"
+            for k in (
+                "reset_wall_s",
+                "rollout_wall_s",
+                "verifier_wall_s",
+                "tool_wall_s",
+                "tool_calls_total",
+                "tool_calls_per_minute",
+                "completion_tokens",
+                "observation_tokens",
+                "context_tokens",
+                "memory_gib",
+                "cpu_floor_vcpus",
+                "workspace_gib",
+            )
+        )
+
     return f'''
 [release]
 name = "openenv-data-workflows"
@@ -323,18 +407,34 @@ def write_base_lock(root: Path) -> None:
     from pipeline.image import base as base_mod
 
     name, digest = LOCAL_BASE.split("@")
-    base_mod.write_record(base_mod.BaseRecord(
-        name=name, digest=digest, media_type="application/vnd.oci.image.manifest.v1+json",
-        config_digest="sha256:" + "4" * 64,
-        layers=(base_mod.LayerRecord(role="os", digest="sha256:" + "3" * 64, diff_id="sha256:" + "2" * 64,
-                                     size=1000),),
-        runtime_lock_sha256="1" * 64, python="/opt/arena-python/bin/python3", python_version="3.11.2",
-        debian_suite="bookworm", debian_snapshot="20250520T000000Z",
-        debian_snapshot_url=base_mod.snapshot_url("20250520T000000Z"), packages=("python3",),
-        debs=(base_mod.Deb("base-files", "12.4+deb12u5", "amd64", "b" * 64),
-              base_mod.Deb("libc6", "2.36-9+deb12u4", "amd64", "c" * 64)),
-        source_date_epoch=1747699200, mmdebstrap_version="1.3.5", zlib_version="1.2.13",
-        builder_sha256="0" * 64, debian_mirror="http://deb.debian.org/debian"), root / "locks" / "base.json")
+    base_mod.write_record(
+        base_mod.BaseRecord(
+            name=name,
+            digest=digest,
+            media_type="application/vnd.oci.image.manifest.v1+json",
+            config_digest="sha256:" + "4" * 64,
+            layers=(
+                base_mod.LayerRecord(role="os", digest="sha256:" + "3" * 64, diff_id="sha256:" + "2" * 64, size=1000),
+            ),
+            runtime_lock_sha256="1" * 64,
+            python="/opt/arena-python/bin/python3",
+            python_version="3.11.2",
+            debian_suite="bookworm",
+            debian_snapshot="20250520T000000Z",
+            debian_snapshot_url=base_mod.snapshot_url("20250520T000000Z"),
+            packages=("python3",),
+            debs=(
+                base_mod.Deb("base-files", "12.4+deb12u5", "amd64", "b" * 64),
+                base_mod.Deb("libc6", "2.36-9+deb12u4", "amd64", "c" * 64),
+            ),
+            source_date_epoch=1747699200,
+            mmdebstrap_version="1.3.5",
+            zlib_version="1.2.13",
+            builder_sha256="0" * 64,
+            debian_mirror="http://deb.debian.org/debian",
+        ),
+        root / "locks" / "base.json",
+    )
 
 
 def make_records(root: Path, signer=None, *, image_name: str | None = None, local_base: bool = False) -> Records:
@@ -380,9 +480,15 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
     signer = signer or signing.KeySigner(CryptoSigner.generate_ed25519())
     root.mkdir(parents=True, exist_ok=True)
-    (root / "release.toml").write_text(release_toml(sha(TASKS_PY), len(TASKS_PY), sha(LICENSE),
-                                                    record_sha256=sha(EXTERNAL_RECORD.encode()),
-                                                    base="local" if local_base else BASE))
+    (root / "release.toml").write_text(
+        release_toml(
+            sha(TASKS_PY),
+            len(TASKS_PY),
+            sha(LICENSE),
+            record_sha256=sha(EXTERNAL_RECORD.encode()),
+            base="local" if local_base else BASE,
+        )
+    )
     if local_base:
         write_base_lock(root)
     (root / "trust.toml").write_text(trust_toml(signer.keyid))
@@ -402,66 +508,125 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     links = intoto_links.StageRecorder(root, root, COMMAND, signer.suffix)
     att = root / "attestations"
     with links.step("vendor"):
-        for rel, data in (("vendor/metaharness-tasks/tasks.py", TASKS_PY),
-                          ("vendor/metaharness-tasks/LICENSE", LICENSE), ("locks/runtime.txt", LOCK_TEXT.encode())):
+        for rel, data in (
+            ("vendor/metaharness-tasks/tasks.py", TASKS_PY),
+            ("vendor/metaharness-tasks/LICENSE", LICENSE),
+            ("locks/runtime.txt", LOCK_TEXT.encode()),
+        ):
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(data)
         externals = external.fetch_records(cfg, rp.external, root / "vendor", mirror=mirror)
     with links.step("build"):
-        image = make_image(root / "dist", app_files={
-            "opt/arena/env/__init__.py": b"",
-            "opt/arena/env/openenv.yaml": OPENENV_YAML,
-            "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
-            "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
-        })
+        image = make_image(
+            root / "dist",
+            app_files={
+                "opt/arena/env/__init__.py": b"",
+                "opt/arena/env/openenv.yaml": OPENENV_YAML,
+                "opt/arena/vendor/metaharness-tasks/tasks.py": TASKS_PY,
+                "opt/arena/vendor/metaharness-tasks/LICENSE": LICENSE,
+            },
+        )
         (root / "dist" / "build.json").write_text(json.dumps({"manifest_digest": image.digest}))
     name = image_name or rp.target.image_name
     with links.step("sbom"):
-        sbom_bytes = sbom.generate(image.layout, name=name, app_dir=cfg.app_dir, sources=rp.sources,
-                                   first_party_license=sbom.project_license(root), lock_text=LOCK_TEXT)
+        sbom_bytes = sbom.generate(
+            image.layout,
+            name=name,
+            app_dir=cfg.app_dir,
+            sources=rp.sources,
+            first_party_license=sbom.project_license(root),
+            lock_text=LOCK_TEXT,
+        )
         write_atomic(att / attest.SBOM_FILE, sbom_bytes)
     manifest = json.loads((image.layout / "blobs" / "sha256" / image.digest[7:]).read_bytes())
     layers = tuple((d["digest"], d["size"]) for d in manifest["layers"])
     with links.step("verify"):
         checks = SuiteResult(
-            image=f"{name}@{image.digest}", targets=("image",), seconds=1.0,
-            checks=suite_checks(), runtimes=runtime_records(), layers=layers,
-            config=(manifest["config"]["digest"], manifest["config"]["size"]), schema=release_schema.declared(),
-            external=(ExternalResult("format-code-task-000666", EXTERNAL_IMAGE, layers=((("sha256:" + "8" * 64), 900),),
-                                     config_digest="sha256:" + "6" * 64, config_size=100).to_json(),
-                      ExternalResult("format-code-task-001926", EXTERNAL_IMAGE, reason="not pulled").to_json()))
+            image=f"{name}@{image.digest}",
+            targets=("image",),
+            seconds=1.0,
+            checks=suite_checks(),
+            runtimes=runtime_records(),
+            layers=layers,
+            config=(manifest["config"]["digest"], manifest["config"]["size"]),
+            schema=release_schema.declared(),
+            external=(
+                ExternalResult(
+                    "format-code-task-000666",
+                    EXTERNAL_IMAGE,
+                    layers=((("sha256:" + "8" * 64), 900),),
+                    config_digest="sha256:" + "6" * 64,
+                    config_size=100,
+                ).to_json(),
+                ExternalResult("format-code-task-001926", EXTERNAL_IMAGE, reason="not pulled").to_json(),
+            ),
+        )
         checks_bytes = json.dumps(checks.to_json()).encode()
         write_atomic(att / attest.CHECKS_FILE, checks_bytes)
     # A failing suite stops a release before its records; a signer could still sign the failed
     # results, which the audit must refuse: the records are then made from the same checks, all passed.
-    ok = checks if checks.ok else SuiteResult(
-        image=checks.image, targets=checks.targets, seconds=1.0, layers=checks.layers, config=checks.config,
-        schema=checks.schema, checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1, detail=c.detail)
-                                           for c in checks.checks),
-        external=checks.external, runtimes=checks.runtimes)
+    ok = (
+        checks
+        if checks.ok
+        else SuiteResult(
+            image=checks.image,
+            targets=checks.targets,
+            seconds=1.0,
+            layers=checks.layers,
+            config=checks.config,
+            schema=checks.schema,
+            checks=tuple(CheckResult(id=c.id, passed=True, seconds=0.1, detail=c.detail) for c in checks.checks),
+            external=checks.external,
+            runtimes=checks.runtimes,
+        )
+    )
     tasks = verification.build(cfg, rp.external, ok, image=f"{name}@{image.digest}")
     sizes = sizes_mod.measure(sizes_mod.descriptors(ok, f"{name}@{image.digest}", cfg.external.tasks))
     src = cfg.sources[0]
     last = manifest["layers"][-1]
     app = AppLayer(name="app", digest=last["digest"], diff_id="sha256:" + "9" * 64, size=last["size"], members=())
     prov = provenance.Provenance(
-        schema=provenance.SCHEMA, profile="test", source_date_epoch=EPOCH,
-        project=provenance.ProjectRevision(commit="1" * 40, tree="2" * 40, dirty=False, dirty_paths=(),
-                                           allow_dirty=False),
-        base=(provenance.local_base(root, *LOCAL_BASE.split("@")) if local_base
-              else provenance.Base(name=BASE.split("@")[0], digest=BASE.split("@")[1])),
+        schema=provenance.SCHEMA,
+        profile="test",
+        source_date_epoch=EPOCH,
+        project=provenance.ProjectRevision(
+            commit="1" * 40, tree="2" * 40, dirty=False, dirty_paths=(), allow_dirty=False
+        ),
+        base=(
+            provenance.local_base(root, *LOCAL_BASE.split("@"))
+            if local_base
+            else provenance.Base(name=BASE.split("@")[0], digest=BASE.split("@")[1])
+        ),
         wheel_lock=provenance.WheelLock(path="locks/runtime.txt", sha256=sha(LOCK_TEXT.encode())),
         builder=provenance.builder(),
-        sources=(VendoredFile(source=src.name, repository=src.repository, revision=src.revision, path=src.path,
-                              sha256=src.sha256, size=src.size, license=src.license,
-                              license_file=src.license_file, license_sha256=sha(LICENSE),
-                              vendor_path="metaharness-tasks/tasks.py",
-                              license_path="metaharness-tasks/LICENSE"),),
+        sources=(
+            VendoredFile(
+                source=src.name,
+                repository=src.repository,
+                revision=src.revision,
+                path=src.path,
+                sha256=src.sha256,
+                size=src.size,
+                license=src.license,
+                license_file=src.license_file,
+                license_sha256=sha(LICENSE),
+                vendor_path="metaharness-tasks/tasks.py",
+                license_path="metaharness-tasks/LICENSE",
+            ),
+        ),
         external=externals,
-        image=provenance.Image(name=name, digest=image.digest, media_type=manifest["mediaType"],
-                               config_digest=manifest["config"]["digest"],
-                               compressed_size=sum(n for _, n in layers), layer_count=len(layers), app_layers=(app,)),
-        tasks=tasks, sizes=sizes, budgets=provenance.budgets_record(cfg.budgets),
+        image=provenance.Image(
+            name=name,
+            digest=image.digest,
+            media_type=manifest["mediaType"],
+            config_digest=manifest["config"]["digest"],
+            compressed_size=sum(n for _, n in layers),
+            layer_count=len(layers),
+            app_layers=(app,),
+        ),
+        tasks=tasks,
+        sizes=sizes,
+        budgets=provenance.budgets_record(cfg.budgets),
         runtimes=checks_runtimes.provenance_runtimes(checks),
     )
     t = datetime(*RELEASED_ON, tzinfo=UTC)
@@ -469,25 +634,30 @@ def make_records(root: Path, signer=None, *, image_name: str | None = None, loca
     sub = submission.build(cfg, rp.request, tasks, image=f"{name}@{image.digest}", source_revision="1" * 40)
     # The dataset folder as the release writes it (the test profile does not publish it).
     folder = root / dataset.FOLDER
-    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
-                              target=rp.dataset)
-    dataset.write_content(folder, generated, {**dataset.manifest_file(root),
-                                              **dataset.vendor_files(prov.sources, root / "vendor")})
+    generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root), target=rp.dataset)
+    dataset.write_content(
+        folder, generated, {**dataset.manifest_file(root), **dataset.vendor_files(prov.sources, root / "vendor")}
+    )
     prov = replace(prov, dataset=rp.dataset.not_published())
     with links.step("attest"):
         provenance.write(root / "provenance.json", prov)
         files = attest.write_attestations(
-            cfg, attest.Evidence(subject, prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes, checks=checks,
-                                 checks_bytes=checks_bytes),
+            cfg,
+            attest.Evidence(
+                subject, prov, lock_text=LOCK_TEXT, sbom_bytes=sbom_bytes, checks=checks, checks_bytes=checks_bytes
+            ),
             attest.Invocation(rp.parameters, started=t, finished=t, invocation_id="test-run"),
-            signer=signer, out_dir=att)
+            signer=signer,
+            out_dir=att,
+        )
     with links.step("submission"):
         submission.write_submission(root / "submission.json", sub)
     links.write(att, signer.functionary(), sign=signer.sign_envelope, released_on=t, days=365)
     attest.write_readme(att, subject, signer, files, source_url=cfg.source_url)
     dataset.add_records(folder, root)
-    release_statement.write(root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t,
-                            dataset=folder)
+    release_statement.write(
+        root, signer, subject, source_url=cfg.source_url, profile="test", released_on=t, dataset=folder
+    )
     dataset.add_records(folder, root)
     return Records(root=root, image=image, signer=signer)
 
@@ -509,8 +679,11 @@ def records(records_template, tmp_path, monkeypatch) -> Records:
     mirror = records_template.root.parent / "records-mirror"  # the dataset mirror the records came from
     copy_tree(mirror, tmp_path / "records-mirror")
     image = records_template.image
-    return Records(root=root, signer=records_template.signer,
-                   image=replace(image, layout=root / image.layout.relative_to(records_template.root)))
+    return Records(
+        root=root,
+        signer=records_template.signer,
+        image=replace(image, layout=root / image.layout.relative_to(records_template.root)),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -527,8 +700,11 @@ def local_records(local_records_template, tmp_path, monkeypatch) -> Records:
     root = copy_tree(local_records_template.root, tmp_path / "records")
     copy_tree(local_records_template.root.parent / "records-mirror", tmp_path / "records-mirror")
     image = local_records_template.image
-    return Records(root=root, signer=local_records_template.signer,
-                   image=replace(image, layout=root / image.layout.relative_to(local_records_template.root)))
+    return Records(
+        root=root,
+        signer=local_records_template.signer,
+        image=replace(image, layout=root / image.layout.relative_to(local_records_template.root)),
+    )
 
 
 @pytest.fixture

@@ -25,8 +25,10 @@ from .conftest import EPOCH, make_image, make_records
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sigstore"
 KEYLESS = FIXTURES / "github-attestation-reusable-workflow.sigstore.json"
-KEYLESS_IDENTITY = ("https://github.com/github/artifact-attestations-workflows/.github/workflows/attest.yml"
-                    "@09b495c3f12c7881b3cc17209a327792065c1a1d")
+KEYLESS_IDENTITY = (
+    "https://github.com/github/artifact-attestations-workflows/.github/workflows/attest.yml"
+    "@09b495c3f12c7881b3cc17209a327792065c1a1d"
+)
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 
 
@@ -44,16 +46,29 @@ def flip_payload_byte(bundle: bytes, at: int = 40) -> bytes:
 
 
 def _push_bundle(client, repo, digest, bundle: bytes, predicate: str):
-    return referrers.push_referrer(client, repo, digest, artifact_type=bundles.MEDIA_TYPE, payload=bundle,
-                                   media_type=bundles.MEDIA_TYPE, annotations=bundles.referrer_annotations(predicate))
+    return referrers.push_referrer(
+        client,
+        repo,
+        digest,
+        artifact_type=bundles.MEDIA_TYPE,
+        payload=bundle,
+        media_type=bundles.MEDIA_TYPE,
+        annotations=bundles.referrer_annotations(predicate),
+    )
 
 
 def self_check(rec, client=None, repo=None):
     """What a release does after attaching the records' bundles: audit them (the registry too),
     sign the verification summary with the release key and, given a registry, attach it."""
-    checked = selfcheck.run(rec.root, signer=rec.signer, pinned=True, profile="test",
-                            image=f"{rec.image.name}@{rec.image.digest}", out_dir=rec.root / "dist",
-                            registry=client is not None)
+    checked = selfcheck.run(
+        rec.root,
+        signer=rec.signer,
+        pinned=True,
+        profile="test",
+        image=f"{rec.image.name}@{rec.image.digest}",
+        out_dir=rec.root / "dist",
+        registry=client is not None,
+    )
     pushed = selfcheck.attach(client, repo, rec.image.digest, checked) if client is not None else None
     return checked, pushed
 
@@ -87,10 +102,16 @@ def test_each_signed_statement_is_a_standard_bundle_referrer(pushed):
         m = json.loads(client.get_manifest(repo, entry["digest"]).raw)
         assert m["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
         assert m["artifactType"] == bundles.MEDIA_TYPE
-        assert m["config"] == {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2,
-                               "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"}
-        assert m["subject"] == {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
-                                "size": len(image_raw)}
+        assert m["config"] == {
+            "mediaType": "application/vnd.oci.empty.v1+json",
+            "size": 2,
+            "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        }
+        assert m["subject"] == {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": len(image_raw),
+        }
         assert m["annotations"] == entry["annotations"]
         [layer] = m["layers"]
         assert layer["mediaType"] == bundles.MEDIA_TYPE
@@ -98,10 +119,12 @@ def test_each_signed_statement_is_a_standard_bundle_referrer(pushed):
         assert bundle["mediaType"] == bundles.MEDIA_TYPE
         assert bundle["verificationMaterial"] == {"publicKey": {"hint": rec.signer.keyid}, "tlogEntries": []}
         # The DSSE envelope the records hold (the summary: dist/'s), unchanged.
-        name = {v: k for k, v in attest.PREDICATES.items()}.get(entry["annotations"][bundles.PREDICATE_TYPE],
-                                                                "release")
-        signed = (rec.root / "dist" / "vsa.release.dsse.json" if predicates[-1] == vsa.PREDICATE_TYPE
-                  else rec.root / "attestations" / f"{name}.dsse.json")
+        name = {v: k for k, v in attest.PREDICATES.items()}.get(entry["annotations"][bundles.PREDICATE_TYPE], "release")
+        signed = (
+            rec.root / "dist" / "vsa.release.dsse.json"
+            if predicates[-1] == vsa.PREDICATE_TYPE
+            else rec.root / "attestations" / f"{name}.dsse.json"
+        )
         assert bundle["dsseEnvelope"] == json.loads(signed.read_bytes())
     assert predicates[1:4] == list(attest.PREDICATES.values())
     assert predicates[0].endswith("/release-statement/v1")
@@ -109,8 +132,15 @@ def test_each_signed_statement_is_a_standard_bundle_referrer(pushed):
     rows = audit.audit(rec.root, registry=True)
     assert all(c.ok for c in rows), audit.render_table(rows)
     by_id = {c.id: c for c in rows}
-    assert {"registry/manifest", "registry/referrers", "registry/vsa", "registry/release", "registry/provenance",
-            "registry/sbom", "registry/checks"} <= set(by_id)
+    assert {
+        "registry/manifest",
+        "registry/referrers",
+        "registry/vsa",
+        "registry/release",
+        "registry/provenance",
+        "registry/sbom",
+        "registry/checks",
+    } <= set(by_id)
     assert by_id["registry/vsa"].status == "pass"
     assert by_id["registry/listed"].detail.startswith("5 Sigstore bundle(s) signed by the trust root: ")
     assert by_id["registry/listed"].detail.endswith(vsa.PREDICATE_TYPE)
@@ -144,8 +174,9 @@ def test_the_self_check_refuses_records_that_fail_and_signs_nothing(pushed):
 def test_a_summary_with_one_flipped_byte_fails(pushed):
     rec, client, repo = pushed
     attach_release(rec, client, repo)
-    summary = bundles.of_signed("vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(),
-                                signing.DSSE_SUFFIX, what="vsa")
+    summary = bundles.of_signed(
+        "vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(), signing.DSSE_SUFFIX, what="vsa"
+    )
     bad = _push_bundle(client, repo, rec.image.digest, flip_payload_byte(summary.bundle), vsa.PREDICATE_TYPE)
     rows = _registry_rows(rec.root)
     assert not rows["registry/referrers"].ok
@@ -162,8 +193,9 @@ def test_no_summary_or_a_failed_one_fails(pushed):
     # A summary the release key signed that says FAILED.
     failed = [audit.Check("intoto/links", "attestations/layout.json", "fail", "missing")]
     stmt = vsa.statement(failed, records=rec.root, image=f"{rec.image.name}@{rec.image.digest}")
-    _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"),
-                 vsa.PREDICATE_TYPE)
+    _push_bundle(
+        client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"), vsa.PREDICATE_TYPE
+    )
     rows = _registry_rows(rec.root)
     assert rows["registry/referrers"].ok
     assert "verificationResult; expected PASSED, got FAILED" in rows["registry/vsa"].detail
@@ -175,10 +207,12 @@ def test_another_auditors_summary_is_listed_not_judged(pushed):
     rec, client, repo = pushed
     attach_release(rec, client, repo)
     auditor = signing.KeySigner(signing.CryptoSigner.generate_ed25519())
-    stmt = vsa.statement([audit.Check("x", "y", "fail")], records=rec.root,
-                         image=f"{rec.image.name}@{rec.image.digest}")
-    theirs = _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(auditor.sign(stmt), what="vsa"),
-                          vsa.PREDICATE_TYPE)
+    stmt = vsa.statement(
+        [audit.Check("x", "y", "fail")], records=rec.root, image=f"{rec.image.name}@{rec.image.digest}"
+    )
+    theirs = _push_bundle(
+        client, repo, rec.image.digest, bundles.key_bundle(auditor.sign(stmt), what="vsa"), vsa.PREDICATE_TYPE
+    )
     rows = audit.audit(rec.root, registry=True)
     assert all(c.ok for c in rows), audit.render_table(rows)
     listed = next(c for c in rows if c.id == "registry/listed").detail
@@ -191,15 +225,24 @@ def test_another_auditors_summary_is_listed_not_judged(pushed):
     _push_bundle(client, repo, rec.image.digest, json.dumps(doc).encode(), vsa.PREDICATE_TYPE)
     rows = _registry_rows(rec.root)
     assert not rows["registry/referrers"].ok
-    assert "the public-key hint names another key" in rows["registry/referrers"].detail \
+    assert (
+        "the public-key hint names another key" in rows["registry/referrers"].detail
         or "is not signed by the trusted key" in rows["registry/referrers"].detail
+    )
 
 
 def test_attaching_again_keeps_one_entry_each_and_other_referrers(pushed):
     rec, client, repo = pushed
     digest = rec.image.digest
-    other = referrers.push_referrer(client, repo, digest, artifact_type="application/example",
-                                    payload=b"x", media_type="application/example", annotations={})
+    other = referrers.push_referrer(
+        client,
+        repo,
+        digest,
+        artifact_type="application/example",
+        payload=b"x",
+        media_type="application/example",
+        annotations={},
+    )
     first = attach_release(rec, client, repo)
     index_digest = client.head_manifest(repo, referrers.fallback_tag(digest))
     again = bundles.attach(client, repo, digest, rec.root / "attestations", suffix=signing.DSSE_SUFFIX)
@@ -290,8 +333,9 @@ def test_keyless_bundle_referrer_is_verified_by_sigstore(pushed):
     detail = rows["registry/referrers"].detail
     assert "the signed statement is about another artifact" in detail, detail
     assert "subject sha256 49a3aa6075e0f49f82843e74b5baa614ad2a588e6675612bf108a0a008c5ac25" in detail
-    other = trust.from_auditor(key_file=None, identity="https://github.com/x/y/.github/workflows/r.yml@refs/tags/v1",
-                               issuer=GITHUB_ISSUER)
+    other = trust.from_auditor(
+        key_file=None, identity="https://github.com/x/y/.github/workflows/r.yml@refs/tags/v1", issuer=GITHUB_ISSUER
+    )
     # Signed by another identity: not the release's, so not judged, and none is left that is.
     detail = _registry_rows(rec.root, trust_root=other)["registry/referrers"].detail
     assert "none of the 1 Sigstore bundle(s) referring to" in detail and "claims the trust root" in detail
@@ -306,8 +350,14 @@ def test_keyless_bundle_with_a_flipped_byte_fails(local_registry, tmp_path, monk
     publish.push_layout(client, repo, image.layout, tag="t")
     _push_bundle(client, repo, image.digest, flip_payload_byte(KEYLESS.read_bytes(), at=400), attest.SLSA_PROVENANCE)
     listing = referrers.list_referrers(client, repo, image.digest)
-    got = referrers.fetch_referrer(client, repo, listing.descriptors[0], image.digest,
-                                   artifact_type=bundles.MEDIA_TYPE, media_type=bundles.MEDIA_TYPE)
+    got = referrers.fetch_referrer(
+        client,
+        repo,
+        listing.descriptors[0],
+        image.digest,
+        artifact_type=bundles.MEDIA_TYPE,
+        media_type=bundles.MEDIA_TYPE,
+    )
     auditor = trust.from_auditor(key_file=None, identity=KEYLESS_IDENTITY, issuer=GITHUB_ISSUER)
     with pytest.raises(VerificationError, match="sigstore verification failed"):
         bundles.verify(got.payload, auditor, what="tampered", att_dir=tmp_path)

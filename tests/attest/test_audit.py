@@ -71,8 +71,9 @@ def refresh_dataset(root) -> None:
     try:
         cfg = config_mod.load(root / "release.toml")
         prov, sub = provenance.load(root / "provenance.json"), submission.load(root / "submission.json")
-        generated = card.generate(cfg, prov, sub, project_license=sbom.project_license(root),
-                                  target=plan.resolve(cfg, prov.profile).dataset)
+        generated = card.generate(
+            cfg, prov, sub, project_license=sbom.project_license(root), target=plan.resolve(cfg, prov.profile).dataset
+        )
     except (ReleaseError, ValueError, LookupError, TypeError, AttributeError):
         generated = {}
     for rel, data in generated.items():
@@ -97,9 +98,15 @@ def resign(rec) -> None:
         env.dump(str(path))
     refresh_dataset(root)
     subject = _statement(root, "release")["subject"][0]
-    release_statement.write(root, signer, attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
-                            source_url="https://github.com/akseljoonas/openenv-arena-release", profile="test",
-                            released_on=datetime(*RELEASED_ON, tzinfo=UTC), dataset=root / "dist" / "dataset")
+    release_statement.write(
+        root,
+        signer,
+        attest.Subject(subject["name"], "sha256:" + subject["digest"]["sha256"]),
+        source_url="https://github.com/akseljoonas/openenv-arena-release",
+        profile="test",
+        released_on=datetime(*RELEASED_ON, tzinfo=UTC),
+        dataset=root / "dist" / "dataset",
+    )
     dataset_copy_of_statement(root)
 
 
@@ -114,8 +121,9 @@ def resign_provenance(rec) -> None:
     """An insider with the release key binds an edited provenance.json again: the provenance
     statement's byproduct digest, then the links and the release statement."""
     digest = sha256_file(rec.root / "provenance.json")
-    _resign_statement(rec, "provenance", lambda s: s["predicate"]["runDetails"]["byproducts"][0]["digest"].update(
-        sha256=digest))
+    _resign_statement(
+        rec, "provenance", lambda s: s["predicate"]["runDetails"]["byproducts"][0]["digest"].update(sha256=digest)
+    )
     resign(rec)
 
 
@@ -152,9 +160,22 @@ def test_audit_passes_on_good_records(records):
     rows = audit.audit(records.root)
     assert rows and all(c.ok for c in rows), audit.render_table(rows)
     ids = {c.id for c in rows}
-    for cid in ("trust/root", "release/signature", "release/subjects", "release/image", "intoto/links",
-                "submission/tasks", "submission/budgets", "submission/images", "provenance/sources",
-                "external/records", "sbom/layers", "sbom/components", "checks/record", "checks/results"):
+    for cid in (
+        "trust/root",
+        "release/signature",
+        "release/subjects",
+        "release/image",
+        "intoto/links",
+        "submission/tasks",
+        "submission/budgets",
+        "submission/images",
+        "provenance/sources",
+        "external/records",
+        "sbom/layers",
+        "sbom/components",
+        "checks/record",
+        "checks/results",
+    ):
         assert cid in ids, cid
     info = {c.id: c.detail for c in rows if c.status == audit.INFO}
     assert records.signer.keyid in info["trust/root"]
@@ -163,14 +184,18 @@ def test_audit_passes_on_good_records(records):
 
 
 def test_the_links_record_the_command_that_ran_and_chain_the_stages(records):
-    links = {p.name.split(".")[0]: Metadata.load(str(p)).get_payload()
-             for p in (records.root / "attestations" / "links").glob("*.link")}
+    links = {
+        p.name.split(".")[0]: Metadata.load(str(p)).get_payload()
+        for p in (records.root / "attestations" / "links").glob("*.link")
+    }
     assert set(links) == {"vendor", "build", "sbom", "verify", "attest", "submission"}
     assert {tuple(link.command) for link in links.values()} == {
-        ("python", "-m", "pipeline", "release", "--profile", "test")}
+        ("python", "-m", "pipeline", "release", "--profile", "test")
+    }
     assert "attestations/sbom.cdx.json" in links["sbom"].products
-    assert links["attest"].materials["attestations/sbom.cdx.json"] == links["sbom"].products[
-        "attestations/sbom.cdx.json"]
+    assert (
+        links["attest"].materials["attestations/sbom.cdx.json"] == links["sbom"].products["attestations/sbom.cdx.json"]
+    )
     assert "vendor/external/format-code-task-000666.json" in links["vendor"].products
 
 
@@ -195,8 +220,10 @@ def test_wrong_key(records):
     path.write_bytes(signing.dsse_sign(base64.b64decode(env["payload"]), other))
     fails = failed(records.root)
     assert set(fails) == {"sbom/signature", "sbom/attested", "release/subjects", "intoto/links"}
-    assert (f"attestations/sbom.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
-            f"got signed by keyid {other.public_key.keyid}") in fails["sbom/signature"]
+    assert (
+        f"attestations/sbom.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
+        f"got signed by keyid {other.public_key.keyid}"
+    ) in fails["sbom/signature"]
 
 
 def test_wrong_key_claiming_the_release_keyid(records):
@@ -208,8 +235,9 @@ def test_wrong_key_claiming_the_release_keyid(records):
     assert "signature does not verify with the release key" in fails["checks/signature"]
 
 
-@pytest.mark.parametrize("variant", ["genuine and garbage under the pinned keyid",
-                                     "unpinned valid and garbage under the pinned keyid"])
+@pytest.mark.parametrize(
+    "variant", ["genuine and garbage under the pinned keyid", "unpinned valid and garbage under the pinned keyid"]
+)
 def test_release_statement_with_two_signatures(records, variant):
     path, env = _envelope(records.root, "release")
     genuine = env["signatures"][0]
@@ -220,11 +248,14 @@ def test_release_statement_with_two_signatures(records, variant):
     path.write_text(json.dumps(env))
     fails = failed(records.root)
     if variant.startswith("genuine"):
-        assert fails["release/signature"] == ("attestations/release.dsse.json is not a DSSE envelope: "
-                                              f"Multiple signatures found for keyid {records.signer.keyid}")
+        assert fails["release/signature"] == (
+            "attestations/release.dsse.json is not a DSSE envelope: "
+            f"Multiple signatures found for keyid {records.signer.keyid}"
+        )
     else:
-        assert fails["release/signature"].startswith("attestations/release.dsse.json: signature does not verify "
-                                                     "with the release key")
+        assert fails["release/signature"].startswith(
+            "attestations/release.dsse.json: signature does not verify with the release key"
+        )
 
 
 def test_pinned_key_signing_another_payload_type(records):
@@ -235,8 +266,10 @@ def test_pinned_key_signing_another_payload_type(records):
     other.sign(records.signer.signer)
     path.write_text(json.dumps(other.to_dict()))
     fails = failed(records.root)
-    assert fails["release/signature"] == ("attestations/release.dsse.json has the wrong payload type; "
-                                          "expected application/vnd.in-toto+json, got application/json")
+    assert fails["release/signature"] == (
+        "attestations/release.dsse.json has the wrong payload type; "
+        "expected application/vnd.in-toto+json, got application/json"
+    )
 
 
 def test_genuine_release_statement_replayed_over_another_release(records, tmp_path):
@@ -245,7 +278,8 @@ def test_genuine_release_statement_replayed_over_another_release(records, tmp_pa
 
     other = conftest.make_records(tmp_path / "other", records.signer, image_name="arena/other-name")
     (records.root / "attestations" / "release.dsse.json").write_bytes(
-        (other.root / "attestations" / "release.dsse.json").read_bytes())
+        (other.root / "attestations" / "release.dsse.json").read_bytes()
+    )
     fails = failed(records.root)
     assert {"release/subjects", "release/image"} <= set(fails)
     assert fails["release/subjects"].startswith("attestations/")
@@ -258,8 +292,10 @@ def test_forged_signer_with_its_own_key_published(records):
     forger = forge_all(root)
     fails = failed(root)
     assert "release/signature" in fails
-    assert (f"attestations/release.dsse.json is signed by keyid {forger.keyid}, which is not pinned "
-            f"([trust.test] of trust.toml); expected {records.signer.keyid}") in fails["release/signature"]
+    assert (
+        f"attestations/release.dsse.json is signed by keyid {forger.keyid}, which is not pinned "
+        f"([trust.test] of trust.toml); expected {records.signer.keyid}"
+    ) in fails["release/signature"]
     # the same verdict from the auditor's own trust root (the genuine public key)
     genuine, auditor = genuine_key(records)
     fails = failed(root, trust_root=auditor)
@@ -282,7 +318,8 @@ def test_forger_who_also_rewrites_the_pins_is_refused_by_the_auditors_key(record
     fails = failed(root, trust_root=auditor)
     assert fails["release/signature"] == (
         f"attestations/release.dsse.json is not signed by the trusted key; expected {records.signer.keyid}, "
-        f"got signed by keyid {forger.keyid}; trust root: key {records.signer.keyid} [auditor --key {genuine}]")
+        f"got signed by keyid {forger.keyid}; trust root: key {records.signer.keyid} [auditor --key {genuine}]"
+    )
 
 
 def test_the_issue_attack_reproduced_exactly(records):
@@ -301,8 +338,10 @@ def test_subject_swap(records):
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"provenance/subject", "readme"}
-    assert (f"subject digest differs from the image in submission.json; expected {records.image.digest}, "
-            f"got sha256:{'f' * 64}") in fails["provenance/subject"]
+    assert (
+        f"subject digest differs from the image in submission.json; expected {records.image.digest}, "
+        f"got sha256:{'f' * 64}"
+    ) in fails["provenance/subject"]
 
 
 def test_sbom_swapped(records, tmp_path):
@@ -312,14 +351,25 @@ def test_sbom_swapped(records, tmp_path):
 
     other = make_image(tmp_path / "other", app_files={"opt/arena/env/x.py": b"x = 1\n"})
     (records.root / "attestations" / "sbom.cdx.json").write_bytes(
-        sbom.generate(other.layout, name="x/y", app_dir="/opt/arena"))
+        sbom.generate(other.layout, name="x/y", app_dir="/opt/arena")
+    )
     fails = failed(records.root)
     # the other image ships no openenv.yaml: the dataset's copy is not the one the (swapped) SBOM lists
-    assert set(fails) == {"sbom/attested", "sbom/image", "sbom/layers", "sbom/components", "sbom/coverage",
-                          "release/subjects", "intoto/links", "dataset/manifest"}
+    assert set(fails) == {
+        "sbom/attested",
+        "sbom/image",
+        "sbom/layers",
+        "sbom/components",
+        "sbom/coverage",
+        "release/subjects",
+        "intoto/links",
+        "dataset/manifest",
+    }
     assert "the SBOM file was replaced or edited after signing" in fails["sbom/attested"]
-    assert "vs the image's /opt/arena/env/openenv.yaml (the SBOM's file component); expected None" in \
-        fails["dataset/manifest"]
+    assert (
+        "vs the image's /opt/arena/env/openenv.yaml (the SBOM's file component); expected None"
+        in fails["dataset/manifest"]
+    )
     assert f"attestations/sbom.cdx.json {BOUND}" in fails["release/subjects"]
 
 
@@ -328,24 +378,31 @@ def test_sbom_component_removed_and_everything_resigned(records):
     path = records.root / "attestations" / "sbom.cdx.json"
     doc = json.loads(path.read_text())
     doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
-    doc["dependencies"] = [{**d, "dependsOn": [x for x in d.get("dependsOn", []) if "libc6" not in x]}
-                           for d in doc["dependencies"] if "libc6" not in d["ref"]]
+    doc["dependencies"] = [
+        {**d, "dependsOn": [x for x in d.get("dependsOn", []) if "libc6" not in x]}
+        for d in doc["dependencies"]
+        if "libc6" not in d["ref"]
+    ]
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     _resign_statement(records, "sbom", lambda s: s.update(predicate=doc))
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"sbom/components", "sbom/coverage", "readme"}
-    assert fails["sbom/components"].startswith("SBOM components differ from the image's layers; "
-                                               "expected the components read from the layer blobs, got missing "
-                                               "pkg:deb/debian/libc6@")
+    assert fails["sbom/components"].startswith(
+        "SBOM components differ from the image's layers; "
+        "expected the components read from the layer blobs, got missing "
+        "pkg:deb/debian/libc6@"
+    )
     # The audit's own reading of the image (not the SBOM writer's) names the package too.
-    assert fails["sbom/coverage"].startswith("the SBOM has no component for 1 package(s) or file(s) installed in "
-                                             "the image; expected a component for every dpkg package, Python "
-                                             "distribution and application file, got deb libc6 ")
+    assert fails["sbom/coverage"].startswith(
+        "the SBOM has no component for 1 package(s) or file(s) installed in "
+        "the image; expected a component for every dpkg package, Python "
+        "distribution and application file, got deb libc6 "
+    )
 
 
 def test_sbom_licence_expression_invalid_and_everything_resigned(records):
-    """"MIT License" written as an SPDX expression (the seed SBOM's exceptiongroup) is schema-valid;
+    """ "MIT License" written as an SPDX expression (the seed SBOM's exceptiongroup) is schema-valid;
     license-expression refuses it, and the writer's code has no say in that."""
     path = records.root / "attestations" / "sbom.cdx.json"
     doc = json.loads(path.read_text())
@@ -360,7 +417,8 @@ def test_sbom_licence_expression_invalid_and_everything_resigned(records):
         "1 licence(s) of the SBOM are not valid SPDX (license-expression); expected SPDX ids, SPDX expressions "
         f"or named licences, got {target['bom-ref']}: expression 'MIT License' is not SPDX: Invalid symbols "
         'sequence such as (A B) for token: "License" at position: 4; a licence that is not an SPDX id or '
-        "expression belongs in the licence's `name`")
+        "expression belongs in the licence's `name`"
+    )
 
 
 def test_sbom_licence_coverage_is_reported(records):
@@ -381,8 +439,9 @@ def test_sbom_component_listed_twice_and_everything_resigned(records):
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"sbom/components", "readme"}
-    assert fails["sbom/components"] == ("the SBOM lists a component more than once; expected each bom-ref once, "
-                                        f"got {twin['bom-ref']}")
+    assert fails["sbom/components"] == (
+        f"the SBOM lists a component more than once; expected each bom-ref once, got {twin['bom-ref']}"
+    )
 
 
 def test_sbom_component_removed_without_the_key(records):
@@ -412,10 +471,18 @@ def test_base_swap(records):
     _edit_json(records.root / "provenance.json", lambda d: d["base"].update(digest="sha256:" + "6" * 64))
     fails = failed(records.root)
     # the card states the base: regenerated from the edited record, it is not the bound one
-    assert set(fails) == {"provenance/base", "provenance/record", "provenance/statement", "release/subjects",
-                          "intoto/links", "dataset/card"}
-    assert ("base image of provenance.json vs the release.toml pin; expected "
-            "registry.example.invalid/base/python@sha256:" + "5" * 64) in fails["provenance/base"]
+    assert set(fails) == {
+        "provenance/base",
+        "provenance/record",
+        "provenance/statement",
+        "release/subjects",
+        "intoto/links",
+        "dataset/card",
+    }
+    assert (
+        "base image of provenance.json vs the release.toml pin; expected "
+        "registry.example.invalid/base/python@sha256:" + "5" * 64
+    ) in fails["provenance/base"]
     assert "6" * 64 in fails["provenance/statement"]
 
 
@@ -433,11 +500,16 @@ def test_local_base_records_what_it_was_built_from(local_records):
     lock = local_records.root / "locks" / "base.json"
     built_from = json.loads((local_records.root / "provenance.json").read_text())["base"]["built_from"]
     assert built_from == {
-        "packages_pinned_by": "locks/base.json", "lock_sha256": sha256_file(lock), "debian_suite": "bookworm",
-        "named_after_snapshot": "20250520T000000Z", "debs": 2, "packages_from": "http://deb.debian.org/debian",
+        "packages_pinned_by": "locks/base.json",
+        "lock_sha256": sha256_file(lock),
+        "debian_suite": "bookworm",
+        "named_after_snapshot": "20250520T000000Z",
+        "debs": 2,
+        "packages_from": "http://deb.debian.org/debian",
         "statement": "the .debs were fetched from a Debian mirror (http://deb.debian.org/debian), not from "
-                     "snapshot 20250520T000000Z, which the base is only named after; they are pinned by the .deb "
-                     "list of locks/base.json (name, version, architecture and sha256 of each) and the base digest"}
+        "snapshot 20250520T000000Z, which the base is only named after; they are pinned by the .deb "
+        "list of locks/base.json (name, version, architecture and sha256 of each) and the base digest",
+    }
     deps = _statement(local_records.root, "provenance")["predicate"]["buildDefinition"]["resolvedDependencies"]
     assert [d["name"] for d in deps[:3]] == ["base", "base-lock", "project"]
     assert deps[1]["uri"] == "file:locks/base.json" and deps[1]["digest"] == {"sha256": sha256_file(lock)}
@@ -445,7 +517,9 @@ def test_local_base_records_what_it_was_built_from(local_records):
 
 def test_base_pulled_by_digest_records_only_name_and_digest(records):
     assert json.loads((records.root / "provenance.json").read_text())["base"] == {
-        "name": "registry.example.invalid/base/python", "digest": "sha256:" + "5" * 64}
+        "name": "registry.example.invalid/base/python",
+        "digest": "sha256:" + "5" * 64,
+    }
     deps = _statement(records.root, "provenance")["predicate"]["buildDefinition"]["resolvedDependencies"]
     assert "base-lock" not in {d["name"] for d in deps}
 
@@ -456,7 +530,8 @@ def test_local_base_lock_edited(local_records):
     fails = failed(local_records.root)
     assert set(fails) == {"provenance/base"}
     assert fails["provenance/base"].startswith(
-        "what provenance.json says the local base was built from (lock_sha256) vs locks/base.json")
+        "what provenance.json says the local base was built from (lock_sha256) vs locks/base.json"
+    )
 
 
 def test_local_base_lock_loses_a_deb(local_records):
@@ -466,15 +541,19 @@ def test_local_base_lock_loses_a_deb(local_records):
     assert "(debs, lock_sha256)" in fails["provenance/base"] and "'debs': 2" in fails["provenance/base"]
 
 
-@pytest.mark.parametrize("field, value", [
-    ("named_after_snapshot", "20990101T000000Z"),
-    ("packages_from", "https://snapshot.debian.org/archive/debian/20250520T000000Z/"),
-    ("debs", 3),
-    ("statement", "the .debs came from the snapshot"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("named_after_snapshot", "20990101T000000Z"),
+        ("packages_from", "https://snapshot.debian.org/archive/debian/20250520T000000Z/"),
+        ("debs", 3),
+        ("statement", "the .debs came from the snapshot"),
+    ],
+)
 def test_local_base_origin_forged_and_resigned(local_records, field, value):
     """An insider with the release key rewrites what the base was built from, and signs a matching
     provenance statement: only the lock in the checkout can tell."""
+
     def forge(prov, replace):
         return replace(prov, base=replace(prov.base, built_from=replace(prov.base.built_from, **{field: value})))
 
@@ -482,18 +561,22 @@ def test_local_base_origin_forged_and_resigned(local_records, field, value):
     fails = failed(local_records.root)
     assert set(fails) == {"provenance/base", "readme"}
     assert fails["provenance/base"].startswith(
-        f"what provenance.json says the local base was built from ({field}) vs locks/base.json")
+        f"what provenance.json says the local base was built from ({field}) vs locks/base.json"
+    )
 
 
 def test_local_base_origin_forged_without_the_key(local_records):
-    _edit_json(local_records.root / "provenance.json",
-               lambda d: d["base"]["built_from"].update(named_after_snapshot="20990101T000000Z"))
+    _edit_json(
+        local_records.root / "provenance.json",
+        lambda d: d["base"]["built_from"].update(named_after_snapshot="20990101T000000Z"),
+    )
     fails = failed(local_records.root)
     assert {"provenance/base", "provenance/record"} <= set(fails)
 
 
 def test_local_base_lock_hash_forged_in_the_statement_only(local_records):
     """The provenance statement names another lock than provenance.json: re-derived, it differs."""
+
     def other_lock(stmt):
         deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
         next(d for d in deps if d["name"] == "base-lock")["digest"]["sha256"] = "0" * 64
@@ -547,8 +630,10 @@ def test_task_budget_changed(records):
     fails = failed(records.root)
     assert set(fails) == {"submission/budgets", "release/subjects", "intoto/links"}
     task = json.loads((records.root / "submission.json").read_text())["tasks"][3]["task_id"]
-    assert (f"budgets of task {task} (memory_gib) vs release.toml; expected {{'memory_gib': 1, 'split': 'train'}}, "
-            f"got {{'memory_gib': 64, 'split': 'train'}}") in fails["submission/budgets"]
+    assert (
+        f"budgets of task {task} (memory_gib) vs release.toml; expected {{'memory_gib': 1, 'split': 'train'}}, "
+        f"got {{'memory_gib': 64, 'split': 'train'}}"
+    ) in fails["submission/budgets"]
 
 
 def test_task_budget_changed_and_resigned(records):
@@ -574,6 +659,7 @@ def test_task_order_changed_and_resigned(records):
 def test_external_task_claimed_verified_and_resigned(records):
     """An insider's provenance.json says the external task the check suite never pulled was verified;
     ids, budgets and images are untouched, so only checks.json can contradict it."""
+
     def claim(d):
         task = next(t for t in d["tasks"] if t["task_id"] == "format-code-task-001926")
         task["verification"] = {"failed": 0, "passed": 3, "status": "verified"}
@@ -585,7 +671,8 @@ def test_external_task_claimed_verified_and_resigned(records):
     assert fails["provenance/tasks"] == (
         "verification of task format-code-task-001926 in provenance.json vs checks.json; "
         "expected {'status': 'not verified: not pulled', 'passed': 0, 'failed': 0}, "
-        "got {'status': 'verified', 'passed': 3, 'failed': 0}; provenance.json claims what the checks did not show")
+        "got {'status': 'verified', 'passed': 3, 'failed': 0}; provenance.json claims what the checks did not show"
+    )
 
 
 def test_provenance_edited_without_resigning_the_provenance_statement(records):
@@ -596,17 +683,28 @@ def test_provenance_edited_without_resigning_the_provenance_statement(records):
     assert "provenance.json was edited after signing" in fails["provenance/record"]
 
 
-@pytest.mark.parametrize("mutate,owner,fragment", [
-    (lambda d: d["sizes"].update(seed_bytes=d["sizes"]["seed_bytes"] - 32), "provenance/sizes",
-     "sizes of provenance.json vs the manifests checks.json recorded"),
-    (lambda d: d["sizes"]["images"][1].update(platform_bytes=d["sizes"]["images"][1]["platform_bytes"] + 1),
-     "provenance/sizes",
-     "sizes of provenance.json vs the manifests checks.json recorded"),
-    (lambda d: d["budgets"]["external"].update(observation_tokens=999), "provenance/budgets",
-     "budgets of provenance.json vs release.toml's [budgets.*] tables"),
-    (lambda d: d["tasks"][3]["verification"].update(passed=99), "provenance/tasks",
-     "verification of task"),
-], ids=["seed-total", "platform-figure", "observation-budget", "case-passed-count"])
+@pytest.mark.parametrize(
+    "mutate,owner,fragment",
+    [
+        (
+            lambda d: d["sizes"].update(seed_bytes=d["sizes"]["seed_bytes"] - 32),
+            "provenance/sizes",
+            "sizes of provenance.json vs the manifests checks.json recorded",
+        ),
+        (
+            lambda d: d["sizes"]["images"][1].update(platform_bytes=d["sizes"]["images"][1]["platform_bytes"] + 1),
+            "provenance/sizes",
+            "sizes of provenance.json vs the manifests checks.json recorded",
+        ),
+        (
+            lambda d: d["budgets"]["external"].update(observation_tokens=999),
+            "provenance/budgets",
+            "budgets of provenance.json vs release.toml's [budgets.*] tables",
+        ),
+        (lambda d: d["tasks"][3]["verification"].update(passed=99), "provenance/tasks", "verification of task"),
+    ],
+    ids=["seed-total", "platform-figure", "observation-budget", "case-passed-count"],
+)
 def test_what_the_request_leaves_out_edited_and_resigned(records, mutate, owner, fragment):
     """What moved out of the request (sizes, budgets, check results) is bound and checked in provenance.json."""
     _edit_json(records.root / "provenance.json", mutate)
@@ -625,11 +723,18 @@ def test_source_of_another_commit_resigned(records):
     assert fails["submission/request"] == (
         "source of submission.json vs release.toml (profile test) and provenance.json's project commit; "
         "expected {'source': 'https://github.com/akseljoonas/openenv-arena-release/tree/" + "1" * 40 + "'}, "
-        "got {'source': '" + other + "'}")
+        "got {'source': '" + other + "'}"
+    )
 
 
-@pytest.mark.parametrize("field,value", [("submission_id", "someone-elses-id"), ("dataset", "someone/else"),
-                                         ("example_actions", [{"operation": "shell", "command": "cat /opt/arena/*"}])])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("submission_id", "someone-elses-id"),
+        ("dataset", "someone/else"),
+        ("example_actions", [{"operation": "shell", "command": "cat /opt/arena/*"}]),
+    ],
+)
 def test_request_identity_changed_and_resigned(records, field, value):
     _edit_json(records.root / "submission.json", lambda d: d.update({field: value}))
     resign(records)
@@ -638,19 +743,24 @@ def test_request_identity_changed_and_resigned(records, field, value):
     assert fails["submission/request"].startswith(f"{field} of submission.json vs release.toml (profile test)")
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda d: d.update(total_compressed_bytes=1),
-    lambda d: d["tasks"][8].update(observation_tokens=32768),
-    lambda d: d["tasks"][8].update(verification={"status": "verified", "passed": 12, "failed": 0}),
-    lambda d: d.pop("dataset"),
-], ids=["old-total", "observation-budget", "task-verification", "no-dataset"])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d.update(total_compressed_bytes=1),
+        lambda d: d["tasks"][8].update(observation_tokens=32768),
+        lambda d: d["tasks"][8].update(verification={"status": "verified", "passed": 12, "failed": 0}),
+        lambda d: d.pop("dataset"),
+    ],
+    ids=["old-total", "observation-budget", "task-verification", "no-dataset"],
+)
 def test_request_beyond_the_contract_and_resigned(records, mutate):
     """A field the accepted request does not have (or lacks) fails the request's JSON Schema."""
     _edit_json(records.root / "submission.json", mutate)
     resign(records)
     fails = failed(records.root)
     assert fails["submission/format"].startswith(
-        "submission.json is not the request the platform accepts (request.schema.json)")
+        "submission.json is not the request the platform accepts (request.schema.json)"
+    )
 
 
 def test_task_image_changed_and_resigned(records):
@@ -661,8 +771,9 @@ def test_task_image_changed_and_resigned(records):
     assert "image of task format-code-task-000666" in fails["submission/images"]
 
 
-@pytest.mark.parametrize("name,owner", [("submission.json", "submission/format"),
-                                        ("provenance.json", "provenance/load")])
+@pytest.mark.parametrize(
+    "name,owner", [("submission.json", "submission/format"), ("provenance.json", "provenance/load")]
+)
 def test_record_removed(records, name, owner):
     (records.root / name).unlink()
     fails = failed(records.root)
@@ -720,17 +831,25 @@ def _resign_provenance(rec, change):
     provenance.write(path, prov)
     cfg = config_mod.load(rec.root / "release.toml")
     t = datetime(*RELEASED_ON, tzinfo=UTC)
-    pred = attest.provenance_predicate(cfg, prov, parameters=plan.resolve(cfg, prov.profile).parameters,
-                                       lock_text=LOCK_TEXT, signing="key", started=t, finished=t,
-                                       invocation_id="test-run")
+    pred = attest.provenance_predicate(
+        cfg,
+        prov,
+        parameters=plan.resolve(cfg, prov.profile).parameters,
+        lock_text=LOCK_TEXT,
+        signing="key",
+        started=t,
+        finished=t,
+        invocation_id="test-run",
+    )
     _resign_statement(rec, "provenance", lambda st: st.update(predicate=json.loads(json.dumps(pred))))
     resign(rec)
 
 
 def test_external_record_from_another_dataset_revision_resigned(records):
     def other_revision(prov, replace):
-        ext = tuple(replace(e, revision="0" * 40) if e.task_id == "format-code-task-000666" else e
-                    for e in prov.external)
+        ext = tuple(
+            replace(e, revision="0" * 40) if e.task_id == "format-code-task-000666" else e for e in prov.external
+        )
         return replace(prov, external=ext)
 
     _resign_provenance(records, other_revision)
@@ -738,13 +857,15 @@ def test_external_record_from_another_dataset_revision_resigned(records):
     assert set(fails) == {"external/records", "readme"}
     assert fails["external/records"] == (
         "external record format-code-task-000666 in provenance.json (revision) vs release.toml; "
-        "expected {'revision': '639865fd3374018d6cb29b9fb82dd531406fcf5f'}, got {'revision': '" + "0" * 40 + "'}")
+        "expected {'revision': '639865fd3374018d6cb29b9fb82dd531406fcf5f'}, got {'revision': '" + "0" * 40 + "'}"
+    )
 
 
 def test_external_record_marked_verified_without_a_pin_resigned(records):
     def verified(prov, replace):
-        ext = tuple(replace(e, status="verified") if e.task_id == "format-code-task-001926" else e
-                    for e in prov.external)
+        ext = tuple(
+            replace(e, status="verified") if e.task_id == "format-code-task-001926" else e for e in prov.external
+        )
         return replace(prov, external=ext)
 
     _resign_provenance(records, verified)
@@ -752,7 +873,8 @@ def test_external_record_marked_verified_without_a_pin_resigned(records):
     assert "external/records" in fails
     assert fails["external/records"] == (
         "external record format-code-task-001926 is marked verified, but release.toml pins no "
-        "record_sha256 to verify it against; expected record_sha256 pinned, got ''")
+        "record_sha256 to verify it against; expected record_sha256 pinned, got ''"
+    )
 
 
 # ------------------------------------------------------------------ one teeth test per remaining ID
@@ -780,11 +902,13 @@ def test_linked_directory_hides_an_unbound_file(records, tmp_path):
     assert [(c.id, c.status) for c in rows] == [("records/files", "fail")]
     assert rows[0].detail == (
         f"records are links or special files; expected regular files in the records tree, got attestations/links -> "
-        f"{elsewhere}; a release writes no links; replace them with the released files or restore the records")
+        f"{elsewhere}; a release writes no links; replace them with the released files or restore the records"
+    )
 
 
-@pytest.mark.parametrize("rel", ["attestations/sbom.cdx.json", "submission.json", "release.toml",
-                                 "vendor/metaharness-tasks/tasks.py"])
+@pytest.mark.parametrize(
+    "rel", ["attestations/sbom.cdx.json", "submission.json", "release.toml", "vendor/metaharness-tasks/tasks.py"]
+)
 def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
     import os
     import shutil
@@ -798,13 +922,18 @@ def test_record_replaced_by_a_link_to_a_copy(records, tmp_path, rel):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind,rel", [("link to /dev/zero", "attestations/sbom.cdx.json"),
-                                      ("link to /dev/zero", "release.toml"),
-                                      ("link to /dev/zero", "pyproject.toml"),
-                                      ("link to /dev/zero", "env/openenv.yaml"),
-                                      ("link to /dev/zero", "dist/oci/index.json"),
-                                      ("named pipe", "attestations/sbom.cdx.json"),
-                                      ("named pipe", "attestations/provenance.dsse.json")])
+@pytest.mark.parametrize(
+    "kind,rel",
+    [
+        ("link to /dev/zero", "attestations/sbom.cdx.json"),
+        ("link to /dev/zero", "release.toml"),
+        ("link to /dev/zero", "pyproject.toml"),
+        ("link to /dev/zero", "env/openenv.yaml"),
+        ("link to /dev/zero", "dist/oci/index.json"),
+        ("named pipe", "attestations/sbom.cdx.json"),
+        ("named pipe", "attestations/provenance.dsse.json"),
+    ],
+)
 def test_record_that_would_never_end_is_not_read(records, kind, rel):
     """A link committed to git can point at /dev/zero: reading it never ends (and a pipe never answers)."""
     import os
@@ -824,14 +953,16 @@ def test_record_that_would_never_end_is_not_read(records, kind, rel):
 def test_release_statement_binding_a_record_twice(records):
     """An insider's statement binds submission.json twice, a forged hash first: the audit read the
     last, `sha256sum` against the first subject (the README's recipe) reads the other."""
+
     def twice(stmt):
         stmt["subject"].insert(1, {"name": "submission.json", "digest": {"sha256": "0" * 64}})
 
     _resign_statement(records, "release", twice)
     fails = failed(records.root)
     assert set(fails) == {"release/subjects"}
-    assert fails["release/subjects"] == ("the release statement binds a record twice; expected each record once, "
-                                         "got submission.json")
+    assert fails["release/subjects"] == (
+        "the release statement binds a record twice; expected each record once, got submission.json"
+    )
 
 
 def test_release_statement_binding_a_file_outside_the_records(records):
@@ -845,8 +976,10 @@ def test_release_statement_binding_a_file_outside_the_records(records):
     fails = failed(records.root)
     # the dataset holds no copy of a "record" outside the records tree either
     assert set(fails) == {"release/subjects", "dataset/subjects"}
-    assert fails["release/subjects"] == ("the release statement binds paths outside the records tree; "
-                                         "expected relative paths without '..', got ../outside.json")
+    assert fails["release/subjects"] == (
+        "the release statement binds paths outside the records tree; "
+        "expected relative paths without '..', got ../outside.json"
+    )
 
 
 def test_unpinned_profile_fails_naming_the_signer(records):
@@ -863,9 +996,12 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     it) named `dev`, so the pins of `dev` verified a release of `test`: the audit passed."""
     toml = records.root / "trust.toml"
     other = CryptoSigner.generate_ed25519().public_key.keyid
-    toml.write_text(toml.read_text().replace(
-        f'[trust.test]\nkeyids = ["{records.signer.keyid}"]',
-        f'[trust.test]\nkeyids = ["{other}"]\n\n[trust.dev]\nkeyids = ["{records.signer.keyid}"]'))
+    toml.write_text(
+        toml.read_text().replace(
+            f'[trust.test]\nkeyids = ["{records.signer.keyid}"]',
+            f'[trust.test]\nkeyids = ["{other}"]\n\n[trust.dev]\nkeyids = ["{records.signer.keyid}"]',
+        )
+    )
     assert "release/signature" in failed(records.root)  # the pins of `test` refuse the key
     path = records.root / "attestations" / "release.dsse.json"
     env = json.loads(path.read_text())
@@ -875,18 +1011,28 @@ def test_key_pinned_for_another_profile_steering_the_pins(records):
     path.write_text(json.dumps(env))
     fails = failed(records.root)
     # sbom/components and /coverage, the request, what it leaves out and the dataset: not checked without a profile
-    assert set(fails) == {"release/profile", "sbom/components", "sbom/coverage", "submission/request",
-                          "provenance/tasks", "provenance/sizes", "dataset/subjects"}
+    assert set(fails) == {
+        "release/profile",
+        "sbom/components",
+        "sbom/coverage",
+        "submission/request",
+        "provenance/tasks",
+        "provenance/sizes",
+        "dataset/subjects",
+    }
     assert fails["release/profile"] == (
         "the profile attestations/release.dsse.json names vs the profile whose [trust.<profile>] pins verified it; "
-        "expected dev, got test; a signer is trusted only for the profile it is pinned for")
+        "expected dev, got test; a signer is trusted only for the profile it is pinned for"
+    )
 
 
 def test_malformed_trust_table(records):
     toml = records.root / "trust.toml"
     toml.write_text(toml.read_text().replace(f'keyids = ["{records.signer.keyid}"]', 'keyids = ["short"]'))
-    assert "trust.test.keyids[0] holds a value that is not a keyid; expected 64 lowercase hex digits, got short" \
+    assert (
+        "trust.test.keyids[0] holds a value that is not a keyid; expected 64 lowercase hex digits, got short"
         in failed(records.root)["trust/pins"]
+    )
 
 
 def test_readme_edited(records):
@@ -909,27 +1055,38 @@ def test_checks_results_edited_and_resigned(records):
 
     _edit_json(records.root / "attestations" / "checks.json", fail_one)
     digest = sha256_file(records.root / "attestations" / "checks.json")
-    _resign_statement(records, "checks",
-                      lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
+    _resign_statement(records, "checks", lambda s: s["predicate"]["configuration"][0]["digest"].update(sha256=digest))
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"checks/results", "checks/passed", "provenance/tasks", "readme"}
     assert "passed checks of attestations/checks.json vs the statement" in fails["checks/results"]
 
 
-@pytest.mark.parametrize("mutate,where,expected,actual", [
-    (lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]), "predicate.warnedTests", "[]",
-     '["format-code-task-000666/reference-repair"]'),
-    (lambda p: p["configuration"][0]["annotations"].update(total=80), "predicate.configuration[0].annotations.total",
-     "72", "80"),
-])
+@pytest.mark.parametrize(
+    "mutate,where,expected,actual",
+    [
+        (
+            lambda p: p.update(warnedTests=["format-code-task-000666/reference-repair"]),
+            "predicate.warnedTests",
+            "[]",
+            '["format-code-task-000666/reference-repair"]',
+        ),
+        (
+            lambda p: p["configuration"][0]["annotations"].update(total=80),
+            "predicate.configuration[0].annotations.total",
+            "72",
+            "80",
+        ),
+    ],
+)
 def test_checks_statement_claims_beyond_checks_json_and_resigned(records, mutate, where, expected, actual):
     _resign_statement(records, "checks", lambda s: mutate(s["predicate"]))
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"checks/results", "readme"}
-    assert fails["checks/results"] == (f"checks statement {where} vs attestations/checks.json; "
-                                       f"expected {expected}, got {actual}")
+    assert fails["checks/results"] == (
+        f"checks statement {where} vs attestations/checks.json; expected {expected}, got {actual}"
+    )
 
 
 def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
@@ -941,9 +1098,11 @@ def test_failed_checks_fail_the_audit(tmp_path, monkeypatch):
     fails = failed(rec.root)
     assert set(fails) == {"checks/passed", "provenance/tasks"}
     assert "image/uid" in fails["checks/passed"]
-    assert fails["provenance/tasks"].startswith("the check suite has failures: the release stops before "
-                                                "submission.json; expected 0 failed checks, got 2 failed: "
-                                                "image/uid, image/uid@docker")
+    assert fails["provenance/tasks"].startswith(
+        "the check suite has failures: the release stops before "
+        "submission.json; expected 0 failed checks, got 2 failed: "
+        "image/uid, image/uid@docker"
+    )
 
 
 def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
@@ -958,10 +1117,13 @@ def test_failed_checks_signed_as_passed(tmp_path, monkeypatch):
     resign(rec)
     fails = failed(rec.root)
     assert set(fails) == {"checks/passed", "checks/results", "provenance/tasks", "readme"}
-    assert fails["checks/results"] == ('checks statement predicate.result vs attestations/checks.json; '
-                                       'expected "FAILED", got "PASSED"')
-    assert fails["checks/passed"] == ("failed checks in attestations/checks.json (the statement says PASSED); "
-                                      "expected [], got ['image/uid', 'image/uid@docker']")
+    assert fails["checks/results"] == (
+        'checks statement predicate.result vs attestations/checks.json; expected "FAILED", got "PASSED"'
+    )
+    assert fails["checks/passed"] == (
+        "failed checks in attestations/checks.json (the statement says PASSED); "
+        "expected [], got ['image/uid', 'image/uid@docker']"
+    )
 
 
 def test_empty_suite_signed_as_passed(records):
@@ -970,45 +1132,75 @@ def test_empty_suite_signed_as_passed(records):
 
     _edit_json(records.root / "attestations" / "checks.json", empty)
     digest = sha256_file(records.root / "attestations" / "checks.json")
-    _resign_statement(records, "checks", lambda s: (
-        s["predicate"]["configuration"][0]["digest"].update(sha256=digest),
-        s["predicate"].update(passedTests=[], failedTests=[])))
+    _resign_statement(
+        records,
+        "checks",
+        lambda s: (
+            s["predicate"]["configuration"][0]["digest"].update(sha256=digest),
+            s["predicate"].update(passedTests=[], failedTests=[]),
+        ),
+    )
     resign(records)
     fails = failed(records.root)
     # An empty suite ran nothing under either runtime: its isolation-mode checks are gone too.
     assert set(fails) == {"checks/passed", "checks/results", "checks/runtimes", "provenance/tasks", "readme"}
-    assert fails["checks/passed"] == ("attestations/checks.json holds no passed check; expected a whole suite, "
-                                      "got 0 check(s)")
+    assert fails["checks/passed"] == (
+        "attestations/checks.json holds no passed check; expected a whole suite, got 0 check(s)"
+    )
 
 
 def test_checks_about_another_image(records):
-    _resign_statement(records, "checks", lambda s: s["predicate"]["configuration"][0]["annotations"].update(
-        image="x/y@sha256:" + "d" * 64))
+    _resign_statement(
+        records,
+        "checks",
+        lambda s: s["predicate"]["configuration"][0]["annotations"].update(image="x/y@sha256:" + "d" * 64),
+    )
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"checks/image", "checks/results", "readme"}
 
 
 def test_submission_names_another_image(records):
-    _edit_json(records.root / "submission.json",
-               lambda d: d.update(image=d["image"].split("@")[0] + "@sha256:" + "e" * 64))
+    _edit_json(
+        records.root / "submission.json", lambda d: d.update(image=d["image"].split("@")[0] + "@sha256:" + "e" * 64)
+    )
     resign(records)
     fails = failed(records.root)
-    assert {"release/image", "provenance/subject", "sbom/subject", "checks/subject", "submission/images",
-            "provenance/image", "sbom/image", "checks/image"} <= set(fails)
+    assert {
+        "release/image",
+        "provenance/subject",
+        "sbom/subject",
+        "checks/subject",
+        "submission/images",
+        "provenance/image",
+        "sbom/image",
+        "checks/image",
+    } <= set(fails)
 
 
-@pytest.mark.parametrize("field,mutate,expected,actual", [
-    ("runDetails.builder.id",
-     lambda p: p["runDetails"]["builder"].update(id="https://github.com/actions/runner/github-hosted"),
-     '"https://github.com/akseljoonas/openenv-arena-release/builders/local-key@v1"',
-     '"https://github.com/actions/runner/github-hosted"'),
-    ("buildDefinition.internalParameters.signing",
-     lambda p: p["buildDefinition"]["internalParameters"].update(signing="sigstore"), '"key"', '"sigstore"'),
-    ("buildDefinition.externalParameters.release.external_tasks_required",
-     lambda p: p["buildDefinition"]["externalParameters"]["release"].update(external_tasks_required=True),
-     "false", "true"),
-])
+@pytest.mark.parametrize(
+    "field,mutate,expected,actual",
+    [
+        (
+            "runDetails.builder.id",
+            lambda p: p["runDetails"]["builder"].update(id="https://github.com/actions/runner/github-hosted"),
+            '"https://github.com/akseljoonas/openenv-arena-release/builders/local-key@v1"',
+            '"https://github.com/actions/runner/github-hosted"',
+        ),
+        (
+            "buildDefinition.internalParameters.signing",
+            lambda p: p["buildDefinition"]["internalParameters"].update(signing="sigstore"),
+            '"key"',
+            '"sigstore"',
+        ),
+        (
+            "buildDefinition.externalParameters.release.external_tasks_required",
+            lambda p: p["buildDefinition"]["externalParameters"]["release"].update(external_tasks_required=True),
+            "false",
+            "true",
+        ),
+    ],
+)
 def test_provenance_claims_another_builder_and_everything_resigned(records, field, mutate, expected, actual):
     """An insider's provenance statement claims a hosted builder, keyless signing, or a stricter policy
     than the release ran with; resolvedDependencies, profile, revision and level are untouched."""
@@ -1018,14 +1210,17 @@ def test_provenance_claims_another_builder_and_everything_resigned(records, fiel
     assert set(fails) == {"provenance/statement", "readme"}
     assert fails["provenance/statement"] == (
         f"provenance statement predicate.{field} vs the one release.toml, provenance.json and the signature give; "
-        f"expected {expected}, got {actual}; the builder, build type, signing and parameters are not the release's")
+        f"expected {expected}, got {actual}; the builder, build type, signing and parameters are not the release's"
+    )
 
 
 def test_release_statement_claims_keyless_signing(records):
     _resign_statement(records, "release", lambda s: s["predicate"].update(signing="sigstore"))
     fails = failed(records.root)
-    assert fails["release/signature"] == ("attestations/release.dsse.json: predicate.signing (how the statement says "
-                                          "it was signed); expected key, got sigstore")
+    assert fails["release/signature"] == (
+        "attestations/release.dsse.json: predicate.signing (how the statement says "
+        "it was signed); expected key, got sigstore"
+    )
 
 
 def test_provenance_profile_and_image(records):
@@ -1041,16 +1236,23 @@ def test_a_toolchain_the_lock_does_not_pin_is_caught(records):
     wheel, or a lock that pins other bytes, fails provenance/toolchain."""
     lock = records.root / "uv.lock"
     original = lock.read_text()
-    sigstore = next(d for d in json.loads((records.root / "provenance.json").read_text())["builder"]["toolchain"]
-                    if d["name"] == "sigstore")
+    sigstore = next(
+        d
+        for d in json.loads((records.root / "provenance.json").read_text())["builder"]["toolchain"]
+        if d["name"] == "sigstore"
+    )
     lock.write_text(original.replace(sigstore["sha256"], "0" * 64))
     fails = failed(records.root)
     assert list(fails) == ["provenance/toolchain"]
-    assert f"toolchain sigstore {sigstore['version']}: sha256 of {sigstore['file']} vs uv.lock beside" \
+    assert (
+        f"toolchain sigstore {sigstore['version']}: sha256 of {sigstore['file']} vs uv.lock beside"
         in fails["provenance/toolchain"]
+    )
     lock.write_text(original)
-    _edit_json(records.root / "provenance.json",
-               lambda d: [e.update(version="0.0.1") for e in d["builder"]["toolchain"] if e["name"] == "sigstore"])
+    _edit_json(
+        records.root / "provenance.json",
+        lambda d: [e.update(version="0.0.1") for e in d["builder"]["toolchain"] if e["name"] == "sigstore"],
+    )
     resign(records)
     assert "toolchain sigstore: version vs uv.lock" in failed(records.root)["provenance/toolchain"]
 
@@ -1090,8 +1292,9 @@ def test_sbom_layer_list_edited_and_resigned(records):
 
 
 def test_release_made_after_the_layout_expired_fails(records):
-    stmt = json.loads(base64.b64decode(json.loads((records.root / "attestations" / "release.dsse.json")
-                                                  .read_text())["payload"]))
+    stmt = json.loads(
+        base64.b64decode(json.loads((records.root / "attestations" / "release.dsse.json").read_text())["payload"])
+    )
     stmt["predicate"]["releasedOn"] = "2026-01-01T00:00:00Z"
     (records.root / "attestations" / "release.dsse.json").write_bytes(records.signer.sign(canonical_json(stmt)))
     dataset_copy_of_statement(records.root)
@@ -1110,8 +1313,10 @@ def test_layout_signed_by_another_key(records):
     resign(records)
     fails = failed(records.root)
     assert set(fails) == {"intoto/links"}
-    assert (f"in-toto: attestations/layout.json is not signed by the trusted key; expected {records.signer.keyid}, "
-            f"got {other.public_key.keyid}") in fails["intoto/links"]
+    assert (
+        f"in-toto: attestations/layout.json is not signed by the trusted key; expected {records.signer.keyid}, "
+        f"got {other.public_key.keyid}"
+    ) in fails["intoto/links"]
 
 
 # ------------------------------------------------------------------ malformed records: a failed check, never a crash
@@ -1120,16 +1325,19 @@ def test_layout_signed_by_another_key(records):
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
-@pytest.mark.parametrize("rel,owner", [
-    ("attestations/release.dsse.json", "release/signature"),
-    ("attestations/sbom.dsse.json", "sbom/signature"),
-    ("attestations/layout.json", "intoto/links"),
-    ("submission.json", "submission/format"),
-    ("provenance.json", "provenance/load"),
-    ("attestations/checks.json", "checks/results"),
-    ("attestations/sbom.cdx.json", "sbom/schema"),
-    ("release.toml", "config/load"),
-])
+@pytest.mark.parametrize(
+    "rel,owner",
+    [
+        ("attestations/release.dsse.json", "release/signature"),
+        ("attestations/sbom.dsse.json", "sbom/signature"),
+        ("attestations/layout.json", "intoto/links"),
+        ("submission.json", "submission/format"),
+        ("provenance.json", "provenance/load"),
+        ("attestations/checks.json", "checks/results"),
+        ("attestations/sbom.cdx.json", "sbom/schema"),
+        ("release.toml", "config/load"),
+    ],
+)
 def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
     """json's decoder recurses per nesting level; a forged "[[[[..." record used to stop the audit
     with a RecursionError traceback."""
@@ -1140,12 +1348,23 @@ def test_deeply_nested_record_fails_its_check(records, rel, owner, capsys):
     assert capsys.readouterr().out.startswith("AUDIT FAILED")
 
 
-@pytest.mark.parametrize("rel,owner,detail", [
-    ("submission.json", "submission/format", "submission.json is not the request the platform accepts "
-                                             "(request.schema.json); expected no contract error, got /: [] is not of "
-                                             "type 'object'"),
-    ("attestations/checks.json", "checks/results",
-     "attestations/checks.json is malformed: AttributeError: 'list' object has no attribute 'get'")])
+@pytest.mark.parametrize(
+    "rel,owner,detail",
+    [
+        (
+            "submission.json",
+            "submission/format",
+            "submission.json is not the request the platform accepts "
+            "(request.schema.json); expected no contract error, got /: [] is not of "
+            "type 'object'",
+        ),
+        (
+            "attestations/checks.json",
+            "checks/results",
+            "attestations/checks.json is malformed: AttributeError: 'list' object has no attribute 'get'",
+        ),
+    ],
+)
 def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner, detail):
     (records.root / rel).write_text("[]")
     fails = failed(records.root)
@@ -1155,20 +1374,40 @@ def test_record_that_is_not_a_json_object_fails_its_check(records, rel, owner, d
 def test_provenance_profile_that_is_not_a_name(records):
     _edit_json(records.root / "provenance.json", lambda d: d.update(profile=["test"]))
     fails = failed(records.root)
-    assert fails["provenance/sources"] == ("provenance.json's profile is not a profile name; expected a string, "
-                                           'got ["test"]')
+    assert fails["provenance/sources"] == (
+        'provenance.json\'s profile is not a profile name; expected a string, got ["test"]'
+    )
 
 
-@pytest.mark.parametrize("kind,mutate,owner,detail", [
-    ("provenance", lambda s: s.update(predicate=[]), "provenance/signature",
-     "attestations/provenance.dsse.json: the predicate is not a JSON object; expected object, got list"),
-    ("provenance", lambda s: s["predicate"].update(runDetails=[]), "provenance/record",
-     "provenance.json is malformed: AttributeError: 'list' object has no attribute 'get'"),
-    ("checks", lambda s: s["predicate"].update(configuration={"digest": {}}), "checks/record",
-     "attestations/checks.json is malformed: KeyError: 0"),
-    ("provenance", lambda s: s.update(subject=[]), "readme",
-     "attestations/README.md is malformed: IndexError: list index out of range"),
-])
+@pytest.mark.parametrize(
+    "kind,mutate,owner,detail",
+    [
+        (
+            "provenance",
+            lambda s: s.update(predicate=[]),
+            "provenance/signature",
+            "attestations/provenance.dsse.json: the predicate is not a JSON object; expected object, got list",
+        ),
+        (
+            "provenance",
+            lambda s: s["predicate"].update(runDetails=[]),
+            "provenance/record",
+            "provenance.json is malformed: AttributeError: 'list' object has no attribute 'get'",
+        ),
+        (
+            "checks",
+            lambda s: s["predicate"].update(configuration={"digest": {}}),
+            "checks/record",
+            "attestations/checks.json is malformed: KeyError: 0",
+        ),
+        (
+            "provenance",
+            lambda s: s.update(subject=[]),
+            "readme",
+            "attestations/README.md is malformed: IndexError: list index out of range",
+        ),
+    ],
+)
 def test_malformed_statement_signed_by_an_insider(records, kind, mutate, owner, detail):
     """Signed content is still parsed defensively: these stopped the audit with a traceback."""
     _resign_statement(records, kind, mutate)
@@ -1181,8 +1420,9 @@ def test_layout_that_is_not_in_toto_metadata(records, content):
     (records.root / "attestations" / "layout.json").write_text(content)
     fails = failed(records.root)
     assert set(fails) == {"intoto/links", "release/subjects"}
-    assert fails["intoto/links"].startswith("attestations/layout.json is not in-toto metadata; "
-                                            "expected a DSSE envelope holding an in-toto layout, got ")
+    assert fails["intoto/links"].startswith(
+        "attestations/layout.json is not in-toto metadata; expected a DSSE envelope holding an in-toto layout, got "
+    )
 
 
 def test_layout_replaced_by_a_link(records):
@@ -1190,8 +1430,9 @@ def test_layout_replaced_by_a_link(records):
     (att / "layout.json").write_bytes(next((att / "links").glob("build.*.link")).read_bytes())
     fails = failed(records.root)
     assert set(fails) == {"intoto/links", "release/subjects"}
-    assert fails["intoto/links"] == ("attestations/layout.json does not hold a layout; "
-                                     "expected _type layout, got _type link")
+    assert fails["intoto/links"] == (
+        "attestations/layout.json does not hold a layout; expected _type layout, got _type link"
+    )
 
 
 def test_submission_image_not_a_digest_fails_the_audit_not_the_cli(records, capsys):
@@ -1220,8 +1461,10 @@ def test_layout_of_no_steps_signed_by_an_insider(records):
     _resign_layout(records, lambda lay: setattr(lay, "steps", []))
     fails = failed(records.root)
     assert set(fails) == {"intoto/links"}
-    assert fails["intoto/links"] == ("in-toto: the layout's steps are not the release's; expected ['vendor', 'build', "
-                                     "'sbom', 'verify', 'attest', 'submission'], got []")
+    assert fails["intoto/links"] == (
+        "in-toto: the layout's steps are not the release's; expected ['vendor', 'build', "
+        "'sbom', 'verify', 'attest', 'submission'], got []"
+    )
 
 
 def test_layout_allowing_everything_signed_by_an_insider(records):
@@ -1232,8 +1475,10 @@ def test_layout_allowing_everything_signed_by_an_insider(records):
     _resign_layout(records, allow_all)
     fails = failed(records.root)
     assert set(fails) == {"intoto/links"}
-    assert fails["intoto/links"].startswith("in-toto: the rules of step vendor are not the release's; expected "
-                                            "{'materials': [['ALLOW', 'release.toml'], ['DISALLOW', '*']]")
+    assert fails["intoto/links"].startswith(
+        "in-toto: the rules of step vendor are not the release's; expected "
+        "{'materials': [['ALLOW', 'release.toml'], ['DISALLOW', '*']]"
+    )
 
 
 def test_layout_with_an_inspection_signed_by_an_insider(records, tmp_path):
@@ -1242,8 +1487,9 @@ def test_layout_with_an_inspection_signed_by_an_insider(records, tmp_path):
     marker = tmp_path / "PWNED"
     _resign_layout(records, lambda lay: setattr(lay, "inspect", [Inspection(name="pwn", run=["touch", str(marker)])]))
     fails = failed(records.root)
-    assert fails["intoto/links"] == ("in-toto: the layout has inspections (commands a verifier would run); "
-                                     "expected none, got ['pwn']")
+    assert fails["intoto/links"] == (
+        "in-toto: the layout has inspections (commands a verifier would run); expected none, got ['pwn']"
+    )
     assert not marker.exists()
 
 
@@ -1275,7 +1521,8 @@ def test_vsa_is_signed_and_verifies(records, tmp_path, capsys):
     assert pred["verificationResult"] == "PASSED" and pred["verifiedLevels"] == ["SLSA_BUILD_LEVEL_1"]
     assert pred["policy"]["digest"]["sha256"] == sha256_file(records.root / "release.toml")
     assert {i["uri"] for i in pred["inputAttestations"]} == {
-        f"attestations/{k}.dsse.json" for k in ("release", "provenance", "sbom", "checks")}
+        f"attestations/{k}.dsse.json" for k in ("release", "provenance", "sbom", "checks")
+    }
     with pytest.raises(VerificationError, match="is not signed by the release key"):
         signing.dsse_verify(out.read_bytes(), CryptoSigner.generate_ed25519().public_key, what="vsa")
 
@@ -1314,8 +1561,10 @@ def _resign_checks(records, mutate):
 def test_runtimes_named_in_checks_and_provenance_pass(records):
     assert "checks/runtimes" not in failed(records.root)
     prov = json.loads((records.root / "provenance.json").read_text())
-    assert [(r["name"], r["isolation"]) for r in prov["runtimes"]] == [("podman", "namespaces"),
-                                                                      ("docker", "unprivileged")]
+    assert [(r["name"], r["isolation"]) for r in prov["runtimes"]] == [
+        ("podman", "namespaces"),
+        ("docker", "unprivileged"),
+    ]
 
 
 def test_checks_json_missing_a_runtime_fails(records):
@@ -1325,12 +1574,17 @@ def test_checks_json_missing_a_runtime_fails(records):
 
     fails = _resign_checks(records, drop_docker)
     assert fails["checks/runtimes"].startswith(
-        "the runtimes attestations/checks.json names (missing docker); expected ['podman', 'docker'], got ['podman']")
+        "the runtimes attestations/checks.json names (missing docker); expected ['podman', 'docker'], got ['podman']"
+    )
 
 
 def test_runtime_without_its_checks_fails(records):
-    fails = _resign_checks(records, lambda d: d.update(
-        checks=[c for c in d["checks"] if not (c["id"].endswith("@docker") and "/correct" in c["id"])]))
+    fails = _resign_checks(
+        records,
+        lambda d: d.update(
+            checks=[c for c in d["checks"] if not (c["id"].endswith("@docker") and "/correct" in c["id"])]
+        ),
+    )
     assert "runtime docker in attestations/checks.json did not run the whole suite" in fails["checks/runtimes"]
 
 
@@ -1341,12 +1595,15 @@ def test_forged_isolation_mode_fails(records, mode, reported):
 
     fails = _resign_checks(records, forge)
     if reported is None:
-        assert fails["checks/runtimes"].startswith("the isolation mode of runtime docker in attestations/checks.json; "
-                                                   "expected namespaces or unprivileged, got none")
+        assert fails["checks/runtimes"].startswith(
+            "the isolation mode of runtime docker in attestations/checks.json; "
+            "expected namespaces or unprivileged, got none"
+        )
     else:
         assert fails["checks/runtimes"].startswith(
             "the isolation mode of runtime docker vs what its server reported in /metadata "
-            "(image/isolation-mode@docker) in attestations/checks.json; expected unprivileged, got namespaces")
+            "(image/isolation-mode@docker) in attestations/checks.json; expected unprivileged, got namespaces"
+        )
 
 
 def test_loosened_docker_container_fails(records):
@@ -1354,8 +1611,10 @@ def test_loosened_docker_container_fails(records):
         d["runtimes"][1]["container_security"].update(cap_add=["SYS_ADMIN"], security_opt=["seccomp=unconfined"])
 
     fails = _resign_checks(records, loosen)
-    assert "runtime docker in attestations/checks.json ran its containers with security loosened" \
+    assert (
+        "runtime docker in attestations/checks.json ran its containers with security loosened"
         in fails["checks/runtimes"]
+    )
 
 
 def test_podman_with_proc_unmasked_outside_a_user_namespace_fails(records):
@@ -1365,8 +1624,11 @@ def test_podman_with_proc_unmasked_outside_a_user_namespace_fails(records):
         d["runtimes"][0]["container_security"].update(security_opt=["unmask=/proc/*"], userns_mode="")
 
     fails = _resign_checks(records, unmask)
-    assert "runtime podman in attestations/checks.json ran its containers with security loosened" \
-        in fails["checks/runtimes"] and "a user namespace of its own" in fails["checks/runtimes"]
+    assert (
+        "runtime podman in attestations/checks.json ran its containers with security loosened"
+        in fails["checks/runtimes"]
+        and "a user namespace of its own" in fails["checks/runtimes"]
+    )
 
 
 def test_provenance_runtimes_must_match_checks_json(records):

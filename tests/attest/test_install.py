@@ -69,8 +69,9 @@ def _killed_commit(repo: Path, point: str) -> subprocess.CompletedProcess:
     """Stage the new set and commit it in a child, SIGKILLed once it says it paused at `point`."""
     code = COMMIT.format(stage="import tests.attest.test_install as t\nt._write_set(staging, 'new')")
     env = {**os.environ, install.runs.PAUSE_ENV: point, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(repo)], env=env, cwd=REPO,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(repo)], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     line = proc.stderr.readline()
     assert line.startswith(f"paused at {point}"), line + proc.stderr.read()
     proc.send_signal(signal.SIGKILL)
@@ -97,9 +98,19 @@ def test_a_kill_before_the_journal_leaves_the_old_set_and_the_next_run_clears_it
     before = _tree(checkout)
     staging = _stage(checkout)  # staged by this process: alive, so kept
     # A dead run's staging directory: its owner is a PID that exited.
-    dead = subprocess.run([sys.executable, "-c", "from pipeline.records import install; import sys; "
-                           "print(install.new_staging(__import__('pathlib').Path(sys.argv[1])))", str(checkout)],
-                          cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pipeline.records import install; import sys; "
+            "print(install.new_staging(__import__('pathlib').Path(sys.argv[1])))",
+            str(checkout),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     lines = install.recover(checkout)
     assert _tree(checkout) == before
     assert staging.exists() and not Path(dead).exists()
@@ -127,8 +138,9 @@ def test_a_kill_inside_the_install_leaves_every_path_and_the_next_run_completes_
 
 def test_a_journal_whose_new_set_is_gone_is_refused_with_what_to_do(checkout):
     staging = _stage(checkout)
-    (checkout / install.JOURNAL).write_text(json.dumps(
-        {"staging": str(staging), "entries": [{"path": "provenance.json", "sha256": "0" * 64}]}))
+    (checkout / install.JOURNAL).write_text(
+        json.dumps({"staging": str(staging), "entries": [{"path": "provenance.json", "sha256": "0" * 64}]})
+    )
     with pytest.raises(install.InstallError, match="neither in place nor staged.*git checkout --"):
         install.recover(checkout)
 
@@ -140,8 +152,9 @@ def test_an_old_two_step_install_left_attestations_missing_is_moved_back(checkou
     os.replace(checkout / "attestations", aside)
     lines = install.recover(checkout)
     assert _tree(checkout) == before
-    assert lines == ["recovered: a killed release's install had left attestations "
-                     "(from abc123.old-attestations) missing; moved back"]
+    assert lines == [
+        "recovered: a killed release's install had left attestations (from abc123.old-attestations) missing; moved back"
+    ]
 
 
 def test_the_audit_view_holds_the_staged_set_and_hard_links_of_the_rest(checkout):
@@ -166,8 +179,9 @@ def test_a_journal_of_a_release_still_running_is_left_to_it(checkout):
     try:
         owner = install.runs.Owner(sleeper.pid, install.runs._start_time(sleeper.pid))
         (checkout / install.JOURNAL).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / install.JOURNAL).write_text(json.dumps(
-            {"staging": str(staging), "entries": [], "owner": owner.to_json()}))
+        (checkout / install.JOURNAL).write_text(
+            json.dumps({"staging": str(staging), "entries": [], "owner": owner.to_json()})
+        )
         with pytest.raises(install.InstallError, match=f"another release \\(PID {sleeper.pid}\\) is switching"):
             install.recover(checkout)
     finally:

@@ -70,8 +70,13 @@ def test_a_failed_stage_records_nothing_and_an_unrecorded_stage_stops_the_layout
             raise RuntimeError("the stage failed")
     assert rec.links == {}
     with pytest.raises(VerificationError, match="stages were not recorded"):
-        rec.write(tmp_path / "attestations", records.signer.functionary(), sign=records.signer.sign_envelope,
-                  released_on=RELEASED, days=1)
+        rec.write(
+            tmp_path / "attestations",
+            records.signer.functionary(),
+            sign=records.signer.sign_envelope,
+            released_on=RELEASED,
+            days=1,
+        )
 
 
 def test_materials_are_hashed_when_the_stage_starts(tmp_path):
@@ -105,10 +110,13 @@ def test_keyless_functionary_links_are_unsigned_and_verify_by_rules(tmp_path):
     from securesystemslib.signer import SigstoreKey
     from securesystemslib.signer._utils import compute_default_keyid
 
-    keyval = {"identity": "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
-              "issuer": "https://token.actions.githubusercontent.com"}
-    functionary = SigstoreKey(compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio",
-                              keyval)
+    keyval = {
+        "identity": "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+        "issuer": "https://token.actions.githubusercontent.com",
+    }
+    functionary = SigstoreKey(
+        compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio", keyval
+    )
     (tmp_path / "release.toml").write_text("x")
     rec = intoto_links.StageRecorder(tmp_path, tmp_path, ["python", "-m", "pipeline", "release"], ".sigstore.json")
     for step in ("vendor", "build", "sbom", "verify", "attest", "submission"):
@@ -118,8 +126,9 @@ def test_keyless_functionary_links_are_unsigned_and_verify_by_rules(tmp_path):
     assert all(Metadata.load(str(p)).signatures == {} for p in written)
     layout = Metadata.load(str(tmp_path / "attestations" / "layout.json")).get_payload()
     assert layout.keys[functionary.keyid]["keyval"] == keyval
-    assert intoto_links.verify(tmp_path, key=None, released_on=RELEASED, now=RELEASED,
-                               identity=keyval["identity"]).startswith("layout valid")
+    assert intoto_links.verify(
+        tmp_path, key=None, released_on=RELEASED, now=RELEASED, identity=keyval["identity"]
+    ).startswith("layout valid")
     with pytest.raises(VerificationError, match="the layout names another functionary than the release signer"):
         intoto_links.verify(tmp_path, key=None, released_on=RELEASED, identity="https://github.com/x/y")
 
@@ -135,8 +144,9 @@ def _keyless_release(root):
     from securesystemslib.signer._utils import compute_default_keyid
 
     keyval = {"identity": IDENTITY, "issuer": "https://token.actions.githubusercontent.com"}
-    functionary = SigstoreKey(compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio",
-                              keyval)
+    functionary = SigstoreKey(
+        compute_default_keyid("sigstore-oidc", "Fulcio", keyval), "sigstore-oidc", "Fulcio", keyval
+    )
     (root / "release.toml").write_text("x")
     rec = intoto_links.StageRecorder(root, root, ["python", "-m", "pipeline", "release"], ".sigstore.json")
     for step in ("vendor", "build", "sbom", "verify", "attest", "submission"):
@@ -205,8 +215,10 @@ def test_unsigned_link_naming_a_product_outside_the_tree_is_never_read(records, 
     Envelope.from_signable(link).dump(str(path))
     with pytest.raises(VerificationError) as exc:
         intoto_links.verify(records.root, key=None, released_on=RELEASED, suffix=".dsse.json")
-    assert exc.value.one_line() == ("in-toto: the link of step vendor names paths outside the records tree; "
-                                    f"expected relative paths without '..', got {product}")
+    assert exc.value.one_line() == (
+        "in-toto: the link of step vendor names paths outside the records tree; "
+        f"expected relative paths without '..', got {product}"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -215,5 +227,6 @@ def test_product_that_is_a_link_is_never_read(records):
     (records.root / "submission.json").symlink_to("/dev/zero")
     with pytest.raises(VerificationError) as exc:
         intoto_links.verify(records.root, key=records.signer.signer.public_key, released_on=RELEASED)
-    assert exc.value.one_line() == ("in-toto: the product submission.json is not a regular file; "
-                                    "expected a regular file, got a link")
+    assert exc.value.one_line() == (
+        "in-toto: the product submission.json is not a regular file; expected a regular file, got a link"
+    )

@@ -12,16 +12,25 @@ from pipeline.records import sbom
 
 from .conftest import TASKS_PY, make_image
 
-SOURCE = Source(name="metaharness-tasks", repository="https://example.invalid/metaharness",
-                revision="4657e5b82e124917b01d79ee5e9de41badb48fda", path="arena_env/tasks.py",
-                sha256="0" * 64, size=1, license="MIT", license_file="LICENSE", profiles=("arena",))
-LOCK = ("requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n")
+SOURCE = Source(
+    name="metaharness-tasks",
+    repository="https://example.invalid/metaharness",
+    revision="4657e5b82e124917b01d79ee5e9de41badb48fda",
+    path="arena_env/tasks.py",
+    sha256="0" * 64,
+    size=1,
+    license="MIT",
+    license_file="LICENSE",
+    profiles=("arena",),
+)
+LOCK = "requests==2.32.3 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n"
 
 
 def _generate(img, monkeypatch, epoch="1700000000"):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
-    return sbom.generate(img.layout, name=img.name, app_dir="/opt/arena", sources=[SOURCE],
-                         first_party_license="MIT", lock_text=LOCK)
+    return sbom.generate(
+        img.layout, name=img.name, app_dir="/opt/arena", sources=[SOURCE], first_party_license="MIT", lock_text=LOCK
+    )
 
 
 def _components(doc):
@@ -52,6 +61,7 @@ def test_sbom_describes_the_layers(small_image, monkeypatch):
     assert not any("old-pkg" in r for r in comps), "the whiteout did not remove Old_Pkg"
     tasks = comps["file:/opt/arena/vendor/metaharness-tasks/tasks.py"]
     import hashlib
+
     assert tasks["hashes"] == [{"alg": "SHA-256", "content": hashlib.sha256(TASKS_PY).hexdigest()}]
     assert tasks["licenses"] == [{"license": {"id": "MIT"}}]
     assert {"name": "arena:source-revision", "value": SOURCE.revision} in tasks["properties"]
@@ -64,8 +74,16 @@ def test_a_wheel_component_carries_the_wheel_hash_from_the_lock(small_image, mon
     match it against the wheel they download. RECORD's hash keeps its own name."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     one = "requests==2.32.3 --hash=sha256:" + "c" * 64 + "\n"
-    doc = json.loads(sbom.generate(small_image.layout, name=small_image.name, app_dir="/opt/arena",
-                                   sources=[SOURCE], first_party_license="MIT", lock_text=one))
+    doc = json.loads(
+        sbom.generate(
+            small_image.layout,
+            name=small_image.name,
+            app_dir="/opt/arena",
+            sources=[SOURCE],
+            first_party_license="MIT",
+            lock_text=one,
+        )
+    )
     req = _components(doc)["pkg:pypi/requests@2.32.3"]
     assert req["hashes"] == [{"alg": "SHA-256", "content": "c" * 64}]
     props = {p["name"]: p["value"] for p in req["properties"]}
@@ -73,8 +91,16 @@ def test_a_wheel_component_carries_the_wheel_hash_from_the_lock(small_image, mon
     record = props["arena:dist-info-RECORD-sha256"]
     assert len(record) == 64 and record != "c" * 64
     # Without a lock naming the wheel, nothing claims to be its hash.
-    bare = json.loads(sbom.generate(small_image.layout, name=small_image.name, app_dir="/opt/arena",
-                                    sources=[SOURCE], first_party_license="MIT", lock_text=""))
+    bare = json.loads(
+        sbom.generate(
+            small_image.layout,
+            name=small_image.name,
+            app_dir="/opt/arena",
+            sources=[SOURCE],
+            first_party_license="MIT",
+            lock_text="",
+        )
+    )
     assert "hashes" not in _components(bare)["pkg:pypi/requests@2.32.3"]
 
 
@@ -134,7 +160,16 @@ def test_the_iri_grammar_is_built_only_where_an_iri_is_checked(small_image, monk
 
     data = _generate(small_image, monkeypatch)
     assert b"externalReferences" not in data
-    out = subprocess.run([sys.executable, "-c", _IRI_PROBE], input=data, capture_output=True, check=True,
-                         cwd=sbom.REPO_ROOT).stdout.decode().splitlines()
-    assert out == ["deferred after a plain SBOM: True", "https://example.org/a%20b accepted",
-                   "https://exa mple.org/<x> rejected", "grammar loaded: True"], out
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", _IRI_PROBE], input=data, capture_output=True, check=True, cwd=sbom.REPO_ROOT
+        )
+        .stdout.decode()
+        .splitlines()
+    )
+    assert out == [
+        "deferred after a plain SBOM: True",
+        "https://example.org/a%20b accepted",
+        "https://exa mple.org/<x> rejected",
+        "grammar loaded: True",
+    ], out

@@ -69,6 +69,7 @@ def test_signature_over_pae_not_raw_payload(tmp_path):
     raw_sig = signer.signer.sign(STATEMENT)
     assert isinstance(raw_sig, Signature)
     import base64
+
     doc["signatures"][0]["sig"] = base64.b64encode(bytes.fromhex(raw_sig.signature)).decode()
     with pytest.raises(VerificationError, match="does not verify"):
         signing.dsse_verify(json.dumps(doc).encode(), signer.signer.public_key, what="env")
@@ -136,10 +137,15 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
 
     rec = make_records(tmp_path / "r")
     toml = rec.root / "release.toml"
-    toml.write_text(toml.read_text().replace("[profiles.test]", "[profiles.arena]\nregistry = \"r.invalid\"\n"
-                    "repository = \"a/b\"\ntag = \"t\"\nbase = \"local\"\ntasks = \"first-party\"\n"
-                    "signing = \"sigstore\"\nexternal_tasks_required = false\nsubmission_id = \"x\"\n"
-                    "dataset = \"a/b\"\n\n[profiles.test]"))
+    toml.write_text(
+        toml.read_text().replace(
+            "[profiles.test]",
+            '[profiles.arena]\nregistry = "r.invalid"\n'
+            'repository = "a/b"\ntag = "t"\nbase = "local"\ntasks = "first-party"\n'
+            'signing = "sigstore"\nexternal_tasks_required = false\nsubmission_id = "x"\n'
+            'dataset = "a/b"\n\n[profiles.test]',
+        )
+    )
     cfg = config_mod.load(toml)
     workflow = "https://github.com/akseljoonas/openenv-arena-release/.github/workflows/release.yml"
     good = signing.SigstorePolicy(f"{workflow}@refs/tags/v1.2", "https://token.actions.githubusercontent.com")
@@ -147,5 +153,6 @@ def test_unpinned_sigstore_identity_warning(tmp_path):
     assert trust.unpinned_identity_warning(arena, good) is None
     branch = signing.SigstorePolicy(f"{workflow}@refs/heads/main", good.issuer)
     assert trust.unpinned_identity_warning(arena, branch).startswith(
-        f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned")
+        f"WARNING: the signing identity {branch.identity} ({branch.issuer}) is not the one pinned"
+    )
     assert trust.unpinned_identity_warning(plan.resolve(cfg, "test").trust(), good) is not None  # keys only

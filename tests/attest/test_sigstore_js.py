@@ -40,11 +40,17 @@ KEYLESS_SUBJECT = "sha256:49a3aa6075e0f49f82843e74b5baa614ad2a588e6675612bf108a0
 @pytest.fixture(scope="session")
 def sigstore_js(tmp_path_factory) -> Path:
     """verify_referrers.mjs beside its node_modules, installed once per run with `npm ci`."""
+
     def make(target: Path) -> None:
         for name in ("package.json", "package-lock.json", SCRIPT):
             shutil.copyfile(JS / name, target / name)
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=target, check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+            cwd=target,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
 
     return once(tmp_path_factory, "sigstore-js", make) / SCRIPT
 
@@ -86,8 +92,12 @@ def test_sigstore_js_refuses_a_flipped_byte(pushed, sigstore_js):
     rec, client, repo = pushed
     [prov] = [a for a in bundles.of_records(rec.root / "attestations", signing.DSSE_SUFFIX) if a.name == "provenance"]
     bad = _push_bundle(client, repo, rec.image.digest, flip_payload_byte(prov.bundle), prov.predicate_type)
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1
     assert f"FAIL {bad.descriptor.digest}" in proc.stdout and "signature verification failed" in proc.stdout
 
@@ -99,11 +109,16 @@ def test_a_summary_with_a_flipped_byte_is_refused_by_sigstore_js_and_the_audit(p
 
     rec, client, repo = pushed
     attach_release(rec, client, repo)
-    summary = bundles.of_signed("vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(),
-                                signing.DSSE_SUFFIX, what="vsa")
+    summary = bundles.of_signed(
+        "vsa", (rec.root / "dist" / "vsa.release.dsse.json").read_bytes(), signing.DSSE_SUFFIX, what="vsa"
+    )
     bad = _push_bundle(client, repo, rec.image.digest, flip_payload_byte(summary.bundle), vsa.PREDICATE_TYPE)
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1
     [failed] = [l for l in proc.stdout.splitlines() if l.startswith("FAIL")]
     assert failed.startswith(f"FAIL {bad.descriptor.digest}") and "signature verification failed" in failed
@@ -118,22 +133,35 @@ def test_sigstore_js_refuses_a_summary_that_did_not_pass(pushed, sigstore_js):
     from pipeline import audit
 
     rec, client, repo = pushed
-    stmt = vsa.statement([audit.Check("intoto/links", "attestations/layout.json", "fail", "missing")],
-                         records=rec.root, image=f"{rec.image.name}@{rec.image.digest}")
-    _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"),
-                 vsa.PREDICATE_TYPE)
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    stmt = vsa.statement(
+        [audit.Check("intoto/links", "attestations/layout.json", "fail", "missing")],
+        records=rec.root,
+        image=f"{rec.image.name}@{rec.image.digest}",
+    )
+    _push_bundle(
+        client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="vsa"), vsa.PREDICATE_TYPE
+    )
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1 and "the verification summary says FAILED, not PASSED" in proc.stdout
 
 
 def test_sigstore_js_refuses_a_statement_about_another_digest(pushed, sigstore_js):
     rec, client, repo = pushed
     stmt = attest.statement(attest.Subject("elsewhere", "sha256:" + "e" * 64), attest.TEST_RESULT, {"result": "PASSED"})
-    _push_bundle(client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="forged"),
-                 attest.TEST_RESULT)
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    _push_bundle(
+        client, repo, rec.image.digest, bundles.key_bundle(rec.signer.sign(stmt), what="forged"), attest.TEST_RESULT
+    )
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1
     assert f"the signed statement is about sha256:{'e' * 64}, not {rec.image.digest}" in proc.stdout
 
@@ -148,8 +176,12 @@ def test_sigstore_js_refuses_a_referrer_whose_subject_is_another_image(pushed, s
     tag = referrers.fallback_tag(rec.image.digest)
     index = parse(client.get_manifest(repo, tag).raw)
     client.put_manifest(repo, tag, Index(OCI_INDEX, index.manifests + (foreign.descriptor,)).to_bytes(), OCI_INDEX)
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1
     assert f"its manifest's subject is {other.digest}, not the image" in proc.stdout
     assert proc.stdout.splitlines()[-1].startswith("1 of 2 Sigstore bundles")
@@ -157,8 +189,12 @@ def test_sigstore_js_refuses_a_referrer_whose_subject_is_another_image(pushed, s
 
 def test_sigstore_js_finds_nothing_for_an_image_without_referrers(pushed, sigstore_js):
     rec, client, repo = pushed
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}",
-                 "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert proc.returncode == 1 and "no Sigstore bundle refers to" in proc.stdout
 
 
@@ -180,9 +216,18 @@ def test_sigstore_js_refuses_the_keyless_bundle_tampered_or_misattributed(sigsto
     assert proc.returncode == 1 and "FAIL" in proc.stdout, proc.stdout
     proc = _node(sigstore_js, "--bundle", str(KEYLESS), "--digest", "sha256:" + "e" * 64, *KEYLESS_ARGS)
     assert proc.returncode == 1 and "the signed statement is about sha256:49a3aa60" in proc.stdout
-    proc = _node(sigstore_js, "--bundle", str(KEYLESS), "--digest", KEYLESS_SUBJECT, "--offline",
-                 "--certificate-identity", "https://github.com/x/y/.github/workflows/r.yml@refs/tags/v1",
-                 "--certificate-oidc-issuer", GITHUB_ISSUER)
+    proc = _node(
+        sigstore_js,
+        "--bundle",
+        str(KEYLESS),
+        "--digest",
+        KEYLESS_SUBJECT,
+        "--offline",
+        "--certificate-identity",
+        "https://github.com/x/y/.github/workflows/r.yml@refs/tags/v1",
+        "--certificate-oidc-issuer",
+        GITHUB_ISSUER,
+    )
     assert proc.returncode == 1 and "certificate identity error" in proc.stdout
 
 
@@ -194,13 +239,18 @@ def test_sigstore_js_reads_a_keyless_referrer_from_the_registry(pushed, sigstore
     proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}", *KEYLESS_ARGS)
     assert proc.returncode == 1
     assert f"the signed statement is about {KEYLESS_SUBJECT}, not {rec.image.digest}" in proc.stdout
-    proc = _node(sigstore_js, f"{client.registry}/{repo}@{rec.image.digest}", "--key",
-                 str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+    proc = _node(
+        sigstore_js,
+        f"{client.registry}/{repo}@{rec.image.digest}",
+        "--key",
+        str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+    )
     assert "the bundle is not key-signed" in proc.stdout
 
 
-def test_sigstore_js_uses_the_referrers_api_where_the_registry_has_one(local_registry, tmp_path, monkeypatch,
-                                                                       sigstore_js):
+def test_sigstore_js_uses_the_referrers_api_where_the_registry_has_one(
+    local_registry, tmp_path, monkeypatch, sigstore_js
+):
     from pipeline.registry.client import Credentials, RegistryClient
     from tests.referrers_standin import ReferrersStandin
 
@@ -213,7 +263,11 @@ def test_sigstore_js_uses_the_referrers_api_where_the_registry_has_one(local_reg
         client = RegistryClient(api.address, credentials=Credentials(local_registry.user, local_registry.password))
         publish.push_layout(client, repo, rec.image.layout, tag="test")
         attach_release(rec, client, repo)
-        proc = _node(sigstore_js, f"{api.address}/{repo}@{rec.image.digest}",
-                     "--key", str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE))
+        proc = _node(
+            sigstore_js,
+            f"{api.address}/{repo}@{rec.image.digest}",
+            "--key",
+            str(rec.root / "attestations" / signing.PUBLIC_KEY_FILE),
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("(referrers API)") == 5

@@ -28,11 +28,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sigstore"
 BUNDLE = FIXTURES / "github-attestation-reusable-workflow.sigstore.json"
 POLICY = signing.SigstorePolicy(
     identity="https://github.com/github/artifact-attestations-workflows/.github/workflows/attest.yml"
-             "@09b495c3f12c7881b3cc17209a327792065c1a1d",
+    "@09b495c3f12c7881b3cc17209a327792065c1a1d",
     issuer="https://token.actions.githubusercontent.com",
 )
 SUBJECT_SHA256 = "49a3aa6075e0f49f82843e74b5baa614ad2a588e6675612bf108a0a008c5ac25"
-
 
 
 def _tampered(mutate) -> bytes:
@@ -43,7 +42,7 @@ def _tampered(mutate) -> bytes:
 
 def _flip_b64_char(text: str, pos: int) -> str:
     ch = text[pos]
-    return text[:pos] + ("A" if ch != "A" else "B") + text[pos + 1:]
+    return text[:pos] + ("A" if ch != "A" else "B") + text[pos + 1 :]
 
 
 def test_real_bundle_verifies_offline():
@@ -74,8 +73,9 @@ def test_inclusion_proof_hash_changed_fails():
 
 
 def test_wrong_identity_fails():
-    wrong = signing.SigstorePolicy(identity="https://github.com/someone/else/.github/workflows/x.yml@refs/heads/main",
-                                   issuer=POLICY.issuer)
+    wrong = signing.SigstorePolicy(
+        identity="https://github.com/someone/else/.github/workflows/x.yml@refs/heads/main", issuer=POLICY.issuer
+    )
     with pytest.raises(VerificationError, match="SANs do not match"):
         signing.sigstore_verify(BUNDLE.read_bytes(), wrong, what=BUNDLE.name)
 
@@ -110,8 +110,7 @@ def test_audit_verifies_bundles_against_the_auditors_identity(records):
     rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
     assert "predicateType" in rows["release/signature"].detail
     assert "sigstore verification failed" not in rows["release/signature"].detail
-    prefix = trust.from_auditor(key_file=None, issuer=POLICY.issuer,
-                                identity=POLICY.identity.split("@")[0] + "@*")
+    prefix = trust.from_auditor(key_file=None, issuer=POLICY.issuer, identity=POLICY.identity.split("@")[0] + "@*")
     rows = {c.id: c for c in audit.audit(records.root, trust_root=prefix)}
     assert "predicateType" in rows["release/signature"].detail
 
@@ -123,51 +122,99 @@ def test_audit_refuses_a_bundle_from_another_identity(records):
     rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
     assert rows["release/signature"].detail.startswith(
         f"attestations/release.sigstore.json is signed by {POLICY.identity}, which is not the pinned identity; "
-        f"expected {pinned}")
+        f"expected {pinned}"
+    )
     # trust.toml pins only keys for this profile: a bundle is refused, naming its signer
     rows = {c.id: c for c in audit.audit(records.root)}
     assert rows["release/signature"].detail.startswith(
-        "attestations/release.sigstore.json: no sigstore identity is pinned ([trust.test] of trust.toml)")
+        "attestations/release.sigstore.json: no sigstore identity is pinned ([trust.test] of trust.toml)"
+    )
     assert POLICY.identity in rows["release/signature"].detail
-    (att / "release.sigstore.json").write_bytes(_tampered(
-        lambda d: d["dsseEnvelope"].update(payload=_flip_b64_char(d["dsseEnvelope"]["payload"], 400))))
+    (att / "release.sigstore.json").write_bytes(
+        _tampered(lambda d: d["dsseEnvelope"].update(payload=_flip_b64_char(d["dsseEnvelope"]["payload"], 400)))
+    )
     auditor = trust.from_auditor(key_file=None, identity=POLICY.identity, issuer=POLICY.issuer)
     rows = {c.id: c for c in audit.audit(records.root, trust_root=auditor)}
     assert "sigstore verification failed" in rows["release/signature"].detail
 
 
-@pytest.mark.parametrize("pattern,san,ok", [
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.0", True),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/heads/main", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1 x", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1", True),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v10", False),
-    # case and look-alike letters: exact, never folded
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/O/r/.github/workflows/release.yml@refs/tags/v1", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/\u043e/r/.github/workflows/release.yml@refs/tags/v1", False),
-    # what `*` stands for is a git tag name: release/1.0 is one; NUL, U+2028, "..", "?" are not
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/release/1.0", True),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\x00evil", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\u2028x", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/../heads/main", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1?ref=main", False),
-    ("https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
-     "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.lock", False),
-])
+@pytest.mark.parametrize(
+    "pattern,san,ok",
+    [
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.0",
+            True,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/heads/main",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1 x",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+            True,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v10",
+            False,
+        ),
+        # case and look-alike letters: exact, never folded
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/O/r/.github/workflows/release.yml@refs/tags/v1",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/\u043e/r/.github/workflows/release.yml@refs/tags/v1",
+            False,
+        ),
+        # what `*` stands for is a git tag name: release/1.0 is one; NUL, U+2028, "..", "?" are not
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/release/1.0",
+            True,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\x00evil",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1\u2028x",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/../heads/main",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1?ref=main",
+            False,
+        ),
+        (
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/*",
+            "https://github.com/o/r/.github/workflows/release.yml@refs/tags/v1.lock",
+            False,
+        ),
+    ],
+)
 def test_identity_rule(pattern, san, ok):
     assert trust.identity_matches(pattern, san) is ok
 
@@ -175,9 +222,26 @@ def test_identity_rule(pattern, san, ok):
 def _sigstore_cli(tmp_path, identity: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     return subprocess.run(
-        [sys.executable, "-m", "sigstore", "verify", "identity", "--offline", "--bundle", str(BUNDLE),
-         "--cert-identity", identity, "--cert-oidc-issuer", POLICY.issuer, f"sha256:{SUBJECT_SHA256}"],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "sigstore",
+            "verify",
+            "identity",
+            "--offline",
+            "--bundle",
+            str(BUNDLE),
+            "--cert-identity",
+            identity,
+            "--cert-oidc-issuer",
+            POLICY.issuer,
+            f"sha256:{SUBJECT_SHA256}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_sigstore_cli_verifies_the_fixture_offline(tmp_path):
@@ -198,9 +262,11 @@ def test_keyless_signing_round_trip(tmp_path):
     if not (os.environ.get("SIGSTORE_ID_TOKEN") or detect_credential()):
         pytest.skip("no OIDC identity token available for keyless signing")
     signer = signing.SigstoreSigner()
-    stmt = attest.statement(attest.Subject("example/image", "sha256:" + "0" * 64), attest.TEST_RESULT,
-                            {"result": "PASSED", "passedTests": [], "failedTests": [], "warnedTests": [],
-                             "configuration": []})
+    stmt = attest.statement(
+        attest.Subject("example/image", "sha256:" + "0" * 64),
+        attest.TEST_RESULT,
+        {"result": "PASSED", "passedTests": [], "failedTests": [], "warnedTests": [], "configuration": []},
+    )
     bundle = signer.sign(stmt)
     signer.publish(tmp_path)
     policy = signing.SigstorePolicy.load(tmp_path / signing.IDENTITY_FILE)
@@ -213,16 +279,26 @@ def test_the_keyless_readme_command_verifies_verbatim(tmp_path):
     import shlex
 
     subject = attest.Subject("demo", f"sha256:{SUBJECT_SHA256}")
-    files = [attest.AttestationFile("provenance", Path("attestations/provenance.sigstore.json"),
-                                    attest.SLSA_PROVENANCE, "0" * 64)]
-    text = attest.readme(subject, "sigstore", files, signer_id=POLICY.identity, issuer=POLICY.issuer,
-                         source_url="https://github.com/akseljoonas/openenv-arena-release").decode()
+    files = [
+        attest.AttestationFile(
+            "provenance", Path("attestations/provenance.sigstore.json"), attest.SLSA_PROVENANCE, "0" * 64
+        )
+    ]
+    text = attest.readme(
+        subject,
+        "sigstore",
+        files,
+        signer_id=POLICY.identity,
+        issuer=POLICY.issuer,
+        source_url="https://github.com/akseljoonas/openenv-arena-release",
+    ).decode()
     line = next(l for l in text.splitlines() if "--bundle attestations/provenance.sigstore.json" in l)
     (tmp_path / "attestations").mkdir()
     shutil.copyfile(BUNDLE, tmp_path / "attestations" / "provenance.sigstore.json")
     argv = shlex.split(line)
     assert argv[:4] == ["sigstore", "verify", "identity", "--offline"]
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

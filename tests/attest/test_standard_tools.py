@@ -75,8 +75,11 @@ def test_in_toto_command_refuses_a_layout_and_links_resigned_with_a_published_fo
                 step.pubkeys = [forger.keyid]
         env = Envelope.from_signable(payload)
         forger.sign_envelope(env)
-        target = path if path.name == "layout.json" else path.with_name(
-            path.name.replace(fresh.signer.keyid[:8], forger.keyid[:8]))
+        target = (
+            path
+            if path.name == "layout.json"
+            else path.with_name(path.name.replace(fresh.signer.keyid[:8], forger.keyid[:8]))
+        )
         env.dump(str(target))
         if target != path:
             path.unlink()

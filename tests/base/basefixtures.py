@@ -60,10 +60,25 @@ def make_venv(path: Path) -> Path:
 def pip_install(venv_python: Path, lock_file: Path, find_links: Path):
     """`pip install --no-deps --require-hashes -r lock_file` into venv_python's venv."""
     return subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--quiet",
-         "--no-deps", "--require-hashes", "--no-index", "--find-links", str(find_links),
-         "-r", str(lock_file)],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv_python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--no-index",
+            "--find-links",
+            str(find_links),
+            "-r",
+            str(lock_file),
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 @shared_result
@@ -106,8 +121,10 @@ def base_image(local_registry, tmp_path_factory) -> base.BaseRecord:
         # file churn made mmdebstrap several times slower on CI's ext4 while every test that
         # needs the base waited for it.
         with tempfile.TemporaryDirectory(prefix="base-rootfs-") as rootfs:
-            record = basestage.ensure(registry_client(local_registry), basestage.BaseInputs(
-                record_path=record_path, state_dir=TEST_STATE, rootfs_cache=Path(rootfs))).record
+            record = basestage.ensure(
+                registry_client(local_registry),
+                basestage.BaseInputs(record_path=record_path, state_dir=TEST_STATE, rootfs_cache=Path(rootfs)),
+            ).record
         cached.write_bytes(record_path.read_bytes())
         if committed is not None:
             rebuilt_lock.write_text(json.dumps({"committed": committed, "after": record_path.read_text()}))

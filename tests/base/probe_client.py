@@ -17,13 +17,17 @@ def main(base_url: str) -> None:
     with GenericEnvClient(base_url=base_url).sync() as env:
         first = env.reset()
         second = env.step({"text": "hello"})
-    print(json.dumps({
-        "reset": first.observation.get("echoed"),
-        "step": second.observation.get("echoed"),
-        "reward": second.reward,
-        "done": second.done,
-        "distributions": loaded_distributions(),
-    }))
+    print(
+        json.dumps(
+            {
+                "reset": first.observation.get("echoed"),
+                "step": second.observation.get("echoed"),
+                "reward": second.reward,
+                "done": second.done,
+                "distributions": loaded_distributions(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

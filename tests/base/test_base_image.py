@@ -34,8 +34,7 @@ def pulled(rt, base_image, local_registry):
 
 
 def _sh(rt: ContainerRuntime, image: str, script: str) -> str:
-    out = rt._cli("run", "--rm", "--pull", "never", *rt.args.run_args, image, "sh", "-c", script,
-                  check=False)
+    out = rt._cli("run", "--rm", "--pull", "never", *rt.args.run_args, image, "sh", "-c", script, check=False)
     assert out.returncode == 0, out.stderr.decode()
     return out.stdout.decode()
 
@@ -65,8 +64,7 @@ def test_a_rebuild_on_a_new_machine_leaves_the_committed_lock_as_it_is(base_imag
     marker = TEST_STATE / REBUILT_LOCK
     rebuilt = json.loads(marker.read_text()) if marker.exists() else {}
     if rebuilt.get("committed") != base.BASE_LOCK.read_text():
-        pytest.skip("no build of this run or an earlier one started from the committed lock "
-                    "(a base was cached before)")
+        pytest.skip("no build of this run or an earlier one started from the committed lock (a base was cached before)")
     assert base_image.digest == base.load_record().digest
     assert rebuilt["after"] == rebuilt["committed"]
 
@@ -90,27 +88,36 @@ def test_base_is_small(base_image):
 
 
 def test_runtime_python_imports_server_and_compiled_stdlib(rt, pulled):
-    out = _sh(rt, pulled, "/opt/arena-python/bin/python3 -c 'import resource, openenv.core.env_server,"
-                          " uvicorn, sys; print(sys.prefix)'")
+    out = _sh(
+        rt,
+        pulled,
+        "/opt/arena-python/bin/python3 -c 'import resource, openenv.core.env_server, uvicorn, sys; print(sys.prefix)'",
+    )
     assert out.strip() == "/opt/arena-python"
 
 
 def test_debian_python3_and_user_tools_exist(rt, pulled):
-    out = _sh(rt, pulled, "python3 -c 'import resource' && useradd -u 2000 -U -m -d /workspace arena"
-                          " && id -u arena && id -g arena && su -s /bin/sh arena -c 'id -u'")
+    out = _sh(
+        rt,
+        pulled,
+        "python3 -c 'import resource' && useradd -u 2000 -U -m -d /workspace arena"
+        " && id -u arena && id -g arena && su -s /bin/sh arena -c 'id -u'",
+    )
     assert out.split() == ["2000", "2000", "2000"]
 
 
 def test_no_pip_and_bytecode_only_checked_hash_in_its_own_layer(base_image):
-    os_layer, runtime, bytecode = ([m for m in _members(TEST_STATE / "oci", layer.digest)]
-                                   for layer in base_image.layers)
+    os_layer, runtime, bytecode = (
+        [m for m in _members(TEST_STATE / "oci", layer.digest)] for layer in base_image.layers
+    )
     names = [m.name for m in os_layer + runtime]
     assert not [n for n in names if n.endswith(".pyc") or "/__pycache__" in n]
     assert not [n for n in names if "/site-packages/pip/" in n]
     assert not [n for n in names if n.startswith("dev/") or n.startswith("usr/share/man/")]
     pycs = [m for m in bytecode if m.isfile()]
-    assert {(m.name if m.isdir() else m.name.rpartition("/")[0]).rpartition("/")[2]
-            for m in bytecode} == {"__pycache__"}
+    assert {(m.name if m.isdir() else m.name.rpartition("/")[0]).rpartition("/")[2] for m in bytecode} == {
+        "__pycache__"
+    }
     assert all(m.name.endswith(".cpython-311.pyc") for m in pycs) and len(pycs) > 2000
     sources = {n for n in names if n.endswith(".py")}
     assert {m.name.replace("__pycache__/", "").replace(".cpython-311.pyc", ".py") for m in pycs} <= sources
@@ -127,8 +134,12 @@ def test_the_server_stack_imports_from_the_bytecode(rt, pulled):
     read from its .pyc, none compiled from source again (a stale hash or a missing file
     would be). The modules that beartype's import hook loads (`beartype_this_package()`
     in key-value-aio) are compiled by that hook from source by design, .pyc or not."""
-    out = _sh(rt, pulled, "PYTHONDONTWRITEBYTECODE=1 /opt/arena-python/bin/python3 -v -c "
-                          "'import json, csv, subprocess, openenv.core.env_server, uvicorn' 2>&1")
+    out = _sh(
+        rt,
+        pulled,
+        "PYTHONDONTWRITEBYTECODE=1 /opt/arena-python/bin/python3 -v -c "
+        "'import json, csv, subprocess, openenv.core.env_server, uvicorn' 2>&1",
+    )
     loaded, code = {}, None
     for line in out.splitlines():
         if line.startswith("# code object from "):
@@ -136,8 +147,11 @@ def test_the_server_stack_imports_from_the_bytecode(rt, pulled):
         elif line.startswith("import '") and code is not None:
             loaded[code] = line.partition(" # ")[2]
             code = None
-    by_python = {path: loader for path, loader in loaded.items() if "SourceFileLoader object" in loader
-                 and "Beartype" not in loader}
+    by_python = {
+        path: loader
+        for path, loader in loaded.items()
+        if "SourceFileLoader object" in loader and "Beartype" not in loader
+    }
     assert len(by_python) > 300
     assert [path for path in by_python if not path.endswith(".pyc")] == []
     assert "bytecode is stale" not in out
@@ -156,8 +170,10 @@ def test_layers_keep_real_owners_and_clamp_mtimes(base_image):
 def test_rerun_with_the_digest_in_the_registry_does_nothing(base_image, local_registry, tmp_path):
     record_path = tmp_path / "base.json"
     base.write_record(base_image, record_path)
-    ensured = basestage.ensure(registry_client(local_registry), basestage.BaseInputs(
-        record_path=record_path, state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs"))
+    ensured = basestage.ensure(
+        registry_client(local_registry),
+        basestage.BaseInputs(record_path=record_path, state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs"),
+    )
     assert (ensured.what, ensured.record) == ("up to date", base_image)
 
 
@@ -167,8 +183,10 @@ def test_registry_that_lost_the_base_gets_it_again_from_the_layout(base_image, t
     fresh = localregistry.start(tmp_path / "registry")
     try:
         client = registry_client(fresh)
-        ensured = basestage.ensure(client, basestage.BaseInputs(record_path=record_path, state_dir=TEST_STATE,
-                                                                rootfs_cache=base.STATE_DIR / "rootfs"))
+        ensured = basestage.ensure(
+            client,
+            basestage.BaseInputs(record_path=record_path, state_dir=TEST_STATE, rootfs_cache=base.STATE_DIR / "rootfs"),
+        )
         record = ensured.record
         assert ensured.what == "re-pushed"
         assert record.digest == base_image.digest
@@ -184,10 +202,8 @@ def test_changed_runtime_lock_is_not_up_to_date(base_image):
     changed = replace(base_image, runtime_lock_sha256="0" * 64)
     rebuilt_by_other_code = replace(base_image, builder_sha256="0" * 64)
     assert base_image.built_from(base.BaseSpec(), base_image.runtime_lock_sha256, base_image.python)
-    assert not rebuilt_by_other_code.built_from(base.BaseSpec(), base_image.runtime_lock_sha256,
-                                                base_image.python)
-    assert not changed.built_from(base.BaseSpec(), base_image.runtime_lock_sha256,
-                                  base_image.python)
+    assert not rebuilt_by_other_code.built_from(base.BaseSpec(), base_image.runtime_lock_sha256, base_image.python)
+    assert not changed.built_from(base.BaseSpec(), base_image.runtime_lock_sha256, base_image.python)
 
 
 def test_malformed_record_is_refused(tmp_path):

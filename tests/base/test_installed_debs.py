@@ -62,8 +62,10 @@ def _rootfs(tmp_path, status: str, index: str):
 
 def test_installed_packages_get_the_sha256_of_the_version_installed(tmp_path):
     root = _rootfs(tmp_path, STATUS, INDEX.format(**HASHES))
-    assert installed_debs(root) == (Deb("bash", "5.2.15-2+b13", "amd64", "b" * 64),
-                                    Deb("zlib1g", "1:1.2.13", "amd64", "d" * 64))
+    assert installed_debs(root) == (
+        Deb("bash", "5.2.15-2+b13", "amd64", "b" * 64),
+        Deb("zlib1g", "1:1.2.13", "amd64", "d" * 64),
+    )
 
 
 def test_an_installed_package_missing_from_the_index_is_an_error(tmp_path):
@@ -80,13 +82,16 @@ def test_a_version_the_index_does_not_hold_is_an_error(tmp_path):
 
 
 def test_the_python_version_is_the_installed_python3_11s(tmp_path):
-    status = STATUS + """
+    status = (
+        STATUS
+        + """
 Package: python3.11
 Status: install ok installed
 Description: Interactive high-level object-oriented language (version 3.11)
  Version: 9.9.9 in a continuation line is no field
 Version: 3.11.2-6+deb12u6
 """
+    )
     assert debian_python_version(_rootfs(tmp_path, status, "")) == "3.11.2"
     gone = status.replace("install ok installed\nDescription", "deinstall ok config-files\nDescription")
     with pytest.raises(ReleaseError, match="python3.11 is not installed"):

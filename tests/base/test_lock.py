@@ -31,9 +31,12 @@ def _free_port() -> int:
 def probe_server(lock_venv):
     """The probe OpenEnv app (create_app) under uvicorn, from the lock-only venv."""
     port = _free_port()
-    proc = subprocess.Popen([lock_venv, "-m", "uvicorn", "probe_app:app", "--host", "127.0.0.1",
-                             "--port", str(port)], cwd=HERE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [lock_venv, "-m", "uvicorn", "probe_app:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -68,24 +71,26 @@ def test_ui_and_llm_libraries_are_not_in_the_lock():
 
 @pytest.mark.slow
 def test_server_and_openenv_client_round_trip_with_only_the_lock(lock_venv, probe_server):
-    out = subprocess.run([lock_venv, "probe_client.py", probe_server], cwd=HERE,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [lock_venv, "probe_client.py", probe_server], cwd=HERE, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert (result["reset"], result["step"], result["reward"], result["done"]) == \
-        ("ready", "hello", 1.0, True)
+    assert (result["reset"], result["step"], result["reward"], result["done"]) == ("ready", "hello", 1.0, True)
 
 
 def test_env_server_imports_in_the_lock_venv(lock_venv):
-    out = subprocess.run([lock_venv, "-c", "import openenv.core.env_server, uvicorn, resource"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [lock_venv, "-c", "import openenv.core.env_server, uvicorn, resource"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
 
 
 def test_lock_is_minimal_every_wheel_is_imported(lock_venv, probe_server):
     """Each locked distribution is imported by the running server or by the client."""
-    client = subprocess.run([lock_venv, "probe_client.py", probe_server], cwd=HERE,
-                            capture_output=True, text=True, timeout=120)
+    client = subprocess.run(
+        [lock_venv, "probe_client.py", probe_server], cwd=HERE, capture_output=True, text=True, timeout=120
+    )
     assert client.returncode == 0, client.stderr
     used = set(json.loads(client.stdout)["distributions"])
     with urllib.request.urlopen(probe_server + "/probe/distributions") as resp:
@@ -166,11 +171,18 @@ def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
     require_containment()
     repo = HERE.parent.parent
     port = _free_port()
-    argv = contained_argv(tmp_path / "ns", tmp_path,
-                          [str(lock_venv), "-m", "uvicorn", "env.server.app:app", "--host", "127.0.0.1",
-                           "--port", str(port)])
-    proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    argv = contained_argv(
+        tmp_path / "ns",
+        tmp_path,
+        [str(lock_venv), "-m", "uvicorn", "env.server.app:app", "--host", "127.0.0.1", "--port", str(port)],
+    )
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -183,8 +195,7 @@ def test_real_environment_server_runs_on_the_lock_alone(lock_venv, tmp_path):
         assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
         script = tmp_path / "client.py"
         script.write_text(REAL_CLIENT)
-        out = subprocess.run([lock_venv, script, url], capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
+        out = subprocess.run([lock_venv, script, url], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert "2000" in json.loads(out.stdout)["output"]
     finally:

@@ -17,7 +17,7 @@ def test_mmdebstrap_gets_the_system_path_not_the_callers(tmp_path, monkeypatch):
     monkeypatch.setattr(base._proc, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(base._proc, "run", lambda argv, **kwargs: calls.append((argv, kwargs)))
     base._mmdebstrap(base.BaseSpec(), tmp_path / "rootfs", tmp_path / "rootfs.tmp")
-    (argv, kwargs), = calls
+    ((argv, kwargs),) = calls
     assert argv[:2] == ["/usr/bin/unshare", "--mount"] and "/usr/bin/mmdebstrap" in argv
     assert kwargs["env"]["PATH"] == base.PATH_ENV
     assert str(shims) not in kwargs["env"]["PATH"]

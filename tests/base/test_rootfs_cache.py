@@ -20,9 +20,11 @@ import pytest
 from pipeline.config import REPO_ROOT
 from pipeline.image import base, rootfscache
 
-_HOLDER = ("import sys; from pathlib import Path; from pipeline.image import base\n"
-           "with base.rootfs(base.BaseSpec(), Path(sys.argv[1])) as tree:\n"
-           "    print('got', tree, flush=True)\n")
+_HOLDER = (
+    "import sys; from pathlib import Path; from pipeline.image import base\n"
+    "with base.rootfs(base.BaseSpec(), Path(sys.argv[1])) as tree:\n"
+    "    print('got', tree, flush=True)\n"
+)
 
 
 def _wait_for(proc: subprocess.Popen, text: str) -> None:
@@ -44,14 +46,20 @@ def test_a_build_waits_for_the_tree_another_holds_and_then_reuses_it(tmp_path):
     (partial / "usr" / "being-written").write_text("the other build is still writing this tree")
     with open(target.with_name(target.name + ".lock"), "a") as other:
         fcntl.flock(other, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(cache)], cwd=REPO_ROOT,
-                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(cache)],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             _wait_for(proc, "rootfs: waiting for another build that holds")
             time.sleep(0.5)
-            assert proc.poll() is None and (partial / "usr" / "being-written").exists(), \
+            assert proc.poll() is None and (partial / "usr" / "being-written").exists(), (
                 "the waiting build touched the tree another build holds"
+            )
             # The other build finishes as rootfs() does: the tree in place, then its marker.
             os.replace(partial, target)
             target.with_name(target.name + ".complete").touch()

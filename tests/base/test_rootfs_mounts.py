@@ -48,9 +48,14 @@ _IN_A_NAMESPACE = textwrap.dedent("""
 
 def test_a_tree_with_a_mount_in_it_is_refused_and_kept(tmp_path):
     tree = tmp_path / "odd name\twith tab" / "rootfs.partial"
-    out = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
-                          _IN_A_NAMESPACE, str(tree)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", _IN_A_NAMESPACE, str(tree)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert seen["mounts"] == [str(tree / "dev")]
@@ -91,11 +96,18 @@ def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path, monkeypatch):
     temporary files (a gpg home) are beside the tree, not in /tmp, where a killed build
     would leave them for good; the next build removes them."""
     cache = tmp_path / "rootfs"
-    code = ("import sys; from pathlib import Path; from pipeline.image import base; "
-            "base.rootfs(base.BaseSpec(), Path(sys.argv[1]), use_cache=False).__enter__()")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(cache)], cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    code = (
+        "import sys; from pathlib import Path; from pipeline.image import base; "
+        "base.rootfs(base.BaseSpec(), Path(sys.argv[1]), use_cache=False).__enter__()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(cache)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 600
         inside: list[str] = []
@@ -110,8 +122,9 @@ def test_a_killed_mmdebstrap_leaves_no_mount_on_the_host(tmp_path, monkeypatch):
         proc.wait(timeout=60)
     assert base.mounts_under(cache) == []
     [scratch] = cache.glob("*.tmp")
-    assert list(scratch.glob("mmdebstrap.gpghome.*")), \
+    assert list(scratch.glob("mmdebstrap.gpghome.*")), (
         f"mmdebstrap's temporary files are not in {scratch}: {sorted(p.name for p in scratch.iterdir())}"
+    )
     # The next build starts from neither the killed one's tree nor its temporary files
     # (mmdebstrap itself is played here: what is checked is what rootfs() leaves around it).
     seen: list[list[str]] = []

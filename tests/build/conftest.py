@@ -30,14 +30,21 @@ class PushedBase:
 def _push_base(registry, tmp: Path, family: oci_image.Family, arch: str = "amd64") -> PushedBase:
     layout = Layout.init(tmp)
     layer = write_layer(
-        [FileEntry("etc", "dir", 0o755), FileEntry("etc/os-release", "file", 0o644,
-                                                   source=b"ID=test-base\n"),
-         FileEntry("opt", "dir", 0o755)],
-        layout.root / "blobs" / "sha256", source_date_epoch=SDE)
-    built = oci_image.derive(None, [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size,
-                                                       "test base")],
-                             oci_image.ConfigChanges(cmd=("/bin/sh",)),
-                             source_date_epoch=SDE, family=family)
+        [
+            FileEntry("etc", "dir", 0o755),
+            FileEntry("etc/os-release", "file", 0o644, source=b"ID=test-base\n"),
+            FileEntry("opt", "dir", 0o755),
+        ],
+        layout.root / "blobs" / "sha256",
+        source_date_epoch=SDE,
+    )
+    built = oci_image.derive(
+        None,
+        [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size, "test base")],
+        oci_image.ConfigChanges(cmd=("/bin/sh",)),
+        source_date_epoch=SDE,
+        family=family,
+    )
     config_bytes = built.config_bytes
     manifest_bytes, media_type = built.manifest_bytes, built.media_type
     if arch != "amd64":
@@ -57,8 +64,7 @@ def _push_base(registry, tmp: Path, family: oci_image.Family, arch: str = "amd64
     client = registry.client()
     repo = f"test/base-{family.name}-{arch}"
     pushed = push_layout(client, repo, layout.root, ref_name="base", tag="base")
-    return PushedBase(f"{registry.address}/{repo}@{pushed.manifest_digest}", pushed.manifest_digest,
-                      family.name)
+    return PushedBase(f"{registry.address}/{repo}@{pushed.manifest_digest}", pushed.manifest_digest, family.name)
 
 
 @pytest.fixture(scope="session")
@@ -77,18 +83,25 @@ def arm_base(local_registry, tmp_path_factory) -> PushedBase:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": f"@{SDE} +0000",
-           "GIT_COMMITTER_DATE": f"@{SDE} +0000"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_AUTHOR_DATE": f"@{SDE} +0000",
+        "GIT_COMMITTER_DATE": f"@{SDE} +0000",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _copy_checkout(dest: Path) -> None:
     """The files the build reads (the tracked and untracked sources, no caches)."""
-    ignore = shutil.ignore_patterns(".git", ".nox", ".release", "dist", "vendor", "__pycache__",
-                                    ".pytest_cache", "*.pyc")
+    ignore = shutil.ignore_patterns(
+        ".git", ".nox", ".release", "dist", "vendor", "__pycache__", ".pytest_cache", "*.pyc"
+    )
     shutil.copytree(REPO, dest, ignore=ignore)
 
 

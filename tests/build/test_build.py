@@ -22,11 +22,21 @@ from pipeline.image.oci.layout import Layout
 from .conftest import clone, commit_change
 
 
-def run_build(repo: Path, registry, base: str, *, env_extra: dict[str, str] | None = None,
-              umask: str = "022", prefix: tuple[str, ...] = (), push: bool = True):
+def run_build(
+    repo: Path,
+    registry,
+    base: str,
+    *,
+    env_extra: dict[str, str] | None = None,
+    umask: str = "022",
+    prefix: tuple[str, ...] = (),
+    push: bool = True,
+):
     out = repo / "dist"
     env = {
-        "PATH": os.environ["PATH"], "HOME": str(repo), "RELEASE_REGISTRY_DIR": str(registry.root),
+        "PATH": os.environ["PATH"],
+        "HOME": str(repo),
+        "RELEASE_REGISTRY_DIR": str(registry.root),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     env.update(env_extra or {})
@@ -34,8 +44,7 @@ def run_build(repo: Path, registry, base: str, *, env_extra: dict[str, str] | No
     if not push:
         argv.append("--no-push")
     cmd = f"umask {umask} && exec " + " ".join(f"'{a}'" for a in argv)
-    proc = subprocess.run(["sh", "-c", cmd], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(["sh", "-c", cmd], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     return proc, out / "build.json"
 
 
@@ -54,18 +63,24 @@ def scramble(repo: Path, seed: int) -> None:
 
 
 def test_build_is_reproducible_across_path_clock_tz_umask_locale_mtimes_order(
-        tmp_path, source_repo, local_registry, oci_base):
+    tmp_path, source_repo, local_registry, oci_base
+):
     a = clone(source_repo, tmp_path / "a" / "checkout")
     b = clone(source_repo, tmp_path / "elsewhere" / "deeper" / "second-checkout")
     scramble(b, seed=7)
-    proc_a, rec_a = run_build(a, local_registry, oci_base.reference,
-                              env_extra={"TZ": "UTC", "LC_ALL": "C"}, umask="022")
+    proc_a, rec_a = run_build(
+        a, local_registry, oci_base.reference, env_extra={"TZ": "UTC", "LC_ALL": "C"}, umask="022"
+    )
     assert proc_a.returncode == 0, proc_a.stderr
     faketime = ("faketime", "+1 hour") if shutil.which("faketime") else ()
-    proc_b, rec_b = run_build(b, local_registry, oci_base.reference,
-                              env_extra={"TZ": "Pacific/Chatham", "LC_ALL": "C.UTF-8",
-                                         "LANG": "de_DE.UTF-8"},
-                              umask="077", prefix=faketime)
+    proc_b, rec_b = run_build(
+        b,
+        local_registry,
+        oci_base.reference,
+        env_extra={"TZ": "Pacific/Chatham", "LC_ALL": "C.UTF-8", "LANG": "de_DE.UTF-8"},
+        umask="077",
+        prefix=faketime,
+    )
     assert proc_b.returncode == 0, proc_b.stderr
     ra, rb = build_mod.load_record(rec_a), build_mod.load_record(rec_b)
     assert [l.digest for l in ra.app_layers] == [l.digest for l in rb.app_layers]
@@ -73,8 +88,7 @@ def test_build_is_reproducible_across_path_clock_tz_umask_locale_mtimes_order(
     assert ra.config_digest == rb.config_digest
 
 
-def test_one_changed_byte_changes_the_digest_and_is_explained(tmp_path, source_repo,
-                                                              local_registry, oci_base):
+def test_one_changed_byte_changes_the_digest_and_is_explained(tmp_path, source_repo, local_registry, oci_base):
     a = clone(source_repo, tmp_path / "a")
     b = clone(source_repo, tmp_path / "b")
     target = "env/server/__init__.py"
@@ -140,8 +154,7 @@ def test_schema2_base_gets_schema2_layers(tmp_path, source_repo, local_registry,
 
 
 @pytest.mark.parametrize("case", ["missing-digest", "wrong-arch", "unreachable"])
-def test_bad_base_is_one_line_error_and_no_record(case, tmp_path, source_repo, local_registry,
-                                                  oci_base, arm_base):
+def test_bad_base_is_one_line_error_and_no_record(case, tmp_path, source_repo, local_registry, oci_base, arm_base):
     repo = clone(source_repo, tmp_path / "r")
     base = {
         "missing-digest": oci_base.reference.rsplit("@", 1)[0] + "@sha256:" + "0" * 64,
@@ -153,13 +166,11 @@ def test_bad_base_is_one_line_error_and_no_record(case, tmp_path, source_repo, l
     # progress and retry lines may come first; the cause is exactly one final line
     errors = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
     assert len(errors) == 1 and proc.stderr.strip().endswith(errors[0]), proc.stderr
-    assert {"missing-digest": "0" * 64, "wrong-arch": "arm64", "unreachable": "127.0.0.1:9"}[case] \
-        in errors[0]
+    assert {"missing-digest": "0" * 64, "wrong-arch": "arm64", "unreachable": "127.0.0.1:9"}[case] in errors[0]
     assert not rec.exists()
 
 
-def test_two_fresh_clones_with_their_own_registries_build_one_digest(
-        tmp_path, source_repo, local_registry, oci_base):
+def test_two_fresh_clones_with_their_own_registries_build_one_digest(tmp_path, source_repo, local_registry, oci_base):
     """Each clone has its own registry (another loopback port) holding the same base, its own
     path, TZ, umask and locale: the image digest is the same, and neither the config nor
     the manifest carries a loopback address, a port, a temporary path or the checkout path."""
@@ -174,11 +185,17 @@ def test_two_fresh_clones_with_their_own_registries_build_one_digest(
         assert second.address != local_registry.address
         a = clone(source_repo, tmp_path / "one" / "checkout")
         b = clone(source_repo, tmp_path / "two" / "much" / "deeper" / "clone")
-        proc_a, rec_a = run_build(a, local_registry, oci_base.reference, push=False,
-                                  env_extra={"TZ": "UTC", "LC_ALL": "C"}, umask="022")
-        proc_b, rec_b = run_build(b, second, other_base.reference, push=False,
-                                  env_extra={"TZ": "Asia/Kathmandu", "LC_ALL": "C.UTF-8",
-                                             "LANG": "fr_FR.UTF-8"}, umask="077")
+        proc_a, rec_a = run_build(
+            a, local_registry, oci_base.reference, push=False, env_extra={"TZ": "UTC", "LC_ALL": "C"}, umask="022"
+        )
+        proc_b, rec_b = run_build(
+            b,
+            second,
+            other_base.reference,
+            push=False,
+            env_extra={"TZ": "Asia/Kathmandu", "LC_ALL": "C.UTF-8", "LANG": "fr_FR.UTF-8"},
+            umask="077",
+        )
     finally:
         localregistry.stop(tmp_path / "registry-2")
     assert proc_a.returncode == 0 and proc_b.returncode == 0, proc_a.stderr + proc_b.stderr

@@ -29,8 +29,8 @@ def _schema2_copy(local_registry, record) -> str:
     docker = oci_image.Manifest(
         media_type=oci_image.DOCKER_MANIFEST,
         config=oci_image.Descriptor(oci_image.DOCKER_CONFIG, oci.config.digest, oci.config.size),
-        layers=tuple(oci_image.Descriptor(oci_image.DOCKER_LAYER_GZIP, l.digest, l.size)
-                     for l in oci.layers))
+        layers=tuple(oci_image.Descriptor(oci_image.DOCKER_LAYER_GZIP, l.digest, l.size) for l in oci.layers),
+    )
     raw = docker.to_bytes()
     for desc in (oci.config, *oci.layers):
         client.mount_blob("test/base-schema2", desc.digest, "arena/base")
@@ -39,21 +39,23 @@ def _schema2_copy(local_registry, record) -> str:
 
 
 @pytest.mark.parametrize("family", ["oci", "docker"])
-def test_derived_image_runs_and_answers_health_and_reset(family, tmp_path, source_repo,
-                                                         local_registry, base_image):
-    base_ref = (base_image.pull_reference(local_registry.address) if family == "oci"
-                else _schema2_copy(local_registry, base_image))
+def test_derived_image_runs_and_answers_health_and_reset(family, tmp_path, source_repo, local_registry, base_image):
+    base_ref = (
+        base_image.pull_reference(local_registry.address)
+        if family == "oci"
+        else _schema2_copy(local_registry, base_image)
+    )
     repo = clone(source_repo, tmp_path / "r")
     proc, rec = run_build(repo, local_registry, base_ref)
     assert proc.returncode == 0, proc.stderr
     pushed = proc.stdout.strip().splitlines()[-1]
     manifest = RegistryClient(local_registry.address).get_manifest(
-        "arena/openenv-data-workflows", pushed.rsplit("@", 1)[1])
+        "arena/openenv-data-workflows", pushed.rsplit("@", 1)[1]
+    )
     expected = oci_image.DOCKER_MANIFEST if family == "docker" else oci_image.OCI_MANIFEST
     assert manifest.media_type == expected
     layer_types = {l["mediaType"] for l in json.loads(manifest.raw)["layers"]}
-    assert layer_types == {oci_image.DOCKER_LAYER_GZIP if family == "docker"
-                           else oci_image.OCI_LAYER_GZIP}
+    assert layer_types == {oci_image.DOCKER_LAYER_GZIP if family == "docker" else oci_image.OCI_LAYER_GZIP}
     rt = ContainerRuntime()
     rt.pull(pushed)
     container = rt.start(pushed, port=8000)

@@ -32,15 +32,23 @@ class Commits:
         for rel, data in files.items():
             (self.repo / rel.replace("__", "/")).write_bytes(data)
         self.time += 60
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.repo), "GIT_CONFIG_NOSYSTEM": "1",
-               "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": f"@{self.time} +0000",
-               "GIT_COMMITTER_DATE": f"@{self.time} +0000"}
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.repo),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "GIT_AUTHOR_DATE": f"@{self.time} +0000",
+            "GIT_COMMITTER_DATE": f"@{self.time} +0000",
+        }
         git = ["git", "-C", str(self.repo)]
         subprocess.run([*git, "add", "-A"], env=env, check=True)
         subprocess.run([*git, "commit", "-q", "-m", message], env=env, check=True)
-        return subprocess.run([*git, "rev-parse", "HEAD"], env=env, check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            [*git, "rev-parse", "HEAD"], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
 
 def _build(repo: Path, registry, base) -> build_mod.BuildRecord:
@@ -51,13 +59,19 @@ def _build(repo: Path, registry, base) -> build_mod.BuildRecord:
 
 def _builder_sha256(repo: Path) -> str:
     """The base-builder hash of the clone's own modules (what `nox -s base` would record)."""
-    return subprocess.run([sys.executable, "-c", "from pipeline.image.base import builder_sha256; "
-                           "print(builder_sha256())"], cwd=repo, check=True, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(repo)}).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", "from pipeline.image.base import builder_sha256; print(builder_sha256())"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    ).stdout.strip()
 
 
 def test_key_rotation_and_base_builder_comment_move_no_digest_env_change_does(
-        tmp_path, source_repo, local_registry, oci_base):
+    tmp_path, source_repo, local_registry, oci_base
+):
     repo = clone(source_repo, tmp_path / "checkout")
     commit = Commits(repo)
     first = _build(repo, local_registry, oci_base)
@@ -74,20 +88,29 @@ def test_key_rotation_and_base_builder_comment_move_no_digest_env_change_does(
     lock = json.loads((repo / "locks" / "base.json").read_text())
     old_builder, lock["builder_sha256"] = lock["builder_sha256"], _builder_sha256(repo)
     assert lock["builder_sha256"] != old_builder
-    commit("base builder: a comment; locks/base.json: its builder hash (same digest)",
-           **{"locks__base.json": (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode()})
+    commit(
+        "base builder: a comment; locks/base.json: its builder hash (same digest)",
+        **{"locks__base.json": (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode()},
+    )
     # Budgets and the request's fields are not image inputs either.
     toml = (repo / "release.toml").read_text()
-    commit("release.toml: budgets and request fields", **{"release.toml": toml.replace(
-        "cpu_floor_vcpus = 2", "cpu_floor_vcpus = 4").replace(
-        'submission_id = "openenv-data-workflows-local"', 'submission_id = "another-id"').encode()})
+    commit(
+        "release.toml: budgets and request fields",
+        **{
+            "release.toml": toml.replace("cpu_floor_vcpus = 2", "cpu_floor_vcpus = 4")
+            .replace('submission_id = "openenv-data-workflows-local"', 'submission_id = "another-id"')
+            .encode()
+        },
+    )
     second = _build(repo, local_registry, oci_base)
     assert second.source_revision == first.source_revision
     assert (second.manifest_digest, second.source_date_epoch) == (first.manifest_digest, first.source_date_epoch)
 
     # Teeth: a change to env/ moves the image-input commit, the label, the time and the digest.
-    moved = commit("env: a change that reaches the image", **{
-        "env__server__mcp.py": (repo / "env" / "server" / "mcp.py").read_bytes() + b"\n# reaches the image\n"})
+    moved = commit(
+        "env: a change that reaches the image",
+        **{"env__server__mcp.py": (repo / "env" / "server" / "mcp.py").read_bytes() + b"\n# reaches the image\n"},
+    )
     third = _build(repo, local_registry, oci_base)
     assert third.source_revision == moved and third.source_date_epoch == commit.time
     assert third.manifest_digest != first.manifest_digest
@@ -98,13 +121,21 @@ def test_what_counts_is_named_when_it_differs(tmp_path, source_repo):
     commit = Commits(repo)
     start = commit("nothing", **{"README.md": b"notes\n"})
     toml = (repo / "release.toml").read_text()
-    changed = commit("release.toml: the port and a budget", **{
-        "release.toml": toml.replace("port = 8000", "port = 8001").replace("cpu_floor_vcpus = 2",
-                                                                             "cpu_floor_vcpus = 3").encode(),
-        "env__server__mcp.py": (repo / "env" / "server" / "mcp.py").read_bytes() + b"#\n",
-        "env__families__grading.py": (repo / "env" / "families" / "grading.py").read_bytes() + b"#\n"})
+    changed = commit(
+        "release.toml: the port and a budget",
+        **{
+            "release.toml": toml.replace("port = 8000", "port = 8001")
+            .replace("cpu_floor_vcpus = 2", "cpu_floor_vcpus = 3")
+            .encode(),
+            "env__server__mcp.py": (repo / "env" / "server" / "mcp.py").read_bytes() + b"#\n",
+            "env__families__grading.py": (repo / "env" / "families" / "grading.py").read_bytes() + b"#\n",
+        },
+    )
     assert image_inputs.differences(repo, start, changed, "local") == [
-        "env/families/grading.py", "env/server/mcp.py", "release.port"]
+        "env/families/grading.py",
+        "env/server/mcp.py",
+        "release.port",
+    ]
     # The arena image serves the vendored task file, not env/families: that edit does not reach it.
     assert image_inputs.differences(repo, start, changed, "arena") == ["env/server/mcp.py", "release.port"]
     assert image_inputs.image_inputs(repo, "local").commit == changed
@@ -118,8 +149,10 @@ def test_the_curriculum_is_an_image_input(tmp_path, source_repo):
     start = commit("nothing", **{"README.md": b"notes\n"})
     toml = (repo / "release.toml").read_text()
     assert "seeds = [101, 307]\n" in toml
-    changed = commit("release.toml: the curriculum's seeds", **{
-        "release.toml": toml.replace("seeds = [101, 307]\n", "seeds = [101, 202]\n").encode()})
+    changed = commit(
+        "release.toml: the curriculum's seeds",
+        **{"release.toml": toml.replace("seeds = [101, 307]\n", "seeds = [101, 202]\n").encode()},
+    )
     for profile in ("local", "arena"):
         assert image_inputs.differences(repo, start, changed, profile) == ["curriculum"]
         assert image_inputs.image_inputs(repo, profile).commit == changed

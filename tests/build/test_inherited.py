@@ -31,36 +31,49 @@ def _image(tmp_path, base_layers, own_layers):
 
 
 def test_base_files_under_the_app_dir_that_the_build_does_not_replace(tmp_path):
-    base = [_layer(tmp_path, {"opt/arena/server.py": b"a", "opt/arena/instance.json": b"{}",
-                              "opt/other/x": b"x", "etc/passwd": b"root"}),
-            _layer(tmp_path, {"opt/arena/workspace.tar": b"t", "opt/arena/grader/tests.py": b"t"})]
+    base = [
+        _layer(
+            tmp_path,
+            {"opt/arena/server.py": b"a", "opt/arena/instance.json": b"{}", "opt/other/x": b"x", "etc/passwd": b"root"},
+        ),
+        _layer(tmp_path, {"opt/arena/workspace.tar": b"t", "opt/arena/grader/tests.py": b"t"}),
+    ]
     own = [_layer(tmp_path, {"opt/arena/env/server/app.py": b"app", "opt/arena/server.py": b"replaced"})]
     config, blobs = _image(tmp_path, base, own)
     assert own_layer_count(config) == 1
     assert inherited_files(config, blobs, "/opt/arena") == (
-        "/opt/arena/grader/tests.py", "/opt/arena/instance.json", "/opt/arena/workspace.tar")
+        "/opt/arena/grader/tests.py",
+        "/opt/arena/instance.json",
+        "/opt/arena/workspace.tar",
+    )
 
 
 def test_whiteouts_in_later_base_layers_remove_files(tmp_path):
-    base = [_layer(tmp_path, {"opt/arena/instance.json": b"{}", "opt/arena/grader/tests.py": b"t",
-                              "opt/arena/keep.txt": b"k"}),
-            _layer(tmp_path, {"opt/arena/.wh.instance.json": b""}),
-            _layer(tmp_path, {"opt/arena/grader/.wh..wh..opq": b""})]
+    base = [
+        _layer(
+            tmp_path, {"opt/arena/instance.json": b"{}", "opt/arena/grader/tests.py": b"t", "opt/arena/keep.txt": b"k"}
+        ),
+        _layer(tmp_path, {"opt/arena/.wh.instance.json": b""}),
+        _layer(tmp_path, {"opt/arena/grader/.wh..wh..opq": b""}),
+    ]
     config, blobs = _image(tmp_path, base, [])
     assert own_layer_count(config) == 0
     assert inherited_files(config, blobs, "/opt/arena") == ("/opt/arena/keep.txt",)
 
 
 def test_a_base_without_app_dir_files_leaves_nothing(tmp_path):
-    config, blobs = _image(tmp_path, [_layer(tmp_path, {"usr/bin/python3": b"py"})],
-                           [_layer(tmp_path, {"opt/arena/env/a.py": b"a"})])
+    config, blobs = _image(
+        tmp_path, [_layer(tmp_path, {"usr/bin/python3": b"py"})], [_layer(tmp_path, {"opt/arena/env/a.py": b"a"})]
+    )
     assert inherited_files(config, blobs, "/opt/arena") == ()
 
 
 def test_a_whiteout_at_the_top_of_a_later_base_layer_removes_the_app_dir(tmp_path):
     """`.wh.opt` in the layer's root (named `./.wh.opt` in its tar) removes all of /opt below it."""
-    base = [_layer(tmp_path, {"opt/arena/instance.json": b"{}"}),
-            _layer(tmp_path, {}, (FileEntry("./.wh.opt", "file", 0o600, source=b""),))]
+    base = [
+        _layer(tmp_path, {"opt/arena/instance.json": b"{}"}),
+        _layer(tmp_path, {}, (FileEntry("./.wh.opt", "file", 0o600, source=b""),)),
+    ]
     config, blobs = _image(tmp_path, base, [])
     assert inherited_files(config, blobs, "/opt/arena") == ()
 
@@ -111,8 +124,9 @@ def test_an_opaque_whiteout_keeps_the_files_of_its_own_layer(tmp_path, marker_fi
     """The regression: `opt/arena/+new` listed before `opt/arena/.wh..wh..opq` in the same
     layer was dropped with the lower layers' files, leaving nothing."""
     marker, entry = ("opt/arena/.wh..wh..opq", b""), ("opt/arena/+new", b"n")
-    upper = _tar_layer(tmp_path, [("opt", None), ("opt/arena", None),
-                                  *((marker, entry) if marker_first else (entry, marker))])
+    upper = _tar_layer(
+        tmp_path, [("opt", None), ("opt/arena", None), *((marker, entry) if marker_first else (entry, marker))]
+    )
     assert _both_readers(tmp_path, [_layer(tmp_path, LOWER), upper]) == (("/opt/arena/+new",),) * 2
 
 
@@ -121,10 +135,19 @@ def test_a_whiteout_hides_the_lower_path_not_the_same_layers(tmp_path, marker_fi
     """`opt/arena/.wh.grader` deletes the lower grader/ and all under it; the grader/ files
     of its own layer stay, before or after it; the rest of the lower files stay."""
     marker, entry = ("opt/arena/.wh.grader", b""), ("opt/arena/grader/new.py", b"n")
-    upper = _tar_layer(tmp_path, [("opt", None), ("opt/arena", None), ("opt/arena/grader", None),
-                                  *((marker, entry) if marker_first else (entry, marker))])
-    assert _both_readers(tmp_path, [_layer(tmp_path, LOWER), upper]) == (
-        ("/opt/arena/grader/new.py", "/opt/arena/old.py"),) * 2
+    upper = _tar_layer(
+        tmp_path,
+        [
+            ("opt", None),
+            ("opt/arena", None),
+            ("opt/arena/grader", None),
+            *((marker, entry) if marker_first else (entry, marker)),
+        ],
+    )
+    assert (
+        _both_readers(tmp_path, [_layer(tmp_path, LOWER), upper])
+        == (("/opt/arena/grader/new.py", "/opt/arena/old.py"),) * 2
+    )
 
 
 def test_a_non_directory_over_a_lower_directory_hides_what_was_under_it(tmp_path):

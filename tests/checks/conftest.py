@@ -62,8 +62,9 @@ def serving(app: Path, argv: list[str], log: Path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(app), "NO_PROXY": "127.0.0.1,localhost"}
     log.write_bytes(b"")
-    proc = start_contained(log.parent / f"ns-{port}", log.parent,
-                           [a.replace("{port}", str(port)) for a in argv], cwd=app, env=env, log=log)
+    proc = start_contained(
+        log.parent / f"ns-{port}", log.parent, [a.replace("{port}", str(port)) for a in argv], cwd=app, env=env, log=log
+    )
     url = f"http://127.0.0.1:{port}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -87,14 +88,31 @@ def live_server(app_dir, tmp_path_factory):
     """The real server, `python -m env serve`, on a free loopback port."""
     log = tmp_path_factory.mktemp("logs") / "live.log"
     # Host mode, contained: its namespace has a private /workspace.
-    with serving(app_dir, [sys.executable, "-m", "env", "serve", "--host", "127.0.0.1",
-                           "--port", "{port}", "--host-mode", "--workspace", "/workspace"], log) as target:
+    with serving(
+        app_dir,
+        [
+            sys.executable,
+            "-m",
+            "env",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--host-mode",
+            "--workspace",
+            "/workspace",
+        ],
+        log,
+    ) as target:
         yield target
 
 
 @pytest.fixture
 def broken_server(app_dir, tmp_path):
     """broken_server(fault) -> context manager serving the real server with that fault."""
+
     def start(fault: str):
         return serving(app_dir, [sys.executable, str(BROKEN), fault, "{port}"], tmp_path / f"{fault}.log")
+
     return start

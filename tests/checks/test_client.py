@@ -24,7 +24,13 @@ def test_a_process_that_checks_a_server_does_not_import_openenv_mcp_tools():
     # Importing openenv-core's client imports its server side; its MCP environment module
     # (fastmcp and mcp, over a second of CPU) is replaced by the server's stand-in here too:
     # the checks host no environment. The validator the suite runs needs neither.
-    out = subprocess.run([sys.executable, "-c", CHECKER_IMPORTS], cwd=REPO, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECKER_IMPORTS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]", out.stdout

@@ -22,8 +22,9 @@ from pipeline.checks import conformance
 
 def _command_line(url: str) -> tuple[int, dict]:
     """What the real `openenv` console script prints and exits with."""
-    ran = conformance._run_command((conformance.openenv_command(), "validate", "--url", url),
-                                   {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}, 120)
+    ran = conformance._run_command(
+        (conformance.openenv_command(), "validate", "--url", url), {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}, 120
+    )
     assert ran is not None
     return ran[0], json.loads(ran[1])
 
@@ -99,6 +100,7 @@ def test_a_run_past_its_time_limit_is_reported(silent_server):
 
 def test_what_the_validator_raises_fails_the_check_as_the_command_line_exits_1(monkeypatch):
     """The command line prints a validator's error and exits 1: so does the check."""
+
     def broken(url, timeout_s):
         raise ValueError(f"not a runtime URL: {url}")
 
@@ -109,7 +111,10 @@ def test_what_the_validator_raises_fails_the_check_as_the_command_line_exits_1(m
 
 
 def test_a_report_that_did_not_pass_fails_the_check(monkeypatch):
-    monkeypatch.setattr(conformance, "_validator", lambda: lambda url, timeout_s: {"passed": False, "criteria": [
-        {"id": "health_endpoint", "passed": False}]})
+    monkeypatch.setattr(
+        conformance,
+        "_validator",
+        lambda: lambda url, timeout_s: {"passed": False, "criteria": [{"id": "health_endpoint", "passed": False}]},
+    )
     result = conformance.validate("http://127.0.0.1:9")
     assert (result.exit_code, result.passed, result.failed_criteria) == (1, False, ["health_endpoint"])

@@ -32,8 +32,9 @@ def schema2_image(local_registry, tmp_path_factory):
     rng = random.Random(7)
     layers = []
     for i, size in enumerate((3000, 5000)):
-        layer = write_layer([FileEntry(f"opt/repair{i}.bin", "file", 0o644, source=rng.randbytes(size))],
-                            blobs, source_date_epoch=1)
+        layer = write_layer(
+            [FileEntry(f"opt/repair{i}.bin", "file", 0o644, source=rng.randbytes(size))], blobs, source_date_epoch=1
+        )
         layers.append(NewLayer(layer.digest, layer.diff_id, layer.size, f"layer {i}"))
     img = derive(None, layers, ConfigChanges(cmd=("true",)), source_date_epoch=1, family=DOCKER)
     layout.put_bytes(img.config_bytes)
@@ -45,8 +46,15 @@ def schema2_image(local_registry, tmp_path_factory):
 
 
 def _task(image: str, size: int) -> ExternalTask:
-    return ExternalTask(task_id="format-code-task-000666", image=image, compressed_bytes=size, after_block=1,
-                        split="code", row=50, reference="mimo-reference-000666")
+    return ExternalTask(
+        task_id="format-code-task-000666",
+        image=image,
+        compressed_bytes=size,
+        after_block=1,
+        split="code",
+        row=50,
+        reference="mimo-reference-000666",
+    )
 
 
 def test_mock_ghcr_schema2_image_verified_anonymously(schema2_image):
@@ -108,9 +116,11 @@ class _NoRuntime:
 
 def test_mock_ghcr_offline_with_start_plan_is_not_started_and_arena_refuses(capsys):
     task = _task("127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64, 1)
-    plan = external.StartPlan(runtime=_NoRuntime(), budget={
-        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64},
-        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0))
+    plan = external.StartPlan(
+        runtime=_NoRuntime(),
+        budget={"reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120, "tool_calls_total": 64},
+        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0),
+    )
     result = external.verify_task(task, client=RegistryClient("127.0.0.1:9", attempts=1), start=plan)
     assert result.status.startswith("not verified: ") and result.checks == ()
     _local_warns_arena_refuses(result, capsys)
@@ -126,10 +136,13 @@ def test_mock_ghcr_reachable_but_not_started_is_refused_by_arena(schema2_image):
 
 def test_repair_checks_of_an_unreachable_image_start_nothing():
     image = "127.0.0.1:9/akseljoonas/mimo-openenv-software@sha256:" + "0" * 64
-    plan = external.StartPlan(runtime=_NoRuntime(), budget={
-        "reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120},
-        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0))
-    result = external.check_image(image, "format-code-task-000666", start=plan,
-                                  client=RegistryClient("127.0.0.1:9", attempts=1))
+    plan = external.StartPlan(
+        runtime=_NoRuntime(),
+        budget={"reset_wall_s": 180, "tool_wall_s": 120, "verifier_wall_s": 120},
+        limits=ExternalLimits(memory_bytes=16 << 30, cpus=2.0),
+    )
+    result = external.check_image(
+        image, "format-code-task-000666", start=plan, client=RegistryClient("127.0.0.1:9", attempts=1)
+    )
     assert result.status.startswith("not verified: ") and result.checks == ()
     assert not result.fully_checked and result.writable_layer_peak_bytes is None

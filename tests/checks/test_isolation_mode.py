@@ -61,11 +61,17 @@ def _check(url: str, engine: str):
     return result
 
 
-@pytest.mark.parametrize(("isolation", "engine"), [
-    (ABSENT, "docker"), ("none", "docker"), ("", "docker"), (["namespaces"], "docker"),
-    # podman allows user namespaces: its server must run episodes in them.
-    ("unprivileged", "podman"),
-])
+@pytest.mark.parametrize(
+    ("isolation", "engine"),
+    [
+        (ABSENT, "docker"),
+        ("none", "docker"),
+        ("", "docker"),
+        (["namespaces"], "docker"),
+        # podman allows user namespaces: its server must run episodes in them.
+        ("unprivileged", "podman"),
+    ],
+)
 def test_broken_metadata_fails(isolation, engine):
     with metadata_server(isolation) as url:
         result = _check(url, engine)
@@ -74,8 +80,9 @@ def test_broken_metadata_fails(isolation, engine):
     assert result.detail == (f"isolation: {isolation}" if isolation in ("namespaces", "unprivileged") else "")
 
 
-@pytest.mark.parametrize(("isolation", "engine"), [("namespaces", "podman"), ("namespaces", "docker"),
-                                                   ("unprivileged", "docker")])
+@pytest.mark.parametrize(
+    ("isolation", "engine"), [("namespaces", "podman"), ("namespaces", "docker"), ("unprivileged", "docker")]
+)
 def test_reported_mode_passes_and_is_recorded(isolation, engine):
     with metadata_server(isolation) as url:
         result = _check(url, engine)

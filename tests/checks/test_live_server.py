@@ -21,13 +21,24 @@ def test_every_check_passes_on_the_real_server(live_server, tmp_path):
     ids = {c.id for c in result.checks}
     # Every case's fixed checks and every image check ran (stable IDs).
     for case in all_cases():
-        for name in ("reset", "identity-across-seeds", "correct", "all-but-one", "wrong", "unknown-key",
-                     "edited-inputs", "cached-terminal"):
+        for name in (
+            "reset",
+            "identity-across-seeds",
+            "correct",
+            "all-but-one",
+            "wrong",
+            "unknown-key",
+            "edited-inputs",
+            "cached-terminal",
+        ):
             assert f"{case.id}/{name}" in ids
         assert any(i.startswith(f"{case.id}/partial-") for i in ids)
     # A host server has no vendored file and no container limits.
-    expected_image = {f"image/{n}" for n in IMAGE_CHECKS
-                      if n not in ("protected-vendored", "protected-inherited") and not n.startswith("limit-")}
+    expected_image = {
+        f"image/{n}"
+        for n in IMAGE_CHECKS
+        if n not in ("protected-vendored", "protected-inherited") and not n.startswith("limit-")
+    }
     assert expected_image <= ids
     # The record round-trips through its one writer and loader.
     path = tmp_path / "checks.json"

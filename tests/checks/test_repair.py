@@ -36,16 +36,20 @@ from .repair_standin import FAULT_FAILS, REFERENCE_SCRIPT, build_standins
 # 430 s alone on two cores, twice that beside a second run of the suite. `first`: it waits
 # for the run's base (the stand-ins' base) and then runs two to four minutes; queued behind
 # the other tests that need the base, it started six minutes into a run and ended it.
-pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow, pytest.mark.first,
-              pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.root, pytest.mark.container, pytest.mark.slow, pytest.mark.first, pytest.mark.timeout(1800)]
 TASK = "format-code-task-000666"
 REFERENCE = repair.ReferenceRepair.read(REFERENCE_SCRIPT)
 # References that are not the repair: one runs and repairs nothing, one fails.
 NO_FIX = repair.ReferenceRepair(b"print('looked around, changed nothing')\n", "no-fix.py")
 FAILING = repair.ReferenceRepair(b"raise SystemExit('cannot repair')\n", "failing.py")
 # job -> (stand-in fault, reference); every job runs once, in parallel, for the module.
-JOBS = {"good": ("", REFERENCE), "no-reference": ("", None), "reference-no-fix": ("", NO_FIX),
-        "reference-fails": ("", FAILING), **{fault: (fault, REFERENCE) for fault in FAULT_FAILS}}
+JOBS = {
+    "good": ("", REFERENCE),
+    "no-reference": ("", None),
+    "reference-no-fix": ("", NO_FIX),
+    "reference-fails": ("", FAILING),
+    **{fault: (fault, REFERENCE) for fault in FAULT_FAILS},
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +61,12 @@ def check(image: str, reference: repair.ReferenceRepair | None) -> external.Exte
     cfg = config.load()
     runtime = ContainerRuntime(cfg.runtime)
     budget = cfg.budgets["external"]
-    plan = external.StartPlan(runtime=runtime, budget=budget.values, limits=ExternalLimits.from_budgets(budget),
-                              references={TASK: reference} if reference else {})
+    plan = external.StartPlan(
+        runtime=runtime,
+        budget=budget.values,
+        limits=ExternalLimits.from_budgets(budget),
+        references={TASK: reference} if reference else {},
+    )
     try:
         return external.check_image(image, TASK, start=plan)
     finally:
@@ -128,7 +136,8 @@ def test_without_reference_its_checks_are_not_applicable_and_arena_refuses(runs)
     outcomes = result.outcomes()
     assert outcomes["failed"] == [] and outcomes["not_applicable"] == {
         "reference_repair_applied_through_action": "no reference repair script was given",
-        "reference_terminal_reward_one": "no reference repair script was given"}
+        "reference_terminal_reward_one": "no reference repair script was given",
+    }
     assert result.verified and not result.fully_checked
     with pytest.raises(CheckFailure, match="not applicable"):
         external.enforce([result], ExternalPolicy(required=True, profile="arena"))
@@ -159,8 +168,16 @@ def test_standin_is_shaped_like_the_mimo_images(standins):
     assert manifest.media_type == DOCKER.manifest
     cfg = parse_config(client.get_blob_bytes(ref.repository, manifest.config.digest)).raw["config"]
     assert cfg["User"] == "root" and cfg["WorkingDir"] == "/opt/arena" and "Entrypoint" not in cfg
-    assert cfg["Cmd"] == ["/opt/arena-python/bin/python3", "-m", "uvicorn", "server:app", "--host", "0.0.0.0",
-                          "--port", "8000"]
+    assert cfg["Cmd"] == [
+        "/opt/arena-python/bin/python3",
+        "-m",
+        "uvicorn",
+        "server:app",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
     assert cfg["ExposedPorts"] == {"8000/tcp": {}}
     assert {"PYTHONUNBUFFERED=1", "ENABLE_WEB_INTERFACE=false"} <= set(cfg["Env"])
     assert not any(e.startswith("REPAIR_FAULT=") for e in cfg["Env"])
@@ -172,8 +189,16 @@ def test_standin_is_shaped_like_the_mimo_images(standins):
     assert b"arena-agent:x:2000:2000::/home/arena-agent:/bin/bash\n" in _standin_file(image, "etc/passwd")
     assert _standin_file(image, "opt/arena/instance.json") == standins[""].instance_json
     record = json.loads(standins[""].instance_json)
-    assert sorted(record) == ["cwd", "dataset_type", "docker_image", "instance_id", "problem_statement",
-                              "test_command", "test_patch", "verifier_timeout_sec"]
+    assert sorted(record) == [
+        "cwd",
+        "dataset_type",
+        "docker_image",
+        "instance_id",
+        "problem_statement",
+        "test_command",
+        "test_patch",
+        "verifier_timeout_sec",
+    ]
     assert record["instance_id"] == TASK and record["test_command"] == "bash /workspace/repo/mimo_test_command.sh"
     assert "+++ b/mimo_test_command.sh" in record["test_patch"]
     with tarfile.open(fileobj=io.BytesIO(_standin_file(image, "opt/arena/workspace.tar"))) as tar:

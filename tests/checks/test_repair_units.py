@@ -30,10 +30,10 @@ def test_reference_action_is_exactly_the_seeds_heredoc():
 
 def test_reference_action_runs_the_script_in_bash_with_quotes_and_dollars_kept(tmp_path):
     # A quoted heredoc: bash expands nothing in the script; python3 reads it from stdin.
-    script = (b"import pathlib\n"
-              b"pathlib.Path('out.txt').write_text('$HOME `id` \"q\" \\\\n ' + str(6 * 7))\n")
-    proc = subprocess.run(["bash", "-c", repair.ReferenceRepair(script, "t").action()], cwd=tmp_path,
-                          capture_output=True, text=True)
+    script = b"import pathlib\npathlib.Path('out.txt').write_text('$HOME `id` \"q\" \\\\n ' + str(6 * 7))\n"
+    proc = subprocess.run(
+        ["bash", "-c", repair.ReferenceRepair(script, "t").action()], cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.txt").read_text() == '$HOME `id` "q" \\n 42'
 
@@ -70,13 +70,16 @@ def test_external_budget_is_two_cpus_and_sixteen_gib_without_swap():
 
 
 def _result(*checks: CheckResult) -> external.ExternalResult:
-    return external.ExternalResult(task_id=TASK, image="x@sha256:" + "0" * 64, checks=checks,
-                                   writable_layer_peak_bytes=123)
+    return external.ExternalResult(
+        task_id=TASK, image="x@sha256:" + "0" * 64, checks=checks, writable_layer_peak_bytes=123
+    )
 
 
 def test_not_applicable_reference_checks_are_refused_by_arena_and_warned_by_local(capsys):
-    na = _result(CheckResult(f"{TASK}/reset_task_identity", True, 0.1),
-                 CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"))
+    na = _result(
+        CheckResult(f"{TASK}/reset_task_identity", True, 0.1),
+        CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"),
+    )
     assert na.verified and not na.fully_checked
     with pytest.raises(CheckFailure, match="not applicable: reference_terminal_reward_one"):
         external.enforce([na], ExternalPolicy(required=True, profile="arena"))
@@ -91,8 +94,10 @@ def test_not_applicable_reference_checks_are_refused_by_arena_and_warned_by_loca
 def test_not_applicable_is_neither_passed_nor_failed_in_the_signed_test_result():
     from pipeline.records.attest import checks_predicate
 
-    checks = (CheckResult(f"{TASK}/unsolved_terminal_reward_zero", True, 0.1),
-              CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"))
+    checks = (
+        CheckResult(f"{TASK}/unsolved_terminal_reward_zero", True, 0.1),
+        CheckResult(f"{TASK}/reference_terminal_reward_one", False, 0.0, not_applicable="no script"),
+    )
     suite = SuiteResult(image="x@sha256:" + "0" * 64, targets=(), checks=checks, seconds=1.0)
     loaded = SuiteResult.from_json(suite.to_json())
     assert loaded.checks[1].not_applicable == "no script" and loaded.ok

@@ -64,19 +64,30 @@ def test_external_repair_table_marks_failed_and_not_applicable_checks():
 
     task = "format-code-task-000666"
     unsolved, reference = "unsolved_terminal_reward_zero", "reference_repair_applied_through_action"
-    checks = [CheckResult(f"{task}/{n}", n != unsolved, 0.1, observed=1.0, expected=0.0)
-              for n in REPAIR_CHECKS if n != reference]
-    checks.insert(REPAIR_CHECKS.index(reference),
-                  CheckResult(f"{task}/{reference}", False, 0.0, not_applicable="no script"))
-    ext = {"task_id": task, "image": "ghcr.io/x@sha256:" + "0" * 64,
-           "status": f"not verified: repair check(s) failed: {unsolved}",
-           "checks": [c.to_json() for c in checks], "writable_layer_peak_bytes": 7282688}
+    checks = [
+        CheckResult(f"{task}/{n}", n != unsolved, 0.1, observed=1.0, expected=0.0)
+        for n in REPAIR_CHECKS
+        if n != reference
+    ]
+    checks.insert(
+        REPAIR_CHECKS.index(reference), CheckResult(f"{task}/{reference}", False, 0.0, not_applicable="no script")
+    )
+    ext = {
+        "task_id": task,
+        "image": "ghcr.io/x@sha256:" + "0" * 64,
+        "status": f"not verified: repair check(s) failed: {unsolved}",
+        "checks": [c.to_json() for c in checks],
+        "writable_layer_peak_bytes": 7282688,
+    }
     offline = {"task_id": "format-code-task-001926", "status": "not verified: unreachable", "checks": []}
     result = SuiteResult(image="x", targets=(), checks=tuple(checks), seconds=1.0, external=(ext, offline))
     table = report.external_markdown(result)
     cells = next(l for l in table.splitlines() if l.startswith(f"| {task} |")).split(" | ")[1:]
     assert dict(zip(REPAIR_CHECKS, (c.strip(" |") for c in cells))) == {
-        **{n: "ok" for n in REPAIR_CHECKS}, unsolved: "FAIL", reference: "n/a"}
+        **{n: "ok" for n in REPAIR_CHECKS},
+        unsolved: "FAIL",
+        reference: "n/a",
+    }
     assert "| format-code-task-001926 | " + " | ".join(["-"] * len(REPAIR_CHECKS)) + " |" in table
     assert f"{reference}: not applicable: no script" in table
     total = len(REPAIR_CHECKS)
@@ -94,12 +105,20 @@ def test_each_runtime_s_checks_count_in_one_cell_and_the_runtimes_are_named():
     from pipeline.checks.results import CheckResult, SuiteResult
 
     case = "software_change-d1-s101"
-    checks = tuple(CheckResult(f"{case}/correct{s}", True, 0.1) for s in ("", "@docker")) + \
-        (CheckResult("image/isolation-mode@docker", False, 0.1),)
-    runtimes = tuple({"name": n, "suffix": s, "engine": {"version": "1"}, "isolation": m,
-                      "container_security": {"seccomp": "default", "cap_add": [], "security_opt": []},
-                      "summary": {"passed": 1, "total": 1}}
-                     for n, s, m in (("podman", "", "namespaces"), ("docker", "@docker", None)))
+    checks = tuple(CheckResult(f"{case}/correct{s}", True, 0.1) for s in ("", "@docker")) + (
+        CheckResult("image/isolation-mode@docker", False, 0.1),
+    )
+    runtimes = tuple(
+        {
+            "name": n,
+            "suffix": s,
+            "engine": {"version": "1"},
+            "isolation": m,
+            "container_security": {"seccomp": "default", "cap_add": [], "security_opt": []},
+            "summary": {"passed": 1, "total": 1},
+        }
+        for n, s, m in (("podman", "", "namespaces"), ("docker", "@docker", None))
+    )
     table = family_table(SuiteResult(image="x", targets=(), checks=checks, seconds=1.0, runtimes=runtimes))
     assert "2/2" in table.splitlines()[1] and "other" not in table
     assert "FAILED: isolation-mode@docker" in table

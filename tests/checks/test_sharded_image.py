@@ -39,12 +39,17 @@ def built_image(tmp_path_factory, source_repo, local_registry, base_image):
 
 def _pipeline(local_registry, tmp: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
     """Start `python -m pipeline ARGS` in this checkout; its output goes to tmp/<name>.log."""
-    env = {**os.environ, "RELEASE_REGISTRY_DIR": str(local_registry.root), "PYTHONDONTWRITEBYTECODE": "1",
-           "RELEASE_SIGNING_KEY": str(tmp / "key.pem")}
+    env = {
+        **os.environ,
+        "RELEASE_REGISTRY_DIR": str(local_registry.root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "RELEASE_SIGNING_KEY": str(tmp / "key.pem"),
+    }
     log = tmp / f"{name}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     return proc, log
 
 
@@ -69,10 +74,32 @@ def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_
     # Four containers at once, as many as a release starts twice: one suite slot each pair.
     with suite_slot(), suite_slot():
         runs = [
-            _pipeline(local_registry, tmp_path, "shard-1", "verify", built_image, "--shard", "1/2", "--parallel",
-                      "1", "--out", str(out["shard1"])),
-            _pipeline(local_registry, tmp_path, "shard-2", "verify", built_image, "--shard", "2/2", "--parallel",
-                      "1", "--out", str(out["shard2"])),
+            _pipeline(
+                local_registry,
+                tmp_path,
+                "shard-1",
+                "verify",
+                built_image,
+                "--shard",
+                "1/2",
+                "--parallel",
+                "1",
+                "--out",
+                str(out["shard1"]),
+            ),
+            _pipeline(
+                local_registry,
+                tmp_path,
+                "shard-2",
+                "verify",
+                built_image,
+                "--shard",
+                "2/2",
+                "--parallel",
+                "1",
+                "--out",
+                str(out["shard2"]),
+            ),
             _pipeline(local_registry, tmp_path, "unsharded", "verify", built_image, "--out", str(out["whole"])),
         ]
         for run in runs:
@@ -85,20 +112,37 @@ def test_two_parallel_shards_merge_into_the_unsharded_record(built_image, local_
     assert shard1.external and not results_mod.load(out["shard2"], shard=True).external
 
     att = tmp_path / "att"
-    _wait(_pipeline(local_registry, tmp_path, "merge", "checks", "merge", str(out["shard2"]), str(out["shard1"]),
-                    "--out", str(out["merged"]), "--sign", "key", "--attestations", str(att)))
+    _wait(
+        _pipeline(
+            local_registry,
+            tmp_path,
+            "merge",
+            "checks",
+            "merge",
+            str(out["shard2"]),
+            str(out["shard1"]),
+            "--out",
+            str(out["merged"]),
+            "--sign",
+            "key",
+            "--attestations",
+            str(att),
+        )
+    )
     assert _comparable(out["merged"]) == _comparable(out["whole"])
     merged = results_mod.load(out["merged"])
     assert merged.ok and merged.counts()["total"] > 600
-    assert [(r["name"], r["isolation"], r["containers"]) for r in merged.runtimes] == \
-        [("podman", "namespaces", 2), ("docker", "unprivileged", 2)]
+    assert [(r["name"], r["isolation"], r["containers"]) for r in merged.runtimes] == [
+        ("podman", "namespaces", 2),
+        ("docker", "unprivileged", 2),
+    ]
 
     # The signed test-result statement is about the image and binds the merged checks.json.
-    payload = signing.dsse_verify((att / "checks.dsse.json").read_bytes(), signing.load_published_key(att),
-                                  what="checks statement")
+    payload = signing.dsse_verify(
+        (att / "checks.dsse.json").read_bytes(), signing.load_published_key(att), what="checks statement"
+    )
     stmt = attest.load_statement(payload, what="checks statement")
     assert stmt["predicateType"] == attest.TEST_RESULT
     assert "sha256:" + stmt["subject"][0]["digest"]["sha256"] == built_image.rsplit("@", 1)[1]
     assert stmt["predicate"]["result"] == "PASSED"
     assert stmt["predicate"]["configuration"][0]["digest"]["sha256"] == sha256_file(out["merged"])
-

@@ -37,9 +37,15 @@ def _whole() -> SuiteResult:
     checks[5] = replace(checks[5], passed=False, observed="x", expected="y")
     # An external task's repair checks follow the suite's, as verify_image records them.
     checks += [CheckResult(f"t/{n}", True, 0.2) for n in ("health", "unsolved", "reference-repair")]
-    return SuiteResult(image=IMAGE, targets=("http://a",), checks=tuple(checks), seconds=90.0,
-                       schema={"action": {"type": "object"}}, external=({"task_id": "t", "status": "verified"},),
-                       layers=LAYERS)
+    return SuiteResult(
+        image=IMAGE,
+        targets=("http://a",),
+        checks=tuple(checks),
+        seconds=90.0,
+        schema={"action": {"type": "object"}},
+        external=({"task_id": "t", "status": "verified"},),
+        layers=LAYERS,
+    )
 
 
 def _job_of(check_id: str) -> str:
@@ -55,9 +61,17 @@ def _split(whole: SuiteResult, count: int) -> list[SuiteResult]:
         mine = [c for c in whole.checks if _job_of(c.id) in keys]
         if index == 1:
             mine += [c for c in whole.checks if c.id.startswith("t/")]
-        parts.append(replace(whole, targets=(f"http://shard{index}",), checks=tuple(mine), seconds=10.0 * index,
-                             schema=whole.schema if "image" in keys else {},
-                             external=whole.external if index == 1 else (), shard=Shard(index, count, keys)))
+        parts.append(
+            replace(
+                whole,
+                targets=(f"http://shard{index}",),
+                checks=tuple(mine),
+                seconds=10.0 * index,
+                schema=whole.schema if "image" in keys else {},
+                external=whole.external if index == 1 else (),
+                shard=Shard(index, count, keys),
+            )
+        )
     return parts
 
 
@@ -202,8 +216,21 @@ def test_external_tasks_verified_by_two_shards_are_refused():
 @pytest.mark.slow
 def test_the_merge_command_refuses_a_whole_record_and_writes_nothing(tmp_path):
     results_mod.write(tmp_path / "whole.json", _whole())
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "checks", "merge", str(tmp_path / "whole.json"),
-                           "--out", str(tmp_path / "merged.json")], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "checks",
+            "merge",
+            str(tmp_path / "whole.json"),
+            "--out",
+            str(tmp_path / "merged.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "not the record of one shard" in proc.stderr
     assert not (tmp_path / "merged.json").exists()
@@ -215,8 +242,12 @@ def test_the_merge_command_writes_the_merged_record_and_fails_on_failed_checks(t
     for part in _split(_whole(), 2):
         paths.append(tmp_path / f"shard{part.shard.index}.json")
         results_mod.write(paths[-1], part)
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "checks", "merge", *map(str, paths),
-                           "--out", str(tmp_path / "merged.json")], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "checks", "merge", *map(str, paths), "--out", str(tmp_path / "merged.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     # The whole record has one failing check: the merged record is written, the command fails.
     assert proc.returncode != 0 and "1 check(s) failed" in proc.stderr
     assert _comparable(results_mod.load(tmp_path / "merged.json")) == _comparable(_whole())
@@ -228,9 +259,28 @@ def test_a_shard_against_a_live_server_runs_exactly_its_jobs(live_server, tmp_pa
     """`checks --url URL --shard 3/4 --image NAME` against the real server: the shard's
     cases and nothing else, every check passing, recorded with its plan."""
     out = tmp_path / "shard.json"
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "checks", "--url", live_server.url,
-                           "--app-dir", live_server.app_dir, "--image", IMAGE, "--shard", "3/4",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "checks",
+            "--url",
+            live_server.url,
+            "--app-dir",
+            live_server.app_dir,
+            "--image",
+            IMAGE,
+            "--shard",
+            "3/4",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     part = results_mod.load(out, shard=True)
     planned = plan(job_costs(all_cases()), 4)[2]
@@ -249,21 +299,37 @@ def _two_runtimes(whole: SuiteResult, count: int) -> tuple[SuiteResult, list[Sui
 
     def runtime(name, suffix, checks, containers):
         part = SuiteResult(image=IMAGE, targets=(), checks=tuple(checks), seconds=0.0)
-        return {"name": name, "suffix": suffix, "engine": {"engine": name, "version": "1"},
-                "container_security": {"seccomp": "default"}, "isolation": "namespaces" if not suffix else
-                "unprivileged", "containers": containers, "summary": part.counts()}
+        return {
+            "name": name,
+            "suffix": suffix,
+            "engine": {"engine": name, "version": "1"},
+            "container_security": {"seccomp": "default"},
+            "isolation": "namespaces" if not suffix else "unprivileged",
+            "containers": containers,
+            "summary": part.counts(),
+        }
 
-    both = replace(whole, checks=tuple(suite + docker + external),
-                   runtimes=(runtime("podman", "", suite, count), runtime("docker", "@docker", docker, count)))
+    both = replace(
+        whole,
+        checks=tuple(suite + docker + external),
+        runtimes=(runtime("podman", "", suite, count), runtime("docker", "@docker", docker, count)),
+    )
     parts = []
     for index, keys in enumerate(plan(job_costs(all_cases()), count), start=1):
         mine = [c for c in suite if _job_of(c.id) in keys]
         theirs = [replace(c, id=c.id + "@docker") for c in mine]
-        parts.append(replace(both, targets=(f"http://shard{index}",), seconds=10.0 * index,
-                             checks=tuple(mine + theirs + (external if index == 1 else [])),
-                             schema=whole.schema if "image" in keys else {},
-                             external=whole.external if index == 1 else (), shard=Shard(index, count, keys),
-                             runtimes=(runtime("podman", "", mine, 1), runtime("docker", "@docker", theirs, 1))))
+        parts.append(
+            replace(
+                both,
+                targets=(f"http://shard{index}",),
+                seconds=10.0 * index,
+                checks=tuple(mine + theirs + (external if index == 1 else [])),
+                schema=whole.schema if "image" in keys else {},
+                external=whole.external if index == 1 else (),
+                shard=Shard(index, count, keys),
+                runtimes=(runtime("podman", "", mine, 1), runtime("docker", "@docker", theirs, 1)),
+            )
+        )
     return both, parts
 
 

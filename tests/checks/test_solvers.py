@@ -36,8 +36,11 @@ def test_variant_scores_agree_with_the_first_party_grader(family):
         task = families.make_task(family, seed, 2)
         answer = solvers.solve(family, task["files"])
         for variant in graded_variants(answer):
-            assert families.grade(task, variant.answer) == pytest.approx(variant.expected, abs=1e-12), \
-                (family, seed, variant.check)
+            assert families.grade(task, variant.answer) == pytest.approx(variant.expected, abs=1e-12), (
+                family,
+                seed,
+                variant.check,
+            )
 
 
 def test_solver_modules_import_only_the_standard_library():
@@ -47,8 +50,13 @@ def test_solver_modules_import_only_the_standard_library():
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
                 assert top in allowed, f"{path.name} imports {name}: solvers are stdlib-only programs"
@@ -56,11 +64,14 @@ def test_solver_modules_import_only_the_standard_library():
 
 
 def test_the_solver_package_never_loads_env():
-    code = ("import sys; import pipeline.checks.solvers as s; "
-            "[s.program(f) for f in s.FAMILIES]; [s.module(f) for f in s.FAMILIES]; "
-            "print(sorted(m for m in sys.modules if m == 'env' or m.startswith('env.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=SOLVER_DIR.parents[2])
+    code = (
+        "import sys; import pipeline.checks.solvers as s; "
+        "[s.program(f) for f in s.FAMILIES]; [s.module(f) for f in s.FAMILIES]; "
+        "print(sorted(m for m in sys.modules if m == 'env' or m.startswith('env.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SOLVER_DIR.parents[2]
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -94,5 +105,6 @@ def test_grading_rule_helpers():
 def test_suite_curriculum_matches_the_environment_catalog():
     from env.catalog import CASE_IDS
     from tests.curriculum import all_cases
+
     assert [c.id for c in all_cases()] == list(CASE_IDS)
     assert list(solvers.FAMILIES) == list(families.TASK_IDS)

@@ -25,24 +25,41 @@ def _failed(target) -> set[str]:
     return {c.id for c in result.failures}
 
 
-@pytest.mark.parametrize(("fault", "must_fail", "must_pass"), [
-    ("accepts-wrong", {f"{c.id}/wrong" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
-    ("follows-symlinks", {"image/answer-symlink"}, {"image/answer-fifo", *(f"{c.id}/correct" for c in CASES)}),
-    ("no-output-cap", {"image/output-cap"}, {"image/uid", *(f"{c.id}/correct" for c in CASES)}),
-    ("no-uid-drop", {"image/uid", "image/protected-server-code", "image/protected-task-module",
-                     "image/protected-proc-environ", "image/protected-write", "image/isolation-writable"},
-     {"image/output-cap"}),
-    ("reset-leaves-files", {"image/reset-isolation", *(f"{c.id}/reset" for c in CASES)}, {"image/uid"}),
-    ("runs-after-done", {f"{c.id}/cached-terminal" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
-    ("two-sessions", {"image/one-session"}, {"image/reset-isolation"}),
-    # The three witnesses that could not fail: each alone catches its broken server.
-    ("runs-after-done-quietly", {f"{c.id}/cached-terminal" for c in CASES},
-     {f"{c.id}/correct" for c in CASES}),
-    ("grades-without-reason", {f"image/{n}" for n in ANSWER_CHECKS},
-     {"image/final-action", *(f"{c.id}/correct" for c in CASES)}),
-    ("loses-output-with-background", {"image/reset-isolation"},
-     {"image/uid", "image/output-cap", *(f"{c.id}/correct" for c in CASES)}),
-])
+@pytest.mark.parametrize(
+    ("fault", "must_fail", "must_pass"),
+    [
+        ("accepts-wrong", {f"{c.id}/wrong" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
+        ("follows-symlinks", {"image/answer-symlink"}, {"image/answer-fifo", *(f"{c.id}/correct" for c in CASES)}),
+        ("no-output-cap", {"image/output-cap"}, {"image/uid", *(f"{c.id}/correct" for c in CASES)}),
+        (
+            "no-uid-drop",
+            {
+                "image/uid",
+                "image/protected-server-code",
+                "image/protected-task-module",
+                "image/protected-proc-environ",
+                "image/protected-write",
+                "image/isolation-writable",
+            },
+            {"image/output-cap"},
+        ),
+        ("reset-leaves-files", {"image/reset-isolation", *(f"{c.id}/reset" for c in CASES)}, {"image/uid"}),
+        ("runs-after-done", {f"{c.id}/cached-terminal" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
+        ("two-sessions", {"image/one-session"}, {"image/reset-isolation"}),
+        # The three witnesses that could not fail: each alone catches its broken server.
+        ("runs-after-done-quietly", {f"{c.id}/cached-terminal" for c in CASES}, {f"{c.id}/correct" for c in CASES}),
+        (
+            "grades-without-reason",
+            {f"image/{n}" for n in ANSWER_CHECKS},
+            {"image/final-action", *(f"{c.id}/correct" for c in CASES)},
+        ),
+        (
+            "loses-output-with-background",
+            {"image/reset-isolation"},
+            {"image/uid", "image/output-cap", *(f"{c.id}/correct" for c in CASES)},
+        ),
+    ],
+)
 def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, must_pass):
     with broken_server(fault) as target:
         failed = _failed(target)
@@ -50,37 +67,50 @@ def test_broken_server_fails_the_right_checks(broken_server, fault, must_fail, m
     assert not (must_pass & failed), f"{fault}: collateral failures {sorted(must_pass & failed)}"
 
 
-@pytest.mark.parametrize(("fault", "must_fail"), [
-    # Without a PID namespace there is no /proc of the episode's own either.
-    ("no-pid-namespace", {"image/isolation-hopper", "image/isolation-pid-counter"}),
-    ("container-proc", {"image/isolation-pid-counter"}),
-    ("oom-order-flat", {"image/isolation-oom-order"}),
-    ("no-network-namespace", {"image/isolation-network"}),
-    ("keyrings-allowed", {"image/isolation-keyring"}),
-    # The hopper's marker files, and the planted ones, stay in the shared /tmp too.
-    ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers"}),
-    # Plain uvicorn keeps every trickling connection too.
-    ("no-connection-guard", {"image/connection-flood", "image/slow-headers"}),
-    ("slow-clients-unguarded", {"image/slow-headers"}),
-    ("no-header-deadline", {"image/slow-headers"}),
-    ("no-peer-limit", {"image/slow-headers"}),
-    ("fragile-messages", {"image/malformed-input"}),
-    ("escaped-packets", {"image/malformed-input"}),
-    ("nested-namespaces-allowed", {"image/isolation-nested"}),
-    # The unprivileged mode: whole, it passes every isolation check; without one defence,
-    # that defence's check fails.
-    ("unprivileged", set()),
-    ("unprivileged-sockets-allowed", {"image/isolation-network"}),
-    # The hopper outlives the reset, and its forks hold the UID's process limit, which the
-    # next episodes share: what they run fails too.
-    ("unprivileged-no-kill-by-uid", {"image/isolation-hopper", "image/isolation-keyring",
-                                     "image/isolation-leftovers", "image/isolation-nested",
-                                     "image/isolation-network", "image/isolation-scratch",
-                                     "image/isolation-oom-order"}),
-    ("unprivileged-scratch-shared", {"image/isolation-leftovers", "image/isolation-scratch",
-                                     "image/isolation-hopper"}),
-    ("unprivileged-ipc-allowed", {"image/isolation-leftovers"}),
-])
+@pytest.mark.parametrize(
+    ("fault", "must_fail"),
+    [
+        # Without a PID namespace there is no /proc of the episode's own either.
+        ("no-pid-namespace", {"image/isolation-hopper", "image/isolation-pid-counter"}),
+        ("container-proc", {"image/isolation-pid-counter"}),
+        ("oom-order-flat", {"image/isolation-oom-order"}),
+        ("no-network-namespace", {"image/isolation-network"}),
+        ("keyrings-allowed", {"image/isolation-keyring"}),
+        # The hopper's marker files, and the planted ones, stay in the shared /tmp too.
+        ("scratch-on-disk", {"image/isolation-scratch", "image/isolation-hopper", "image/isolation-leftovers"}),
+        # Plain uvicorn keeps every trickling connection too.
+        ("no-connection-guard", {"image/connection-flood", "image/slow-headers"}),
+        ("slow-clients-unguarded", {"image/slow-headers"}),
+        ("no-header-deadline", {"image/slow-headers"}),
+        ("no-peer-limit", {"image/slow-headers"}),
+        ("fragile-messages", {"image/malformed-input"}),
+        ("escaped-packets", {"image/malformed-input"}),
+        ("nested-namespaces-allowed", {"image/isolation-nested"}),
+        # The unprivileged mode: whole, it passes every isolation check; without one defence,
+        # that defence's check fails.
+        ("unprivileged", set()),
+        ("unprivileged-sockets-allowed", {"image/isolation-network"}),
+        # The hopper outlives the reset, and its forks hold the UID's process limit, which the
+        # next episodes share: what they run fails too.
+        (
+            "unprivileged-no-kill-by-uid",
+            {
+                "image/isolation-hopper",
+                "image/isolation-keyring",
+                "image/isolation-leftovers",
+                "image/isolation-nested",
+                "image/isolation-network",
+                "image/isolation-scratch",
+                "image/isolation-oom-order",
+            },
+        ),
+        (
+            "unprivileged-scratch-shared",
+            {"image/isolation-leftovers", "image/isolation-scratch", "image/isolation-hopper"},
+        ),
+        ("unprivileged-ipc-allowed", {"image/isolation-leftovers"}),
+    ],
+)
 def test_a_server_without_an_isolation_defence_fails_its_check(broken_server, fault, must_fail, monkeypatch):
     """Each defence of an episode against a hostile agent (docs/isolation.md), removed alone:
     its check fails, and the checks of the other defences still pass."""
@@ -124,7 +154,8 @@ def test_a_drifted_schema_fails_image_schema_naming_the_first_difference(broken_
     check = next(c for c in result.checks if c.id == "image/schema")
     assert check.observed["first_difference"] == (
         '/action/properties/command/description: expected "Bash command; each call starts in the task '
-        'repository.", got "A bash command."')
+        'repository.", got "A bash command."'
+    )
 
 
 def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_server):
@@ -142,5 +173,7 @@ def test_the_route_attacks_catch_a_server_with_openenv_cores_own_routes(broken_s
     # Its /mcp answers tools/list with something other than an empty tool list, and its
     # OpenAPI paths are those of simulation mode.
     assert "/mcp tools/list offers something" in text
-    assert "/openapi.json: HTTP 200, paths ['/health', '/mcp', '/metadata', '/reset', '/schema', '/state', '/step']" \
+    assert (
+        "/openapi.json: HTTP 200, paths ['/health', '/mcp', '/metadata', '/reset', '/schema', '/state', '/step']"
         in text
+    )

@@ -47,8 +47,9 @@ def violations(name: str, text: str) -> list[str]:
     doc = load(text)
     found: list[str] = []
     if doc.get("permissions") != {}:
-        found.append(f"{name}: top-level permissions must be {{}} (each job asks for its own), "
-                     f"got {doc.get('permissions')!r}")
+        found.append(
+            f"{name}: top-level permissions must be {{}} (each job asks for its own), got {doc.get('permissions')!r}"
+        )
     lines = _uses_lines(text)
     for job_id, job in (doc.get("jobs") or {}).items():
         where = f"{name}: job {job_id}"
@@ -65,8 +66,10 @@ def violations(name: str, text: str) -> list[str]:
         where = f"{name}: job {job_id} step {n + 1} ({step.get('name') or step.get('uses') or 'run'})"
         if "uses" in step:
             found += _pin(where, step["uses"], lines)
-            if step["uses"].startswith("actions/checkout@") and (step.get("with") or {}).get(
-                    "persist-credentials") is not False:
+            if (
+                step["uses"].startswith("actions/checkout@")
+                and (step.get("with") or {}).get("persist-credentials") is not False
+            ):
                 found.append(f"{where}: checkout must set persist-credentials: false")
         if "${{" in str(step.get("run", "")):
             found.append(f"{where}: an expression in run: (pass it through env: instead)")

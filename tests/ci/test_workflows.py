@@ -31,14 +31,21 @@ def _tool(name: str) -> str:
 
 def _zizmor(folder: Path) -> subprocess.CompletedProcess:
     # --no-config: no zizmor.yml in the tree can silence a finding.
-    return subprocess.run([_tool("zizmor"), "--offline", "--no-config", "--no-progress", "--format", "plain",
-                           str(folder)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [_tool("zizmor"), "--offline", "--no-config", "--no-progress", "--format", "plain", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _schema(*files: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
-                           *map(str, files)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _job(name: str, job: str) -> dict:
@@ -98,15 +105,18 @@ def test_project_rules_hold(name):
     assert rules.violations(name, WORKFLOWS[name]) == []
 
 
-@pytest.mark.parametrize(("old", "new", "message"), [
-    (CHECKOUT, "actions/checkout@v5", "not pinned by a full commit SHA"),
-    (CHECKOUT, "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8", "no `# vX.Y.Z` comment"),
-    ("\npermissions: {}\n", "\npermissions: write-all\n", "top-level permissions"),
-    ("    permissions:\n      contents: read\n    steps", "    steps", "no explicit permissions"),
-    ("persist-credentials: false", "persist-credentials: true", "persist-credentials: false"),
-    ('"$IMAGE" --shard', "${{ inputs.image }} --shard", "an expression in run:"),
-    ("    timeout-minutes: 45\n", "", "no timeout-minutes"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (CHECKOUT, "actions/checkout@v5", "not pinned by a full commit SHA"),
+        (CHECKOUT, "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8", "no `# vX.Y.Z` comment"),
+        ("\npermissions: {}\n", "\npermissions: write-all\n", "top-level permissions"),
+        ("    permissions:\n      contents: read\n    steps", "    steps", "no explicit permissions"),
+        ("persist-credentials: false", "persist-credentials: true", "persist-credentials: false"),
+        ('"$IMAGE" --shard', "${{ inputs.image }} --shard", "an expression in run:"),
+        ("    timeout-minutes: 45\n", "", "no timeout-minutes"),
+    ],
+)
 def test_project_rules_reject_a_broken_workflow(old, new, message):
     text = WORKFLOWS["verify.yml"]
     assert old in text, old
@@ -125,11 +135,13 @@ def test_one_action_one_pin_across_the_workflows():
 
 
 def test_write_permissions_are_only_where_they_are_used():
-    granted = {(name, job_id): perms for name, text in WORKFLOWS.items()
-               for job_id, job in rules.load(text)["jobs"].items()
-               for perms in [job.get("permissions") or {}]}
-    writes = {(where, scope) for where, perms in granted.items() for scope, level in perms.items()
-              if level == "write"}
+    granted = {
+        (name, job_id): perms
+        for name, text in WORKFLOWS.items()
+        for job_id, job in rules.load(text)["jobs"].items()
+        for perms in [job.get("permissions") or {}]
+    }
+    writes = {(where, scope) for where, perms in granted.items() for scope, level in perms.items() if level == "write"}
     assert writes == {
         (("release.yml", "release"), "id-token"),
         (("release.yml", "release"), "packages"),

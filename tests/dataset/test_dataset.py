@@ -49,22 +49,36 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_the_folder_holds_the_card_tasks_vendored_files_and_the_records(records):
     folder = _folder(records)
     names = dataset.files(folder)
-    assert {"README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
-            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/release.dsse.json",
-            "attestations/checks.json", "attestations/layout.json"} <= set(names)
-    assert (folder / "vendor/metaharness-tasks/tasks.py").read_bytes() == \
-        (records.root / "vendor/metaharness-tasks/tasks.py").read_bytes()
+    assert {
+        "README.md",
+        "tasks.jsonl",
+        "openenv.yaml",
+        "vendor/metaharness-tasks/tasks.py",
+        "vendor/metaharness-tasks/LICENSE",
+        "provenance.json",
+        "submission.json",
+        "attestations/release.dsse.json",
+        "attestations/checks.json",
+        "attestations/layout.json",
+    } <= set(names)
+    assert (folder / "vendor/metaharness-tasks/tasks.py").read_bytes() == (
+        records.root / "vendor/metaharness-tasks/tasks.py"
+    ).read_bytes()
     # the environment's OpenEnv manifest, byte for byte the checkout's (the project's own here)
-    assert (folder / "openenv.yaml").read_bytes() == (records.root / "env/openenv.yaml").read_bytes() == \
-        (config_mod.REPO_ROOT / "env/openenv.yaml").read_bytes()
+    assert (
+        (folder / "openenv.yaml").read_bytes()
+        == (records.root / "env/openenv.yaml").read_bytes()
+        == (config_mod.REPO_ROOT / "env/openenv.yaml").read_bytes()
+    )
     assert "| `openenv.yaml` | the environment's OpenEnv manifest" in (folder / "README.md").read_text()
     for rel in dataset.record_files(names):
         assert (folder / rel).read_bytes() == (records.root / rel).read_bytes(), rel
     # every file but the statement and the publishing aids is a subject, by its sha256
     bound = release_statement.dataset_subjects(_statement(records))
     assert sorted(bound) == [n for n in names if not release_statement.is_unbound(n)]
-    assert {"attestations/release.dsse.json", "attestations/release.pub.pem", "attestations/keyid"} == \
-        set(names) - set(bound)
+    assert {"attestations/release.dsse.json", "attestations/release.pub.pem", "attestations/keyid"} == set(names) - set(
+        bound
+    )
 
 
 def test_tasks_jsonl_is_the_request_in_order_one_line_per_task(records):
@@ -74,20 +88,41 @@ def test_tasks_jsonl_is_the_request_in_order_one_line_per_task(records):
     sub = json.loads((records.root / "submission.json").read_text())
     assert [(r["task_id"], r["image"]) for r in rows] == [(t["task_id"], t["image"]) for t in sub["tasks"]]
     first = rows[0]
-    assert first == {"task_id": "software_change-d1-s101", "image": sub["image"], "family": "software_change",
-                     "difficulty": 1, "seed": 101}
+    assert first == {
+        "task_id": "software_change-d1-s101",
+        "image": sub["image"],
+        "family": "software_change",
+        "difficulty": 1,
+        "seed": 101,
+    }
     ext = {r["task_id"]: r for r in rows if r["task_id"] in EXTERNAL}
-    assert list(ext["format-code-task-000666"]) == ["task_id", "image", "dataset", "revision", "split", "row",
-                                                    "record_sha256", "reference"]
+    assert list(ext["format-code-task-000666"]) == [
+        "task_id",
+        "image",
+        "dataset",
+        "revision",
+        "split",
+        "row",
+        "record_sha256",
+        "reference",
+    ]
     prov = json.loads((records.root / "provenance.json").read_text())
     record = prov["external"][0]
     assert ext["format-code-task-000666"] == {
-        "task_id": "format-code-task-000666", "image": record["image"], "dataset": record["dataset"],
-        "revision": record["revision"], "split": record["split"], "row": record["row"],
-        "record_sha256": record["sha256"], "reference": record["reference"]}
+        "task_id": "format-code-task-000666",
+        "image": record["image"],
+        "dataset": record["dataset"],
+        "revision": record["revision"],
+        "split": record["split"],
+        "row": record["row"],
+        "record_sha256": record["sha256"],
+        "reference": record["reference"],
+    }
     second = prov["external"][1]
     assert (ext["format-code-task-001926"]["row"], ext["format-code-task-001926"]["record_sha256"]) == (
-        second["row"], second["sha256"] or None)
+        second["row"],
+        second["sha256"] or None,
+    )
 
 
 def test_json_tool_accepts_every_line_and_refuses_a_broken_one(records, tmp_path):
@@ -120,9 +155,13 @@ def test_same_inputs_give_the_same_bytes(tmp_path, monkeypatch):
         os.umask(0o022)
     assert first == second
     cfg = config_mod.load(root / "release.toml")
-    again = card.generate(cfg, provenance.load(root / "provenance.json"), submission.load(root / "submission.json"),
-                          project_license=sbom.project_license(root),
-                          target=plan.resolve(cfg, "test").dataset)
+    again = card.generate(
+        cfg,
+        provenance.load(root / "provenance.json"),
+        submission.load(root / "submission.json"),
+        project_license=sbom.project_license(root),
+        target=plan.resolve(cfg, "test").dataset,
+    )
     assert again == {"README.md": first["README.md"], "tasks.jsonl": first["tasks.jsonl"]}
 
 
@@ -140,23 +179,37 @@ def test_huggingface_hub_loads_the_card_and_its_metadata_validates(records):
     assert meta["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": "tasks.jsonl"}]}]
     assert DatasetCardData(**meta).to_dict() == meta  # the strict constructor (no ignored errors) takes it
     body = loaded.text
-    for phrase in ("## Tasks", "## Images and sizes", "## Budgets", "## How to verify", "## Licences",
-                   "## Provenance", "nox -s audit", "nox -s reproduce", "does not publish it"):
+    for phrase in (
+        "## Tasks",
+        "## Images and sizes",
+        "## Budgets",
+        "## How to verify",
+        "## Licences",
+        "## Provenance",
+        "nox -s audit",
+        "nox -s reproduce",
+        "does not publish it",
+    ):
         assert phrase in body, phrase
 
 
 def test_the_card_says_its_cases_are_release_tomls_curriculum(records):
     body = (_folder(records) / "README.md").read_text()
-    assert ("The 32 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the "
-            "project commit: families `software_change`, `industrial_schedule`,") in body
+    assert (
+        "The 32 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the "
+        "project commit: families `software_change`, `industrial_schedule`,"
+    ) in body
     assert "`media_timeline`, difficulties 1, 2 and seeds 101, 307, one block of one case per family" in body
     # Another curriculum's lines give its own figures, and no external task changes them.
-    lines = (dataset.TaskLine("math_route-d3-s202", "i", family="math_route", difficulty=3, seed=202),
-             dataset.TaskLine("x", "e", dataset="d", row=1),
-             dataset.TaskLine("media_timeline-d3-s202", "i", family="media_timeline", difficulty=3, seed=202))
+    lines = (
+        dataset.TaskLine("math_route-d3-s202", "i", family="math_route", difficulty=3, seed=202),
+        dataset.TaskLine("x", "e", dataset="d", row=1),
+        dataset.TaskLine("media_timeline-d3-s202", "i", family="media_timeline", difficulty=3, seed=202),
+    )
     assert card._curriculum(lines)[0].startswith(
         "The 2 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the project "
-        "commit: families `math_route`, `media_timeline`, difficulties 3 and seeds 202,")
+        "commit: families `math_route`, `media_timeline`, difficulties 3 and seeds 202,"
+    )
     assert card._curriculum(lines[1:2]) == []
 
 
@@ -169,19 +222,41 @@ def test_the_datasets_library_loads_it_offline_in_request_order(records, tmp_pat
         "t = d['train']\n"
         "print(json.dumps({'splits': sorted(d), 'rows': t.num_rows, 'ids': list(t['task_id']),\n"
         "                  'features': {k: str(v.dtype) for k, v in t.features.items()},\n"
-        "                  'ext': t[8]}))\n")
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "HF_ENDPOINT": "http://127.0.0.1:9"}
-    proc = subprocess.run([sys.executable, "-c", script, str(_folder(records))], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+        "                  'ext': t[8]}))\n"
+    )
+    env = {
+        **os.environ,
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(_folder(records))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     sub = json.loads((records.root / "submission.json").read_text())
     assert got["splits"] == ["train"] and got["rows"] == 34
     assert got["ids"] == [t["task_id"] for t in sub["tasks"]]
-    assert got["features"] == {"task_id": "string", "image": "string", "family": "string", "difficulty": "int64",
-                               "seed": "int64", "dataset": "string", "revision": "string", "split": "string",
-                               "row": "int64", "record_sha256": "string", "reference": "string"}
+    assert got["features"] == {
+        "task_id": "string",
+        "image": "string",
+        "family": "string",
+        "difficulty": "int64",
+        "seed": "int64",
+        "dataset": "string",
+        "revision": "string",
+        "split": "string",
+        "row": "int64",
+        "record_sha256": "string",
+        "reference": "string",
+    }
     assert got["ext"]["task_id"] == "format-code-task-000666" and got["ext"]["family"] is None
     assert got["ext"]["row"] == 666
 
@@ -192,8 +267,14 @@ def test_the_datasets_library_loads_it_offline_in_request_order(records, tmp_pat
 def test_audit_passes_with_the_folder_and_without_it(records):
     rows = {c.id: c for c in audit.audit(records.root)}
     assert all(c.ok for c in rows.values()), audit.render_table(list(rows.values()))
-    for cid in ("dataset/subjects", "dataset/card", "dataset/tasks", "dataset/manifest", "dataset/publication",
-                "dataset/folder"):
+    for cid in (
+        "dataset/subjects",
+        "dataset/card",
+        "dataset/tasks",
+        "dataset/manifest",
+        "dataset/publication",
+        "dataset/folder",
+    ):
         assert rows[cid].status == audit.rows.PASS, cid
     # a fresh clone has no dist/: every bound file is still checked, from the records
     shutil.rmtree(_folder(records))
@@ -207,11 +288,24 @@ def test_audit_passes_with_the_folder_and_without_it(records):
 
 
 def _every_file():
-    return ["README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
-            "vendor/metaharness-tasks/LICENSE", "provenance.json", "submission.json", "attestations/README.md",
-            "attestations/checks.json", "attestations/sbom.cdx.json", "attestations/layout.json",
-            "attestations/provenance.dsse.json", "attestations/links/verify", "attestations/release.dsse.json",
-            "attestations/release.pub.pem", "attestations/keyid"]
+    return [
+        "README.md",
+        "tasks.jsonl",
+        "openenv.yaml",
+        "vendor/metaharness-tasks/tasks.py",
+        "vendor/metaharness-tasks/LICENSE",
+        "provenance.json",
+        "submission.json",
+        "attestations/README.md",
+        "attestations/checks.json",
+        "attestations/sbom.cdx.json",
+        "attestations/layout.json",
+        "attestations/provenance.dsse.json",
+        "attestations/links/verify",
+        "attestations/release.dsse.json",
+        "attestations/release.pub.pem",
+        "attestations/keyid",
+    ]
 
 
 @pytest.mark.parametrize("rel", _every_file())
@@ -283,8 +377,11 @@ def test_a_release_statement_that_does_not_bind_the_manifest_fails(records, monk
     assert "not bound: openenv.yaml" in fails["dataset/subjects"]
     # the statement of the release, its openenv.yaml subject dropped: the folder's file is unbound too
     records = make_records(records.root.parent / "again")
-    _resign_statement(records, "release", lambda stmt: stmt.update(subject=[
-        s for s in stmt["subject"] if s["name"] != "dist/dataset/openenv.yaml"]))
+    _resign_statement(
+        records,
+        "release",
+        lambda stmt: stmt.update(subject=[s for s in stmt["subject"] if s["name"] != "dist/dataset/openenv.yaml"]),
+    )
     fails = failed(records.root)
     assert set(fails) == {"dataset/subjects", "dataset/manifest", "dataset/folder"}, fails
     assert "not bound openenv.yaml" in fails["dataset/folder"]
@@ -315,6 +412,7 @@ def test_a_publication_claimed_by_a_profile_that_does_not_publish_fails(records)
 
 def test_records_without_a_dataset_folder_fail(records):
     """Records of a release made before the dataset existed: the statement binds no folder."""
+
     def drop(stmt):
         stmt["subject"] = [s for s in stmt["subject"] if not release_statement.is_dataset_subject(s["name"])]
 

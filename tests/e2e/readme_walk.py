@@ -50,8 +50,7 @@ class Block:
 
     @property
     def name(self) -> str:
-        command = next((l.strip() for l in self.text.splitlines()
-                        if l.strip() and not l.strip().startswith("#")), "")
+        command = next((l.strip() for l in self.text.splitlines() if l.strip() and not l.strip().startswith("#")), "")
         shown = command if len(command) <= 72 else command[:69] + "..."
         return f"{self.source}:{self.line} ({self.section}) `{shown}`"
 
@@ -89,8 +88,10 @@ def parse(text: str, source: str = README) -> list[Block]:
             continue
         if fence is None:
             if pending:
-                raise ReadmeError(f"{source}:{pending[0][0]}: a readme-walk marker must be on the line "
-                                  f"just before a block's opening fence (line {i + 1} is not one)")
+                raise ReadmeError(
+                    f"{source}:{pending[0][0]}: a readme-walk marker must be on the line "
+                    f"just before a block's opening fence (line {i + 1} is not one)"
+                )
             if lines[i].startswith("## "):
                 section = lines[i][3:].strip()
             i += 1
@@ -102,8 +103,9 @@ def parse(text: str, source: str = README) -> list[Block]:
         skip, background = None, False
         for line_no, directive in pending:
             if language is None:
-                raise ReadmeError(f"{source}:{line_no}: marker before a `{fence['info'] or 'plain'}` block, "
-                                  "which the walk never runs")
+                raise ReadmeError(
+                    f"{source}:{line_no}: marker before a `{fence['info'] or 'plain'}` block, which the walk never runs"
+                )
             if m := SKIP.fullmatch(directive):
                 skip = m["reason"]
             elif directive == "background":
@@ -111,14 +113,19 @@ def parse(text: str, source: str = README) -> list[Block]:
             elif m := CHECKOUT.fullmatch(directive):
                 checkout = m["name"]
             else:
-                raise ReadmeError(f"{source}:{line_no}: unknown readme-walk marker {directive!r} "
-                                  "(known: skip (REASON), background, checkout NAME)")
+                raise ReadmeError(
+                    f"{source}:{line_no}: unknown readme-walk marker {directive!r} "
+                    "(known: skip (REASON), background, checkout NAME)"
+                )
         pending = []
         if background and language != "shell":
             raise ReadmeError(f"{source}:{i + 1}: only a shell block can run in the background")
         if language is not None:
-            blocks.append(Block(i + 1, section, language, "\n".join(lines[i + 1:end]) + "\n",
-                                checkout, skip, background, source))
+            blocks.append(
+                Block(
+                    i + 1, section, language, "\n".join(lines[i + 1 : end]) + "\n", checkout, skip, background, source
+                )
+            )
         i = end + 1
     if pending:
         raise ReadmeError(f"{source}:{pending[0][0]}: a readme-walk marker with no block after it")
@@ -190,8 +197,7 @@ class Walk:
         server: _Server | None = None
         try:
             for n, block in enumerate(blocks, 1):
-                if server is not None and (block.source, block.section) != (server.block.source,
-                                                                            server.block.section):
+                if server is not None and (block.source, block.section) != (server.block.source, server.block.section):
                     self._stop(server)
                     server = None
                 if block.skip is not None:
@@ -205,8 +211,7 @@ class Walk:
                 if block.background:
                     server = self._serve(block, text, cwd, log)
                     outcomes.append(Outcome(block, "served", time.monotonic() - started, server.url))
-                    self.say(f"readme-walk: serving {block.name} at {server.url} "
-                             f"({time.monotonic() - started:.0f} s)")
+                    self.say(f"readme-walk: serving {block.name} at {server.url} ({time.monotonic() - started:.0f} s)")
                     continue
                 self._run(block, text, cwd, log)
                 took = time.monotonic() - started
@@ -262,8 +267,10 @@ class Walk:
 
     def _failed(self, block: Block, log: Path, what: str) -> WalkFailed:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-        return WalkFailed(f"{block.name} {what} (checkout {block.checkout}: {self.checkouts.get(block.checkout)}; "
-                          f"whole output: {log}); its last lines:\n{tail}")
+        return WalkFailed(
+            f"{block.name} {what} (checkout {block.checkout}: {self.checkouts.get(block.checkout)}; "
+            f"whole output: {log}); its last lines:\n{tail}"
+        )
 
 
 def _answers(url: str) -> bool:
@@ -278,9 +285,16 @@ def _start(argv: list[str], *, cwd: Path, env: Mapping[str, str], out, stdin: bo
     """A block's process in a session (and process group) of its own, so that Ctrl-C and a
     timeout reach everything it started; with SIGINT handled as in a terminal even when the
     walk itself runs with SIGINT ignored (started in the background by a shell)."""
-    return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=dict(env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> bool:

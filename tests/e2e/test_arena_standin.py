@@ -43,7 +43,7 @@ DATASET_REPO = "akseljoonas/mimo-openenv-software"
 # files under /workspace/repo.
 REFERENCE = REFERENCE_SCRIPT.read_bytes()
 NOTICE = b"Stand-in NOTICE of the seed repository (tests only).\n"
-_LOADER = '''
+_LOADER = """
 import importlib.abc
 import importlib.util
 import sys
@@ -69,7 +69,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Finder())
 from standin_families import DOMAINS, TASK_IDS, grade, make_task, oracle_answer  # noqa: E402,F401
-'''
+"""
 
 
 def _single_file_tasks() -> bytes:
@@ -93,10 +93,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.c
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _repository(mirror: Path, key: str, files: dict[str, bytes]) -> tuple[str, str]:
@@ -112,8 +116,7 @@ def _repository(mirror: Path, key: str, files: dict[str, bytes]) -> tuple[str, s
     return repo.as_uri(), _git(repo, "rev-parse", "HEAD")
 
 
-def _source(name: str, url: str, rev: str, path: str, data: bytes, license_file: str, lic: bytes,
-            spdx: str) -> str:
+def _source(name: str, url: str, rev: str, path: str, data: bytes, license_file: str, lic: bytes, spdx: str) -> str:
     return f'''
 [[sources]]
 name = "{name}"
@@ -129,13 +132,15 @@ profiles = ["arena"]
 '''
 
 
-def _config(registry: str, hub: str, base: str, images: dict[str, tuple[str, int]], sources: str,
-            records: dict[str, str]) -> str:
+def _config(
+    registry: str, hub: str, base: str, images: dict[str, tuple[str, int]], sources: str, records: dict[str, str]
+) -> str:
     text = (REPO / "release.toml").read_text()
     tail = text.split("[budgets.procedural]", 1)[1]
     # The repository's curriculum: the table up to the next one.
     curriculum = "[curriculum]" + text.split("[curriculum]", 1)[1].split("\n[", 1)[0]
-    tasks = "".join(f'''
+    tasks = "".join(
+        f'''
 [[external.tasks]]
 task_id = "{t}"
 image = "{images[t][0]}"
@@ -145,7 +150,9 @@ split = "code"
 row = {ROWS[t]}
 record_sha256 = "{records[t]}"
 reference = "mimo-reference-{t[-6:]}"
-''' for t in TASKS)
+'''
+        for t in TASKS
+    )
     return f'''
 [release]
 name = "openenv-data-workflows"
@@ -188,43 +195,83 @@ rows_url = "{hub}"
 [budgets.procedural]{tail}'''
 
 
-def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path, local_registry,
-                                                       hub_standin, base_image):
+def test_arena_profile_release_against_local_stand_ins(
+    pyromat_runtime, tmp_path, local_registry, hub_standin, base_image
+):
     clone = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     mirror = tmp_path / "mirror"
-    tasks_url, tasks_rev = _repository(mirror, "github.com/ruvnet/metaharness", {
-        "integrations/openenv-arena/arena_env/tasks.py": TASKS_PY, "LICENSE": LICENSE})
-    seed_url, seed_rev = _repository(mirror, "github.com/akseljoonas/mimo-openenv-software", {
-        **{f"solutions/{t}.py": REFERENCE for t in TASKS}, "NOTICE": NOTICE})
-    sources = _source("metaharness-tasks", tasks_url, tasks_rev, "integrations/openenv-arena/arena_env/tasks.py",
-                      TASKS_PY, "LICENSE", LICENSE, "MIT")
-    sources += "".join(_source(f"mimo-reference-{t[-6:]}", seed_url, seed_rev, f"solutions/{t}.py", REFERENCE,
-                               "NOTICE", NOTICE, "LicenseRef-mimo-openenv-software-NOTICE") for t in TASKS)
+    tasks_url, tasks_rev = _repository(
+        mirror,
+        "github.com/ruvnet/metaharness",
+        {"integrations/openenv-arena/arena_env/tasks.py": TASKS_PY, "LICENSE": LICENSE},
+    )
+    seed_url, seed_rev = _repository(
+        mirror,
+        "github.com/akseljoonas/mimo-openenv-software",
+        {**{f"solutions/{t}.py": REFERENCE for t in TASKS}, "NOTICE": NOTICE},
+    )
+    sources = _source(
+        "metaharness-tasks",
+        tasks_url,
+        tasks_rev,
+        "integrations/openenv-arena/arena_env/tasks.py",
+        TASKS_PY,
+        "LICENSE",
+        LICENSE,
+        "MIT",
+    )
+    sources += "".join(
+        _source(
+            f"mimo-reference-{t[-6:]}",
+            seed_url,
+            seed_rev,
+            f"solutions/{t}.py",
+            REFERENCE,
+            "NOTICE",
+            NOTICE,
+            "LicenseRef-mimo-openenv-software-NOTICE",
+        )
+        for t in TASKS
+    )
     # The base: the PYroMat stand-in, whose instance.json is the record the rows API serves.
-    base = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
-                                 runtime=pyromat_runtime)
+    base = build_pyromat_standin(
+        local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(), runtime=pyromat_runtime
+    )
     first = build_standin(local_registry, base_image, tmp_path / "s1", task_id=TASKS[0])
     second = build_standin(local_registry, base_image, tmp_path / "s2", task_id=TASKS[1])
     # The records the rows API serves are the images' own /opt/arena/instance.json.
     texts = {TASKS[0]: first.instance_json.decode(), TASKS[1]: second.instance_json.decode()}
-    images = {TASKS[0]: (first.reference, first.compressed_bytes),
-              TASKS[1]: (second.reference, second.compressed_bytes)}
+    images = {
+        TASKS[0]: (first.reference, first.compressed_bytes),
+        TASKS[1]: (second.reference, second.compressed_bytes),
+    }
     records = {t: hashlib.sha256(text.encode()).hexdigest() for t, text in texts.items()}
     rows = {ROWS[t]: rows_standin.mimo_row(text) for t, text in texts.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_")}
-    env.update(RELEASE_REGISTRY_USER=local_registry.user,
-               RELEASE_REGISTRY_PASSWORD=local_registry.password,
-               HOME=str(tmp_path / "home"), PYTHONDONTWRITEBYTECODE="1",
-               HF_ENDPOINT=hub_standin.url, HF_TOKEN=hub_standin.token)
+    env.update(
+        RELEASE_REGISTRY_USER=local_registry.user,
+        RELEASE_REGISTRY_PASSWORD=local_registry.password,
+        HOME=str(tmp_path / "home"),
+        PYTHONDONTWRITEBYTECODE="1",
+        HF_ENDPOINT=hub_standin.url,
+        HF_TOKEN=hub_standin.token,
+    )
     hub_standin.create_repo(DATASET_REPO)
     with rows_standin.serve(rows) as hub:
-        (clone / "release.toml").write_text(_config(local_registry.address, hub.url, base.reference, images,
-                                                    sources, records))
+        (clone / "release.toml").write_text(
+            _config(local_registry.address, hub.url, base.reference, images, sources, records)
+        )
         _git(clone, "commit", "-q", "-m", "arena stand-in config", "--", "release.toml")
         with suite_slot():
-            proc = subprocess.run([sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
-                                  cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pipeline", "release", "--profile", "arena"],
+                cwd=clone,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
     assert hub.requests.count("/rows") == 2, proc.stderr[-6000:]
 
     # Sources, references and records: vendored and verified by their pins.
@@ -240,7 +287,8 @@ def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path
     # What the base keeps root-only under /opt/arena stays unreadable in the derived image.
     inherited = by_id["image/protected-inherited"]
     assert inherited["passed"] and inherited["detail"] == (
-        f"{len(INHERITED)} file(s) the base holds: " + ", ".join(f"/opt/arena/{n}" for n in sorted(INHERITED)))
+        f"{len(INHERITED)} file(s) the base holds: " + ", ".join(f"/opt/arena/{n}" for n in sorted(INHERITED))
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     assert all(c["passed"] for c in checks["checks"])
     expected_passed = list(REPAIR_CHECKS)
@@ -271,9 +319,13 @@ def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path
 
     assert prov["base"]["digest"] == base.reference.split("@")[1]
     assert {s["source"]: s["revision"] for s in prov["sources"]} == {
-        "metaharness-tasks": tasks_rev, "mimo-reference-000666": seed_rev, "mimo-reference-001926": seed_rev}
-    assert [(e["task_id"], e["split"], e["row"], e["sha256"], e["reference"], e["status"]) for e in prov["external"]] \
-        == [(t, "code", ROWS[t], records[t], f"mimo-reference-{t[-6:]}", "verified") for t in TASKS]
+        "metaharness-tasks": tasks_rev,
+        "mimo-reference-000666": seed_rev,
+        "mimo-reference-001926": seed_rev,
+    }
+    assert [
+        (e["task_id"], e["split"], e["row"], e["sha256"], e["reference"], e["status"]) for e in prov["external"]
+    ] == [(t, "code", ROWS[t], records[t], f"mimo-reference-{t[-6:]}", "verified") for t in TASKS]
     # Both measures of every image, read from their manifests: the seed's (layers) and the
     # platform's (config blob + layers).
     sizes = {i["image"]: i for i in prov["sizes"]["images"]}
@@ -287,12 +339,24 @@ def test_arena_profile_release_against_local_stand_ins(pyromat_runtime, tmp_path
     dataset_dir = clone / "dist" / "dataset"
     published = hub_standin.files_at(DATASET_REPO, commits[-1].oid)
     assert {k: v for k, v in published.items() if k != ".gitattributes"} == {
-        str(p.relative_to(dataset_dir)): p.read_bytes() for p in dataset_dir.rglob("*") if p.is_file()}
+        str(p.relative_to(dataset_dir)): p.read_bytes() for p in dataset_dir.rglob("*") if p.is_file()
+    }
     assert hub_standin.unknown == []
-    subprocess.run([sys.executable, "-m", "pipeline", "key", "--profile", "arena"], cwd=clone, env=env,
-                   check=True, capture_output=True, timeout=120)
-    audit = subprocess.run([sys.executable, "-m", "pipeline", "audit", "--key",
-                            str(clone / ".release" / "keys" / "release.pub.pem")], cwd=clone, env=env,
-                           capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", "key", "--profile", "arena"],
+        cwd=clone,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    audit = subprocess.run(
+        [sys.executable, "-m", "pipeline", "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem")],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr
     shutil.rmtree(clone / "dist", ignore_errors=True)

@@ -20,13 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def pipeline(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RELEASE_") and k != "SOURCE_DATE_EPOCH"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_") and k != "SOURCE_DATE_EPOCH"}
     # A registry directory that does not exist: only what the records themselves say counts.
     env["RELEASE_REGISTRY_DIR"] = str(cwd / ".no-registry")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200
+    )
 
 
 def test_committed_records_are_a_complete_local_release():
@@ -59,8 +59,10 @@ def test_audit_passes_on_the_committed_records(tmp_path):
     assert summary["predicateType"] == "https://slsa.dev/verification_summary/v1"
     assert summary["predicate"]["verificationResult"] == "PASSED"
     assert summary["predicate"]["notVerified"] == ["sbom/components", "sbom/coverage"]
-    assert summary["subject"][0]["digest"]["sha256"] == json.loads(
-        (REPO / "submission.json").read_text())["image"].split("@sha256:")[1]
+    assert (
+        summary["subject"][0]["digest"]["sha256"]
+        == json.loads((REPO / "submission.json").read_text())["image"].split("@sha256:")[1]
+    )
 
 
 @pytest.mark.slow

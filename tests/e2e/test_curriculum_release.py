@@ -29,12 +29,12 @@ DIFFICULTIES = (1, 2, 3)
 SEEDS = (101, 202)
 EXTERNAL = "format-code-task-000666"
 DROPPED = "format-code-task-001926"
-CURRICULUM = f'''[curriculum]
+CURRICULUM = f"""[curriculum]
 families = {json.dumps(list(FAMILIES))}
 difficulties = {json.dumps(list(DIFFICULTIES))}
 seeds = {json.dumps(list(SEEDS))}
 blocks = "difficulty-seed"
-'''
+"""
 CASES = [f"{f}-d{d}-s{s}" for d in DIFFICULTIES for s in SEEDS for f in FAMILIES]
 # Six blocks of three; the one external task after the second.
 ORDER = CASES[:6] + [EXTERNAL] + CASES[6:]
@@ -76,8 +76,9 @@ def new_curriculum(tmp_path, base_image):  # base_image: the pinned base's layou
 @pytest.mark.container
 def test_a_second_curriculum_releases_verifies_and_audits_with_no_code_edited(new_curriculum):
     clone = new_curriculum
-    changed = subprocess.run(["git", "diff", "--name-only", "HEAD~1", "HEAD"], cwd=clone, check=True,
-                             capture_output=True, text=True).stdout.split()
+    changed = subprocess.run(
+        ["git", "diff", "--name-only", "HEAD~1", "HEAD"], cwd=clone, check=True, capture_output=True, text=True
+    ).stdout.split()
     assert changed == ["release.toml"]  # no code edited
     scope = ContainerScope.new()
     with suite_slot():
@@ -114,9 +115,11 @@ def test_a_second_curriculum_releases_verifies_and_audits_with_no_code_edited(ne
 
     # The card says where the cases come from.
     card = (clone / "dist" / "dataset" / "README.md").read_text()
-    assert ("The 18 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the "
-            "project commit: families `media_timeline`, `math_route`, `software_change`, difficulties 1, 2, 3 "
-            "and seeds 101, 202,") in card
+    assert (
+        "The 18 procedural cases are the curriculum declared in `release.toml`'s `[curriculum]` at the "
+        "project commit: families `media_timeline`, `math_route`, `software_change`, difficulties 1, 2, 3 "
+        "and seeds 101, 202,"
+    ) in card
 
     # The auditor: every record, the SBOM against the built layers, the dataset folder.
     audited = pipeline(clone, "audit", "--key", str(clone / ".release" / "keys" / "release.pub.pem"))
@@ -125,8 +128,11 @@ def test_a_second_curriculum_releases_verifies_and_audits_with_no_code_edited(ne
     # The diff against the records committed at HEAD names exactly the cases that changed.
     diffed = pipeline(clone, "diff", "HEAD", ".", "--json", "--allow")
     assert diffed.returncode == 0, diffed.stdout[-3000:] + diffed.stderr[-3000:]
-    old = json.loads(subprocess.run(["git", "show", "HEAD:submission.json"], cwd=clone, check=True,
-                                    capture_output=True, text=True).stdout)
+    old = json.loads(
+        subprocess.run(
+            ["git", "show", "HEAD:submission.json"], cwd=clone, check=True, capture_output=True, text=True
+        ).stdout
+    )
     old_cases = [t["task_id"] for t in old["tasks"] if not t["task_id"].startswith("format-code-task-")]
     d = json.loads(diffed.stdout)
     assert d["cases_added"] == [c for c in CASES if c not in old_cases]

@@ -45,9 +45,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.c
 TRACKED = ("provenance.json", "submission.json", "attestations")
 
 
-def _release(clone: Path, scope: ContainerScope, *, pause: str | tuple[str, ...] | None = None,
-             until: str | None = None, on_the_way: Callable[[str], None] | None = None,
-             timeout: float = 900) -> str:
+def _release(
+    clone: Path,
+    scope: ContainerScope,
+    *,
+    pause: str | tuple[str, ...] | None = None,
+    until: str | None = None,
+    on_the_way: Callable[[str], None] | None = None,
+    timeout: float = 900,
+) -> str:
     """Run `pipeline release` in `clone`; with `pause` (a RELEASE_TEST_PAUSE_AT point) or
     `until` (text of a stderr line), SIGKILL it there. With several points, the release is
     killed at the last; at each one before it, `on_the_way(point)` looks at what a kill there
@@ -57,8 +63,14 @@ def _release(clone: Path, scope: ContainerScope, *, pause: str | tuple[str, ...]
     points = (pause,) if isinstance(pause, str) else tuple(pause or ())
     if points:
         env[runs.PAUSE_ENV] = ",".join(points)
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release"], cwd=clone, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "release"],
+        cwd=clone,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     passed = []
     try:
@@ -78,8 +90,9 @@ def _release(clone: Path, scope: ContainerScope, *, pause: str | tuple[str, ...]
         else:
             proc.wait(timeout=timeout)
             if points or until:
-                pytest.fail(f"the release ended (exit {proc.returncode}) before {points or until}:\n"
-                            + "".join(seen[-30:]))
+                pytest.fail(
+                    f"the release ended (exit {proc.returncode}) before {points or until}:\n" + "".join(seen[-30:])
+                )
             assert proc.returncode == 0, "".join(seen[-40:])
     finally:
         if proc.poll() is None:
@@ -89,8 +102,13 @@ def _release(clone: Path, scope: ContainerScope, *, pause: str | tuple[str, ...]
 
 
 def _tracked_as_committed(clone: Path) -> bool:
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *TRACKED], cwd=clone,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--", *TRACKED],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out == "" and not (clone / install.JOURNAL).exists()
 
 
@@ -115,8 +133,14 @@ def _flip(path: Path, at: int = 4096) -> None:
 
 
 def _audit(clone: Path, scope: ContainerScope) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "audit", "--key", ".release/keys/release.pub.pem"],
-                          cwd=clone, env=_env(clone, scope), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "audit", "--key", ".release/keys/release.pub.pem"],
+        cwd=clone,
+        env=_env(clone, scope),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _nothing_left(clone: Path, scope: ContainerScope) -> None:
@@ -127,12 +151,17 @@ def _nothing_left(clone: Path, scope: ContainerScope) -> None:
     assert dockerd.status(scope.docker_dir) is None
     assert not (clone / install.JOURNAL).exists()
     assert list((clone / install.STAGING).iterdir()) == []
-    assert runs.dead_temp_files([state, clone / "dist"],
-                                skip=[state / "base" / "rootfs", state / "registry", state / "staging"]) == []
+    assert (
+        runs.dead_temp_files(
+            [state, clone / "dist"], skip=[state / "base" / "rootfs", state / "registry", state / "staging"]
+        )
+        == []
+    )
 
 
 def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_converges(
-        base_image, tmp_path):  # base_image: the layout seed_caches copies
+    base_image, tmp_path
+):  # base_image: the layout seed_caches copies
     clone = _clone(tmp_path / "checkout")
     committed = records_digest(clone)
     scope = ContainerScope.new()
@@ -180,8 +209,9 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
             # Killed mid-suite (the image pulled back, every digest checked): its check
             # containers stay behind, then the next run removes them.
             err = _release(clone, scope, until="container(s) of")
-            assert f"removed 1 corrupt blob(s) from the local registry's storage (sha256:{data.parent.name[:12]})" \
-                in err
+            assert (
+                f"removed 1 corrupt blob(s) from the local registry's storage (sha256:{data.parent.name[:12]})" in err
+            )
             assert "base re-pushed" in err
             left = scope.containers()
             assert left, "the suite's containers should be running when it was killed"
@@ -199,8 +229,12 @@ def test_kills_at_each_stage_boundary_keep_the_committed_records_and_the_rerun_c
                 assert len(staged) == 1 and not install.journaled(clone, staged[0]), (point, staged)
                 held.append((point, staged[0]))
 
-            err = _release(clone, scope, pause=("admission", "records", "attach", "self-audit", "install"),
-                           on_the_way=as_a_kill_there_leaves_it)
+            err = _release(
+                clone,
+                scope,
+                pause=("admission", "records", "attach", "self-audit", "install"),
+                on_the_way=as_a_kill_there_leaves_it,
+            )
             assert [p for p, _ in held] == ["admission", "records", "attach", "self-audit"]
             assert f"removed {len(left)} check container(s) of releases that are gone" in err
             assert "audit of the records PASSED" in err and not (clone / install.JOURNAL).exists()
@@ -237,8 +271,10 @@ def test_a_corrupt_rootfs_cache_is_found_discarded_and_rebuilt_to_the_committed_
         with suite_slot():
             made = pipeline(clone, "base", scope=scope, timeout=900)
             if made.returncode != 0 and "served other .debs" in made.stderr:
-                pytest.skip("the Debian mirror serves other .debs than locks/base.json pins: "
-                            + made.stderr.strip().splitlines()[-1])
+                pytest.skip(
+                    "the Debian mirror serves other .debs than locks/base.json pins: "
+                    + made.stderr.strip().splitlines()[-1]
+                )
             assert made.returncode == 0, made.stderr[-3000:]
             assert "rootfs: mmdebstrap" in made.stderr and "base rebuilt to the pinned digest" in made.stdout
             assert marker.read_text().startswith("sha256:")
@@ -255,15 +291,26 @@ def test_a_corrupt_rootfs_cache_is_found_discarded_and_rebuilt_to_the_committed_
             err = _release(clone, scope)
         # Found, one line; discarded; mmdebstrap again; the pinned base and the committed image.
         found = [line for line in err.splitlines() if "fails its check" in line]
-        assert len(found) == 1 and f"the cached tree {tree} fails its check" in found[0] \
-            and "discarded and rebuilt" in found[0], err[-3000:]
+        assert (
+            len(found) == 1
+            and f"the cached tree {tree} fails its check" in found[0]
+            and "discarded and rebuilt" in found[0]
+        ), err[-3000:]
         assert err.index("fails its check") < err.index("rootfs: mmdebstrap")
         assert "base rebuilt to the pinned digest" in err
         assert _image(clone) == committed_image
         # The lock was never rewritten, so nothing suggests getting past it.
         assert (clone / base.BASE_LOCK_FILE).read_bytes() == committed_lock
-        assert subprocess.run(["git", "status", "--porcelain", "--", base.BASE_LOCK_FILE], cwd=clone,
-                              capture_output=True, text=True, check=True).stdout == ""
+        assert (
+            subprocess.run(
+                ["git", "status", "--porcelain", "--", base.BASE_LOCK_FILE],
+                cwd=clone,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            == ""
+        )
         assert "allow-dirty" not in err
         assert marker.read_text().strip() == rootfscache.tree_digest(tree)
         _nothing_left(clone, scope)
@@ -271,8 +318,7 @@ def test_a_corrupt_rootfs_cache_is_found_discarded_and_rebuilt_to_the_committed_
         localregistry.stop(registry)
 
 
-def test_a_kill_inside_the_install_leaves_every_record_and_the_next_run_completes_it(
-        base_image, tmp_path):
+def test_a_kill_inside_the_install_leaves_every_record_and_the_next_run_completes_it(base_image, tmp_path):
     clone = _clone(tmp_path / "checkout")
     committed = {rel: (clone / rel).read_bytes() for rel in ("provenance.json", "submission.json")}
     scope = ContainerScope.new()
@@ -316,29 +362,42 @@ def test_a_full_disk_in_a_stage_is_one_line_with_the_path_and_what_it_needs(base
     dist.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(dist)], check=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "pipeline", "release"], cwd=clone, env=_env(clone, scope),
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline", "release"],
+            cwd=clone,
+            env=_env(clone, scope),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         localregistry.stop(clone / ".release" / "registry")
         subprocess.run(["umount", str(dist)], check=True)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: no space left on the file system of {dist / 'oci' / 'blobs' / 'sha256'} "
-                           "(the build stage: No space left on device); expected about 150 MB free, got "), last
+    assert last.startswith(
+        f"error: no space left on the file system of {dist / 'oci' / 'blobs' / 'sha256'} "
+        "(the build stage: No space left on device); expected about 150 MB free, got "
+    ), last
     assert "free space on that file system" in last
     assert _tracked_as_committed(clone)
     assert scope.containers() == []
 
 
-def test_a_registry_that_stops_answering_mid_release_is_waited_for_with_progress_then_given_up(
-        base_image, tmp_path):
+def test_a_registry_that_stops_answering_mid_release_is_waited_for_with_progress_then_given_up(base_image, tmp_path):
     clone = _clone(tmp_path / "checkout")
     scope = ContainerScope.new()
     registry = clone / ".release" / "registry"
     env = {**_env(clone, scope), "RELEASE_REGISTRY_WAIT_S": "8"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release"], cwd=clone, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "release"],
+        cwd=clone,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     try:
         for line in proc.stderr:

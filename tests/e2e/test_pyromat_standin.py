@@ -50,14 +50,15 @@ TASK = "format-code-task-000666"
 def pyromat_inputs() -> dict:
     """The stand-in's adapter, record and workspace: the repair stand-in's server as the
     adapter, a record with the real records' fields, the stand-in project as the repository."""
-    adapter = {"server.py": (REPAIR_STANDIN / "server.py").read_bytes(),
-               "prepare.py": b'"""Stand-in of the MiMo adapter\'s prepare.py (run at build time only)."""\n',
-               "terminal.py": b'"""Stand-in of the MiMo adapter\'s terminal.py."""\n',
-               "task-dependencies.json": b"{}\n"}
+    adapter = {
+        "server.py": (REPAIR_STANDIN / "server.py").read_bytes(),
+        "prepare.py": b'"""Stand-in of the MiMo adapter\'s prepare.py (run at build time only)."""\n',
+        "terminal.py": b'"""Stand-in of the MiMo adapter\'s terminal.py."""\n',
+        "task-dependencies.json": b"{}\n",
+    }
     root = REPAIR_STANDIN / "project"
     project = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-    return {"record": record_text(mimo_record(TASK)).encode(), "adapter": adapter,
-            "workspace": workspace_tar(project)}
+    return {"record": record_text(mimo_record(TASK)).encode(), "adapter": adapter, "workspace": workspace_tar(project)}
 
 
 def _careless(registry, derived: str, work: Path) -> str:
@@ -67,14 +68,23 @@ def _careless(registry, derived: str, work: Path) -> str:
     fetched = client.get_manifest(ref.repository, ref.digest)
     manifest = oci_image.parse_manifest(fetched.raw, fetched.media_type)
     base = oci_image.BaseImage(manifest, client.get_blob_bytes(ref.repository, manifest.config.digest))
-    layer = write_layer([FileEntry("opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o755)], work,
-                        source_date_epoch=1)
-    image = oci_image.derive(base, [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size,
-                                                       f"{HISTORY_PREFIX}careless layer")],
-                             oci_image.ConfigChanges(), source_date_epoch=1)
-    return push_image(registry.client(), ref.repository, image.manifest_bytes, image.media_type,
-                      {image.manifest.config.digest: image.config_bytes, layer.digest: layer.path},
-                      tag="careless").reference
+    layer = write_layer(
+        [FileEntry("opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o755)], work, source_date_epoch=1
+    )
+    image = oci_image.derive(
+        base,
+        [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size, f"{HISTORY_PREFIX}careless layer")],
+        oci_image.ConfigChanges(),
+        source_date_epoch=1,
+    )
+    return push_image(
+        registry.client(),
+        ref.repository,
+        image.manifest_bytes,
+        image.media_type,
+        {image.manifest.config.digest: image.config_bytes, layer.digest: layer.path},
+        tag="careless",
+    ).reference
 
 
 def _protected(runtime: ContainerRuntime, image: str, tmp: Path) -> dict:
@@ -83,27 +93,34 @@ def _protected(runtime: ContainerRuntime, image: str, tmp: Path) -> dict:
     pulled = pull(image, tmp / "oci")
     layout = Layout(tmp / "oci")
     config = oci_image.parse_config(layout.read_blob(pulled.config_digest))
-    inherited = inherited_files(config, [(d.digest, layout.blob_path(d.digest)) for d in pulled.layers],
-                                "/opt/arena")
+    inherited = inherited_files(config, [(d.digest, layout.blob_path(d.digest)) for d in pulled.layers], "/opt/arena")
     runtime.pull(image)
     container = runtime.start(image, port=8000)
     try:
-        exe = subprocess.run([runtime.engine, *runtime.args.global_args, "exec", container.id,
-                              "readlink", "/proc/1/exe"], capture_output=True, text=True, check=True)
+        exe = subprocess.run(
+            [runtime.engine, *runtime.args.global_args, "exec", container.id, "readlink", "/proc/1/exe"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rec = Recorder("image")
         with Session(container.url) as session:
-            image_checks.protected_checks(session, Target(url=container.url, inherited=inherited),
-                                          all_cases()[0], 11, rec)
-        return {"inherited": inherited, "exe": exe.stdout.strip(),
-                "checks": {r.id.split("/", 1)[1]: r for r in rec.results}}
+            image_checks.protected_checks(
+                session, Target(url=container.url, inherited=inherited), all_cases()[0], 11, rec
+            )
+        return {
+            "inherited": inherited,
+            "exe": exe.stdout.strip(),
+            "checks": {r.id.split("/", 1)[1]: r for r in rec.results},
+        }
     finally:
         runtime.remove(container)
 
 
-def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_registry,
-                                                base_image, source_repo):
-    stand = build_pyromat_standin(local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(),
-                                 runtime=pyromat_runtime)
+def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_registry, base_image, source_repo):
+    stand = build_pyromat_standin(
+        local_registry, base_image, tmp_path / "pyromat", **pyromat_inputs(), runtime=pyromat_runtime
+    )
     client = RegistryClient(local_registry.address)
     ref = ImageRef.parse(stand.reference, registry=True)
     fetched = client.get_manifest(ref.repository, ref.digest)
@@ -111,8 +128,12 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     assert fetched.media_type == oci_image.DOCKER_MANIFEST and len(manifest["layers"]) == 6
     assert {l["mediaType"] for l in manifest["layers"]} == {oci_image.DOCKER_LAYER_GZIP}
     config = json.loads(client.get_blob_bytes(ref.repository, manifest["config"]["digest"]))["config"]
-    assert (config["User"], config["WorkingDir"], config["Cmd"], config.get("Entrypoint")) == \
-        ("root", "/opt/arena", list(CMD), None)
+    assert (config["User"], config["WorkingDir"], config["Cmd"], config.get("Entrypoint")) == (
+        "root",
+        "/opt/arena",
+        list(CMD),
+        None,
+    )
     assert {"PYTHONUNBUFFERED=1", "ENABLE_WEB_INTERFACE=false"} <= set(config["Env"])
     assert config["ExposedPorts"] == {"8000/tcp": {}}
     assert config["Labels"] == {"org.opencontainers.image.source": SOURCE_LABEL}
@@ -128,8 +149,15 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     assert dfetched.media_type == oci_image.DOCKER_MANIFEST
     assert [l["digest"] for l in dmanifest["layers"][:6]] == list(stand.layers)
     dconfig = json.loads(client.get_blob_bytes(dref.repository, dmanifest["config"]["digest"]))["config"]
-    assert dconfig["Cmd"] == ["/opt/arena-python/bin/python3", "-m", "env.server.serve",
-                              "--host", "0.0.0.0", "--port", "8000"]
+    assert dconfig["Cmd"] == [
+        "/opt/arena-python/bin/python3",
+        "-m",
+        "env.server.serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
     assert dconfig["WorkingDir"] == "/opt/arena" and dconfig["User"] == "0"
     assert dconfig["Labels"]["org.opencontainers.image.base.digest"] == ref.digest
     assert dconfig["Labels"]["org.opencontainers.image.source"] != SOURCE_LABEL
@@ -146,7 +174,6 @@ def test_derived_image_on_the_pyromat_standin(pyromat_runtime, tmp_path, local_r
     assert all(c.passed for c in checks.values()), {k: c.observed for k, c in checks.items() if not c.passed}
 
     # Teeth: one careless layer re-creating /opt/arena 0755 opens the record and the adapter.
-    careless = _protected(runtime, _careless(local_registry, derived, tmp_path / "careless"),
-                          tmp_path / "bad")
+    careless = _protected(runtime, _careless(local_registry, derived, tmp_path / "careless"), tmp_path / "bad")
     bad = careless["checks"]["protected-inherited"]
     assert not bad.passed and "READABLE /opt/arena/instance.json" in bad.observed

@@ -75,14 +75,17 @@ def newcomer_env() -> dict[str, str]:
     # process of the walk compiled what it imports from source again (the sessions' venvs
     # are made by uv, which writes no bytecode at install).
     drop = ("SOURCE_DATE_EPOCH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
-    env = {k: v for k, v in os.environ.items()
-           if k not in drop and not k.startswith(("RELEASE_", "PYTEST_", "NOX_"))}
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("RELEASE_", "PYTEST_", "NOX_"))}
     if sys.prefix != sys.base_prefix:
         venv_bin = str(Path(sys.prefix) / "bin")
         env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     identity = {"GIT_AUTHOR_NAME": "README walk", "GIT_AUTHOR_EMAIL": "readme-walk@localhost"}
-    env.update(identity, GIT_COMMITTER_NAME=identity["GIT_AUTHOR_NAME"],
-               GIT_COMMITTER_EMAIL=identity["GIT_AUTHOR_EMAIL"], RELEASE_SERVE_PORT=str(_free_port()))
+    env.update(
+        identity,
+        GIT_COMMITTER_NAME=identity["GIT_AUTHOR_NAME"],
+        GIT_COMMITTER_EMAIL=identity["GIT_AUTHOR_EMAIL"],
+        RELEASE_SERVE_PORT=str(_free_port()),
+    )
     return env
 
 
@@ -134,8 +137,7 @@ def test_the_readme_walked_in_order_on_fresh_clones(tmp_path, capsys, base_image
     # CI's path on the records the walk's own release made and the release engineer pushed:
     # a fresh clone, no registry anywhere; mmdebstrap and the wheel lock rebuild the base,
     # the whole image digest is the recorded one and the records are current.
-    ci = [o for o in outcomes if o.block.checkout == "ci" and o.status == "ran"
-          and "nox -s reproduce" in o.block.text]
+    ci = [o for o in outcomes if o.block.checkout == "ci" and o.status == "ran" and "nox -s reproduce" in o.block.text]
     assert ci, "the README's CI section no longer runs `nox -s reproduce` in a fresh clone"
     out = ci[0].output
     recorded = json.loads((walk.checkouts["ci"] / "provenance.json").read_text())["image"]["digest"]
@@ -171,8 +173,9 @@ def test_the_readme_s_markers_parse_and_its_client_uses_serve_s_url():
     assert served and clients
     for client in clients:
         server = [b for b in served if b.source == client.source and b.line < client.line][-1]
-        assert (server.source, server.section) == (client.source, client.section), \
+        assert (server.source, server.section) == (client.source, client.section), (
             "the client runs while the server of its section runs"
+        )
         assert README_URL in client.text
     assert all(b.skip.strip() for b in blocks if b.skip is not None)
     # Every document is walked: the README first, then each docs/*.md.
@@ -188,14 +191,17 @@ def _documents(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_docs_are_walked_after_the_readme_in_name_order_each_from_the_newcomer_s_clone(tmp_path):
-    repo = _documents(tmp_path, {
-        "README.md": "## Set-up\n\n```sh\necho readme\n```\n\n"
-                     "<!-- readme-walk: checkout auditor -->\n```sh\necho audit\n```\n",
-        "docs/testing.md": "# Testing\n\n## Markers\n\n<!-- readme-walk: skip (the suite) -->\n"
-                           "```sh\nnox -s tests\n```\n",
-        "docs/ci.md": "# CI\n\n```python\nprint('ci')\n```\n\n```toml\nnot = 'run'\n```\n",
-        "docs/notes.txt": "```sh\necho not a markdown document\n```\n",
-    })
+    repo = _documents(
+        tmp_path,
+        {
+            "README.md": "## Set-up\n\n```sh\necho readme\n```\n\n"
+            "<!-- readme-walk: checkout auditor -->\n```sh\necho audit\n```\n",
+            "docs/testing.md": "# Testing\n\n## Markers\n\n<!-- readme-walk: skip (the suite) -->\n"
+            "```sh\nnox -s tests\n```\n",
+            "docs/ci.md": "# CI\n\n```python\nprint('ci')\n```\n\n```toml\nnot = 'run'\n```\n",
+            "docs/notes.txt": "```sh\necho not a markdown document\n```\n",
+        },
+    )
     blocks = parse_documents(repo)
     assert [(b.source, b.line, b.section, b.checkout) for b in blocks] == [
         ("README.md", 3, "Set-up", "newcomer"),
@@ -208,8 +214,13 @@ def test_the_docs_are_walked_after_the_readme_in_name_order_each_from_the_newcom
 
 
 def test_a_docs_file_s_malformed_marker_is_refused_naming_the_file(tmp_path):
-    repo = _documents(tmp_path, {"README.md": "```sh\ntrue\n```\n",
-                                 "docs/arena.md": "# Arena\n\n<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n"})
+    repo = _documents(
+        tmp_path,
+        {
+            "README.md": "```sh\ntrue\n```\n",
+            "docs/arena.md": "# Arena\n\n<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n",
+        },
+    )
     with pytest.raises(ReadmeError, match=r"^docs/arena\.md:3: unknown readme-walk marker"):
         parse_documents(repo)
 
@@ -217,22 +228,37 @@ def test_a_docs_file_s_malformed_marker_is_refused_naming_the_file(tmp_path):
 def test_a_server_stops_at_the_end_of_its_document_even_under_a_same_named_section(tmp_path):
     # The README ends serving under `## Serving`; docs/later.md opens a `## Serving` of its own,
     # whose block must run with the README's server stopped.
-    repo = _documents(tmp_path / "repo", {
-        "README.md": _SYNTHETIC.split("## Later")[0],
-        "docs/later.md": "# Later\n\n## Serving\n\n```sh\necho in the docs\n```\n",
-    })
+    repo = _documents(
+        tmp_path / "repo",
+        {
+            "README.md": _SYNTHETIC.split("## Later")[0],
+            "docs/later.md": "# Later\n\n## Serving\n\n```sh\necho in the docs\n```\n",
+        },
+    )
     said: list[str] = []
-    walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=said.append,
-                python=sys.executable, serve_timeout=60, stop_timeout=30)
+    walk = Walk(
+        source=REPO,
+        root=tmp_path / "walk",
+        env=newcomer_env(),
+        readme_url="URL",
+        say=said.append,
+        python=sys.executable,
+        serve_timeout=60,
+        stop_timeout=30,
+    )
     outcomes = walk.run(parse_documents(repo))
     assert [(o.block.source, o.status) for o in outcomes] == [
-        ("README.md", "served"), ("README.md", "ran"), ("README.md", "skipped"), ("docs/later.md", "ran")]
+        ("README.md", "served"),
+        ("README.md", "ran"),
+        ("README.md", "skipped"),
+        ("docs/later.md", "ran"),
+    ]
     stopped = said.index(next(s for s in said if s.startswith("readme-walk: stopped README.md:")))
     assert stopped < said.index(next(s for s in said if s.startswith("readme-walk: ok docs/later.md:5")))
     assert not readme_walk._answers(outcomes[0].output + "/health")
 
 
-_SYNTHETIC = '''# A README
+_SYNTHETIC = """# A README
 
 ## Serving
 
@@ -271,13 +297,21 @@ exit 1
 ```sh
 echo after the server stopped
 ```
-'''
+"""
 
 
 def test_a_background_server_serves_the_next_blocks_then_stops_and_skips_are_named(tmp_path):
     said: list[str] = []
-    walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=said.append,
-                python=sys.executable, serve_timeout=60, stop_timeout=30)
+    walk = Walk(
+        source=REPO,
+        root=tmp_path / "walk",
+        env=newcomer_env(),
+        readme_url="URL",
+        say=said.append,
+        python=sys.executable,
+        serve_timeout=60,
+        stop_timeout=30,
+    )
     outcomes = walk.run(parse(_SYNTHETIC))
     assert [o.status for o in outcomes] == ["served", "ran", "skipped", "ran"]
     assert "client got fine" in outcomes[1].output
@@ -287,36 +321,57 @@ def test_a_background_server_serves_the_next_blocks_then_stops_and_skips_are_nam
     assert stopped < said.index(next(s for s in said if "echo after" in s))
 
 
-@pytest.mark.parametrize("broken, error", [
-    ("```python\nraise SystemExit('the client failed')\n```\n", "the client failed"),
-    ("<!-- readme-walk: background -->\n```sh\necho no url here\n```\n", "exited 0 before it served"),
-])
+@pytest.mark.parametrize(
+    "broken, error",
+    [
+        ("```python\nraise SystemExit('the client failed')\n```\n", "the client failed"),
+        ("<!-- readme-walk: background -->\n```sh\necho no url here\n```\n", "exited 0 before it served"),
+    ],
+)
 def test_a_failing_client_or_a_server_that_never_serves_fails_the_walk(tmp_path, broken, error):
     with pytest.raises(WalkFailed, match=r"README.md:\d+ \(Broken\)") as failed:
-        Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=lambda _: None,
-             python=sys.executable, serve_timeout=30).run(parse(f"## Broken\n\n{broken}"))
+        Walk(
+            source=REPO,
+            root=tmp_path / "walk",
+            env=newcomer_env(),
+            readme_url="URL",
+            say=lambda _: None,
+            python=sys.executable,
+            serve_timeout=30,
+        ).run(parse(f"## Broken\n\n{broken}"))
     assert error in str(failed.value)
 
 
 @pytest.mark.slow
 def test_a_server_that_ignores_ctrl_c_fails_the_walk_and_is_killed(tmp_path):
     stubborn = _SYNTHETIC.replace("python3 - <<'EOF'", "trap '' INT\npython3 - <<'EOF'", 1)
-    walk = Walk(source=REPO, root=tmp_path / "walk", env=newcomer_env(), readme_url="URL", say=lambda _: None,
-                python=sys.executable, serve_timeout=60, stop_timeout=5)
+    walk = Walk(
+        source=REPO,
+        root=tmp_path / "walk",
+        env=newcomer_env(),
+        readme_url="URL",
+        say=lambda _: None,
+        python=sys.executable,
+        serve_timeout=60,
+        stop_timeout=5,
+    )
     with pytest.raises(WalkFailed, match=r"README.md:\d+ \(Serving\) .* did not stop within 5 s of Ctrl-C"):
         walk.run(parse(stubborn))
     url = re.search(r"http://127\.0\.0\.1:\d+", (walk.logs / "01-line6.log").read_text())[0]
     assert not readme_walk._answers(url + "/health")
 
 
-@pytest.mark.parametrize("text, error", [
-    ("<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
-    ("<!-- readme-walk: skip () -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
-    ("<!-- readme-walk: skip (x) -->\n\nsome text\n```sh\ntrue\n```\n", "just before a block"),
-    ("<!-- readme-walk: skip (x) -->\n```\nplain text\n```\n", "never runs"),
-    ("<!-- readme-walk: background -->\n```python\npass\n```\n", "only a shell block"),
-    ("```sh\ntrue\n", "never closed"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("<!-- readme-walk: skipp (typo) -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
+        ("<!-- readme-walk: skip () -->\n```sh\ntrue\n```\n", "unknown readme-walk marker"),
+        ("<!-- readme-walk: skip (x) -->\n\nsome text\n```sh\ntrue\n```\n", "just before a block"),
+        ("<!-- readme-walk: skip (x) -->\n```\nplain text\n```\n", "never runs"),
+        ("<!-- readme-walk: background -->\n```python\npass\n```\n", "only a shell block"),
+        ("```sh\ntrue\n", "never closed"),
+    ],
+)
 def test_misplaced_or_unknown_markers_are_refused(text, error):
     with pytest.raises(ReadmeError, match=error):
         parse(text)

@@ -45,11 +45,17 @@ def _env(clone: Path, scope: ContainerScope) -> dict[str, str]:
     return env
 
 
-def pipeline(clone: Path, *args: str, scope: ContainerScope | None = None,
-             timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=clone,
-                          env=_env(clone, scope or ContainerScope.new()),
-                          capture_output=True, text=True, timeout=timeout)
+def pipeline(
+    clone: Path, *args: str, scope: ContainerScope | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=clone,
+        env=_env(clone, scope or ContainerScope.new()),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def records_digest(root: Path) -> str:
@@ -72,9 +78,19 @@ def _dataset_bytes(clone: Path) -> dict[str, bytes]:
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 def _clone(dest: Path) -> Path:
@@ -99,6 +115,7 @@ class Released:
 def released(tmp_path_factory, base_image) -> Released:
     """One local release in a fresh clone, made once per run (base_image: the pinned base's
     layout is there to copy). Read it only; run more in `release_copy`."""
+
     def make(root: Path) -> None:
         clone = _clone(root / "checkout")
         scope = ContainerScope.new()
@@ -113,8 +130,12 @@ def released(tmp_path_factory, base_image) -> Released:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
     root = once(tmp_path_factory, "e2e-release", make)
-    return Released(checkout=root / "checkout", stdout=(root / "stdout").read_text(),
-                    stderr=(root / "stderr").read_text(), scope=ContainerScope((root / "scope").read_text()))
+    return Released(
+        checkout=root / "checkout",
+        stdout=(root / "stdout").read_text(),
+        stderr=(root / "stderr").read_text(),
+        scope=ContainerScope((root / "scope").read_text()),
+    )
 
 
 @pytest.fixture
@@ -192,17 +213,25 @@ class Rerun:
 def rerun(released, tmp_path_factory) -> Rerun:
     """Made once per run and read by two tests: the rerun after the kill is also this
     checkout's second whole release (one release fewer a run than each test running its own)."""
+
     def make(root: Path) -> None:
         clone = _copy_released(released, root / "checkout")
         copy_tree(clone / "dist" / "dataset", root / "dataset-before")
-        facts: dict = {"records_before": records_digest(clone),
-                       "image_before": json.loads((clone / "submission.json").read_text())["image"]}
+        facts: dict = {
+            "records_before": records_digest(clone),
+            "image_before": json.loads((clone / "submission.json").read_text())["image"],
+        }
         scope = ContainerScope.new()
         try:
             with suite_slot():
-                proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
-                                        cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+                    cwd=clone,
+                    env=_env(clone, scope),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 seen = []
                 for line in proc.stderr:
                     seen.append(line)
@@ -212,8 +241,11 @@ def rerun(released, tmp_path_factory) -> Rerun:
                         break
                 _, err = proc.communicate(timeout=600)
             (root / "killed.stderr").write_text("".join(seen) + err)
-            facts.update(killed_returncode=proc.returncode, records_after_kill=records_digest(clone),
-                         containers_after_kill=scope.containers())
+            facts.update(
+                killed_returncode=proc.returncode,
+                records_after_kill=records_digest(clone),
+                containers_after_kill=scope.containers(),
+            )
             with suite_slot():
                 again = pipeline(clone, "release", "--allow-dirty")
             (root / "rerun.stderr").write_text(again.stderr)
@@ -223,10 +255,13 @@ def rerun(released, tmp_path_factory) -> Rerun:
         (root / "rerun.json").write_text(json.dumps(facts))
 
     root = once(tmp_path_factory, "e2e-rerun", make)
-    return Rerun(checkout=root / "checkout", facts=json.loads((root / "rerun.json").read_text()),
-                 killed_stderr=(root / "killed.stderr").read_text(),
-                 rerun_stderr=(root / "rerun.stderr").read_text(),
-                 dataset_before=_tree_bytes(root / "dataset-before"))
+    return Rerun(
+        checkout=root / "checkout",
+        facts=json.loads((root / "rerun.json").read_text()),
+        killed_stderr=(root / "killed.stderr").read_text(),
+        rerun_stderr=(root / "rerun.stderr").read_text(),
+        dataset_before=_tree_bytes(root / "dataset-before"),
+    )
 
 
 def test_registry_killed_mid_release_then_a_rerun_completes(rerun):
@@ -288,10 +323,15 @@ def test_ctrl_c_mid_release_leaves_no_container_registry_or_half_record(release_
     with releasing():
         # SIGINT handled as a terminal's Ctrl-C finds it, even when this run of the suite
         # inherited it ignored (a shell's background job: `CI=true bash .ci/run &`).
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
-                                cwd=clone, env=_env(clone, scope), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "release", "--allow-dirty"],
+            cwd=clone,
+            env=_env(clone, scope),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         seen = []
         deadline = time.monotonic() + 600
         for line in proc.stderr:
@@ -343,16 +383,26 @@ def test_release_pushed_standard_referrers_that_sigstore_js_and_the_audit_verify
     try:
         image = json.loads((clone / "submission.json").read_text())["image"]
         key = clone / ".release" / "keys" / "release.pub.pem"
-        proc = subprocess.run(["node", str(sigstore_js), f"{state.address}/{image}", "--key", str(key)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["node", str(sigstore_js), f"{state.address}/{image}", "--key", str(key)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         digest = image.split("@")[1]
         assert proc.stdout.splitlines()[-1] == f"5 of 5 Sigstore bundles referring to {digest} verified"
         assert proc.stdout.splitlines()[4].startswith("OK https://slsa.dev/verification_summary/v1 ")
         audited = pipeline(clone, "audit", "--registry", "--verbose", "--key", str(key))
         assert audited.returncode == 0, audited.stdout[-4000:] + audited.stderr[-2000:]
-        for cid in ("registry/referrers", "registry/vsa", "registry/release", "registry/provenance",
-                    "registry/sbom", "registry/checks"):
+        for cid in (
+            "registry/referrers",
+            "registry/vsa",
+            "registry/release",
+            "registry/provenance",
+            "registry/sbom",
+            "registry/checks",
+        ):
             assert re.search(rf"^PASS +{re.escape(cid)} ", audited.stdout, re.M), audited.stdout[-4000:]
         assert "-> 5 Sigstore bundle(s) signed by the trust root: " in audited.stdout
         # The summary the release signed and kept in dist/ (not a record), and its report's table.
@@ -380,8 +430,17 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     clone = released.checkout
     sub = json.loads((clone / "submission.json").read_text())
     # Exactly the request the platform accepted.
-    assert set(sub) == {"submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
-                        "dataset", "source"}
+    assert set(sub) == {
+        "submission_id",
+        "name",
+        "image",
+        "schema",
+        "tasks",
+        "example_actions",
+        "finish_action",
+        "dataset",
+        "source",
+    }
     assert len(sub["tasks"]) == 34
     assert [t["task_id"] for t in sub["tasks"]][8] == "format-code-task-000666"
     assert {t["workspace_gib"] for t in sub["tasks"]} == {10} and sub["finish_action"] == {"operation": "finish"}
@@ -390,8 +449,17 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     ours = [t for t in prov["tasks"] if t["kind"] == "procedural"]
     assert len(ours) == 32 and all(t["verification"]["status"] == "verified" for t in ours)
     assert sub["image"] == f"{prov['image']['name']}@{prov['image']['digest']}"
-    for name in ("release.dsse.json", "provenance.dsse.json", "sbom.dsse.json", "checks.dsse.json",
-                 "sbom.cdx.json", "checks.json", "layout.json", "release.pub.pem", "keyid"):
+    for name in (
+        "release.dsse.json",
+        "provenance.dsse.json",
+        "sbom.dsse.json",
+        "checks.dsse.json",
+        "sbom.cdx.json",
+        "checks.json",
+        "layout.json",
+        "release.pub.pem",
+        "keyid",
+    ):
         assert (clone / "attestations" / name).is_file(), name
     report = (clone / "dist" / "report.md").read_text()
     assert prov["image"]["digest"] in report and "Stage timings" in report
@@ -410,8 +478,10 @@ def test_release_writes_verified_signed_records_and_stops_what_it_started(releas
     assert released.scope.containers() == []
     # The suite ran under podman and the private Docker engine, which the release stopped.
     checks = json.loads((clone / "attestations" / "checks.json").read_text())
-    assert [(r["name"], r["isolation"]) for r in checks["runtimes"]] == [("podman", "namespaces"),
-                                                                        ("docker", "unprivileged")]
+    assert [(r["name"], r["isolation"]) for r in checks["runtimes"]] == [
+        ("podman", "namespaces"),
+        ("docker", "unprivileged"),
+    ]
     assert "stopped the private Docker engine (its last user ended)" in released.stderr
     assert dockerd.status(released.scope.docker_dir) is None
 
@@ -432,15 +502,30 @@ def test_release_writes_the_dataset_folder_and_says_it_was_not_published(release
     for name in ("provenance.json", "submission.json", "attestations/release.dsse.json", "attestations/checks.json"):
         assert files[name] == (clone / name).read_bytes(), name
     prov = json.loads((clone / "provenance.json").read_text())
-    assert prov["dataset"] == {"repository": "arena/openenv-data-workflows", "published": False,
-                               "revision": None, "url": None, "files_read_back": 0,
-                               "reason": "not published: the local profile does not publish the dataset"}
+    assert prov["dataset"] == {
+        "repository": "arena/openenv-data-workflows",
+        "published": False,
+        "revision": None,
+        "url": None,
+        "files_read_back": 0,
+        "reason": "not published: the local profile does not publish the dataset",
+    }
     assert "NOT PUBLISHED: the local profile does not upload it" in released.stderr
     # a consumer's own reader, offline
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    proc = subprocess.run([sys.executable, "-c",
-                           "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
-                           " print(t.num_rows, list(t['task_id'])[8])", str(folder)],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import datasets, sys; t = datasets.load_dataset(sys.argv[1])['train'];"
+            " print(t.num_rows, list(t['task_id'])[8])",
+            str(folder),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["34", "format-code-task-000666"]

@@ -267,8 +267,17 @@ def start_server(
     if isolation is not None:
         env["ARENA_ISOLATION"] = isolation
     log_path.write_bytes(b"")
-    argv = [*(python or [sys.executable]), "-c", LAUNCHER, str(port), str(shell_timeout_s),
-            tasks_file or "", str(modules_path), str(nofile or ""), fault or ""]
+    argv = [
+        *(python or [sys.executable]),
+        "-c",
+        LAUNCHER,
+        str(port),
+        str(shell_timeout_s),
+        tasks_file or "",
+        str(modules_path),
+        str(nofile or ""),
+        fault or "",
+    ]
     process = start_contained(workdir / f"ns-{port}", workdir, argv, cwd=workdir, env=env, log=log_path)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, modules_path)
     deadline = time.monotonic() + HEALTH_WITHIN_S
@@ -298,7 +307,6 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
         yield live
     finally:
         live.stop()
-
 
 
 @pytest.fixture(scope="session")

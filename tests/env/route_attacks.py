@@ -30,19 +30,48 @@ STANDARD_PATHS = {"/health", "/metadata", "/schema", "/mcp"}
 # JSON-RPC calls an agent could try on /mcp: (name, message).
 MCP_CALLS = (
     ("tools-list", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-    ("tools-call-reset", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                          "params": {"name": "reset", "arguments": {"task_id": "math_route-d1-s101"}}}),
-    ("tools-call-step", {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                         "params": {"name": "step", "arguments": {"action": {"operation": "shell", "command": "id"}}}}),
-    ("tools-call-shell", {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                          "params": {"name": "shell", "arguments": {"command": "touch /workspace/repo/mcp-ran"}}}),
-    ("tools-call-finish", {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                           "params": {"name": "finish", "arguments": {}}}),
-    ("resources-read", {"jsonrpc": "2.0", "id": 6, "method": "resources/read",
-                        "params": {"uri": "file:///opt/arena/env/families/__init__.py"}}),
+    (
+        "tools-call-reset",
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "reset", "arguments": {"task_id": "math_route-d1-s101"}},
+        },
+    ),
+    (
+        "tools-call-step",
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "step", "arguments": {"action": {"operation": "shell", "command": "id"}}},
+        },
+    ),
+    (
+        "tools-call-shell",
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "shell", "arguments": {"command": "touch /workspace/repo/mcp-ran"}},
+        },
+    ),
+    (
+        "tools-call-finish",
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "finish", "arguments": {}}},
+    ),
+    (
+        "resources-read",
+        {
+            "jsonrpc": "2.0",
+            "id": 6,
+            "method": "resources/read",
+            "params": {"uri": "file:///opt/arena/env/families/__init__.py"},
+        },
+    ),
     ("session-create", {"jsonrpc": "2.0", "id": 7, "method": "openenv/session/create", "params": {}}),
-    ("session-close", {"jsonrpc": "2.0", "id": 8, "method": "openenv/session/close",
-                       "params": {"session_id": "any"}}),
+    ("session-close", {"jsonrpc": "2.0", "id": 8, "method": "openenv/session/close", "params": {"session_id": "any"}}),
 )
 
 # Runs beside the episode, as another client: every call, each reply's status and body (cut)
@@ -82,13 +111,17 @@ def probe(port: int, secrets: tuple[str, ...] = ()) -> tuple[dict[str, tuple[int
     """Run the battery as another client on 127.0.0.1:`port`: the replies it got, and "" if
     it finished, else how it ended."""
     calls = json.dumps([[name, message] for name, message in MCP_CALLS])
-    ran = subprocess.run([sys.executable, "-c", PROBE, str(port), calls, json.dumps(secrets)],
-                         capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-c", PROBE, str(port), calls, json.dumps(secrets)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = ran.stdout.splitlines()
     replies = {}
     for line in lines:
         if line.startswith("ROUTEPROBE "):
-            name, (status, body) = json.loads(line[len("ROUTEPROBE "):])
+            name, (status, body) = json.loads(line[len("ROUTEPROBE ") :])
             replies[name] = (status, body)
     finished = "ROUTEPROBE-DONE" in lines
     return replies, "" if finished else f"exit code {ran.returncode}, output {ran.stderr[-300:]!r}"
@@ -133,8 +166,10 @@ def attack(url: str, case_id: str, *, port: int, secrets: tuple[str, ...] = ()) 
     on 127.0.0.1:`port`); what went wrong, if anything."""
     with Session(url) as session:
         session.reset(case_id, seed=1)
-        setup = session.shell(f"echo kept > {MARKER} && (setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
-                              f"echo $! > {PIDFILE}); sleep 0.2; cat {PIDFILE}")
+        setup = session.shell(
+            f"echo kept > {MARKER} && (setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
+            f"echo $! > {PIDFILE}); sleep 0.2; cat {PIDFILE}"
+        )
         replies, unfinished = probe(port, secrets)
         found = judge(replies)
         if unfinished:

@@ -181,7 +181,8 @@ def check_finance_ledger(f, d, exp):
     by_seq = {e["sequence"]: e for e in events}
     by_id = {e["id"]: e for e in events}
     pairs = [
-        e for e in entries
+        e
+        for e in entries
         if e["status"] == "posted"
         and all(
             by_seq.get(e["sequence"] + k, {}).get("target") == e["id"]
@@ -190,10 +191,7 @@ def check_finance_ledger(f, d, exp):
         )
     ]
     assert pairs, "no posted entry immediately followed by two reversals of it"
-    partial = [
-        r for r in reversals
-        if r["id"] in exp["applied_ids"] and r["cents"] < abs(by_id[r["target"]]["cents"])
-    ]
+    partial = [r for r in reversals if r["id"] in exp["applied_ids"] and r["cents"] < abs(by_id[r["target"]]["cents"])]
     assert partial, "no applied partial reversal"
     ids = exp["applied_ids"] + exp["rejected_ids"] + exp["held_ids"]
     assert sorted(ids) == sorted(by_id)
@@ -272,7 +270,7 @@ def check_media_timeline(f, d, exp):
     assert exp["total_frames"] == exp["timeline"][-1]["end"]
 
 
-INVARIANTS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+INVARIANTS = {name[len("check_") :]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
 # ---------------------------------------------------------------- the sweep
@@ -325,8 +323,15 @@ def test_task_record_shape(family):
 @pytest.mark.parametrize("family", TASK_IDS)
 def test_prompt_states_shape_and_shared_rules(family):
     prompt = make_task(family, 1)["prompt"]
-    for needle in [*FILES[family], *ANSWER_KEYS[family], "answer.json", "integer-valued",
-                   "sorted lexicographically", "no extra keys", "all three"]:
+    for needle in [
+        *FILES[family],
+        *ANSWER_KEYS[family],
+        "answer.json",
+        "integer-valued",
+        "sorted lexicographically",
+        "no extra keys",
+        "all three",
+    ]:
         assert needle in prompt, needle
 
 
@@ -370,8 +375,9 @@ def test_tasks_identical_across_processes_and_hash_seeds():
     digests = set()
     for hash_seed in ("0", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=str(REPO))
-        out = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT], env=env, cwd=REPO, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", DIGEST_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, check=True
+        )
         digests.add(out.stdout.strip())
     local = hashlib.sha256()
     for family in TASK_IDS:

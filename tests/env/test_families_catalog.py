@@ -35,8 +35,9 @@ def test_case_id_format_and_round_trip():
         assert case.id == f"{case.family}-d{case.difficulty}-s{case.seed}"
 
 
-@pytest.mark.parametrize("bad", ["software_change-d3-s101", "software_change-d1-s102", "nope-d1-s101", "", None,
-                                 "software_change"])
+@pytest.mark.parametrize(
+    "bad", ["software_change-d3-s101", "software_change-d1-s102", "nope-d1-s101", "", None, "software_change"]
+)
 def test_unknown_case_id_lists_valid_ids(bad):
     with pytest.raises(ValueError) as caught:
         parse_case_id(bad)
@@ -73,21 +74,30 @@ def test_the_file_the_release_writes_is_the_file_the_catalog_reads(tmp_path):
     declared = Curriculum(("math_route", "media_timeline"), (3, 1), (202,))
     path = tmp_path / "curriculum.json"
     path.write_bytes(declared.file_bytes())
-    assert [c.id for c in load_cases(path)] == [c.id for c in declared.cases] == [
-        "math_route-d3-s202", "media_timeline-d3-s202", "math_route-d1-s202", "media_timeline-d1-s202"]
+    assert (
+        [c.id for c in load_cases(path)]
+        == [c.id for c in declared.cases]
+        == ["math_route-d3-s202", "media_timeline-d3-s202", "math_route-d1-s202", "media_timeline-d1-s202"]
+    )
 
 
-@pytest.mark.parametrize("text, says", [
-    (None, "no curriculum file"),
-    ("{", "not readable JSON"),
-    ('{"cases": []}', "non-empty list"),
-    ('{"case": [{"family": "math_route", "difficulty": 1, "seed": 1}]}', "non-empty list"),
-    ('{"cases": [{"family": "math_route", "difficulty": "1", "seed": 1}]}', "exactly family"),
-    ('{"cases": [{"family": "math_route", "difficulty": 1, "seed": true}]}', "exactly family"),
-    ('{"cases": [{"family": "math_route", "difficulty": 1, "seed": 1, "x": 0}]}', "exactly family"),
-    ('{"cases": [{"family": "math_route", "difficulty": 1, "seed": 1},'
-     ' {"family": "math_route", "difficulty": 1, "seed": 1}]}', "repeats case(s) math_route-d1-s1"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (None, "no curriculum file"),
+        ("{", "not readable JSON"),
+        ('{"cases": []}', "non-empty list"),
+        ('{"case": [{"family": "math_route", "difficulty": 1, "seed": 1}]}', "non-empty list"),
+        ('{"cases": [{"family": "math_route", "difficulty": "1", "seed": 1}]}', "exactly family"),
+        ('{"cases": [{"family": "math_route", "difficulty": 1, "seed": true}]}', "exactly family"),
+        ('{"cases": [{"family": "math_route", "difficulty": 1, "seed": 1, "x": 0}]}', "exactly family"),
+        (
+            '{"cases": [{"family": "math_route", "difficulty": 1, "seed": 1},'
+            ' {"family": "math_route", "difficulty": 1, "seed": 1}]}',
+            "repeats case(s) math_route-d1-s1",
+        ),
+    ],
+)
 def test_a_broken_curriculum_file_is_refused(tmp_path, text, says):
     path = tmp_path / "curriculum.json"
     if text is not None:
@@ -97,9 +107,14 @@ def test_a_broken_curriculum_file_is_refused(tmp_path, text, says):
 
 
 def _served_ids(tmp_path: Path, environ: dict[str, str]) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", "import json, env.catalog as c; print(json.dumps(c.CASE_IDS))"],
-                          cwd=tmp_path, env={**environ, "PYTHONPATH": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import json, env.catalog as c; print(json.dumps(c.CASE_IDS))"],
+        cwd=tmp_path,
+        env={**environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -118,6 +133,12 @@ def test_the_image_file_beside_the_catalog_wins_and_a_checkout_needs_one(tmp_pat
     (tmp_path / "env" / "curriculum.json").write_bytes(Curriculum(("math_route",), (1,), (7,)).file_bytes())
     assert _served_ids(tmp_path, {**environ, catalog.CURRICULUM_VARIABLE: str(other)}) == ["math_route-d1-s7"]
     (tmp_path / "env" / "curriculum.json").unlink()
-    proc = subprocess.run([sys.executable, "-c", "import env.catalog"], cwd=tmp_path,
-                          env={**environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import env.catalog"],
+        cwd=tmp_path,
+        env={**environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "no curriculum file" in proc.stderr and "ARENA_CURRICULUM" in proc.stderr

@@ -267,8 +267,16 @@ def test_security_triage_every_code_and_containment():
     }
 
     def event(eid, user, action, sensitivity, zone, mfa, time):
-        return {"id": eid, "user": user, "action": action, "sensitivity": sensitivity, "zone": zone, "mfa": mfa,
-                "time": time, "expires": 100}
+        return {
+            "id": eid,
+            "user": user,
+            "action": action,
+            "sensitivity": sensitivity,
+            "zone": zone,
+            "mfa": mfa,
+            "time": time,
+            "expires": 100,
+        }
 
     events = [
         event("event_0001", "user_1", "read", "public", "office", True, 95),
@@ -304,8 +312,16 @@ def test_media_timeline_overlap_clamps_gaps_and_rejections():
     delivery = {"max_overlap": 10, "delivery_budget": 100, "require_license": True, "fps": 30}
 
     def clip(cid, asset, start, end, num, den, overlap, gap=0):
-        return {"id": cid, "asset": asset, "in": start, "out": end, "speed_num": num, "speed_den": den,
-                "overlap": overlap, "gap_before": gap}
+        return {
+            "id": cid,
+            "asset": asset,
+            "in": start,
+            "out": end,
+            "speed_num": num,
+            "speed_den": den,
+            "overlap": overlap,
+            "gap_before": gap,
+        }
 
     clips = [
         clip("clip_0001", "asset_1", 0, 48, 1, 1, 20),  # 60 frames; first retained: no overlap

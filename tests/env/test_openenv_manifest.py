@@ -38,8 +38,9 @@ def test_the_manifest_names_the_models_the_app_and_the_port_the_image_runs():
     assert manifest["observation"] == models.ShellObservation.__name__
     assert manifest["app"] == serve.APP
     cfg = config_mod.load(REPO_ROOT / "release.toml")
-    values = imageconfig.image_config(cfg, base_name="b", base_digest="sha256:" + "0" * 64, revision="1" * 40,
-                                source_date_epoch=0, vendored=None)
+    values = imageconfig.image_config(
+        cfg, base_name="b", base_digest="sha256:" + "0" * 64, revision="1" * 40, source_date_epoch=0, vendored=None
+    )
     assert values.cmd[1:3] == ("-m", "env.server.serve") and values.working_dir == cfg.app_dir
     assert manifest["port"] == cfg.port == serve.DEFAULT_PORT
     assert values.exposed_ports == (f"{manifest['port']}/tcp",)
@@ -62,8 +63,11 @@ def test_the_manifest_ships_in_the_env_layer(tasks, tmp_path):
 def mismatches(manifest: dict, schema: dict, metadata: dict) -> list[str]:
     """How the manifest differs from what the server serves: the models /schema names, the name
     /metadata gives, and its description (which adds the curriculum's figures to the manifest's)."""
-    served = {"action": schema["action"]["title"], "observation": schema["observation"]["title"],
-              "name": metadata["name"]}
+    served = {
+        "action": schema["action"]["title"],
+        "observation": schema["observation"]["title"],
+        "name": metadata["name"],
+    }
     out = [f"{k}: manifest {manifest.get(k)!r}, served {v!r}" for k, v in served.items() if manifest.get(k) != v]
     if not metadata["description"].startswith(f"{manifest.get('description')};"):
         out.append(f"description: manifest {manifest.get('description')!r}, served {metadata['description']!r}")
@@ -76,6 +80,10 @@ def test_the_served_schema_and_metadata_match_the_manifest(server):
     assert (status_schema, status_metadata) == (200, 200)
     assert mismatches(manifest, schema, metadata) == []
     # Teeth: a manifest naming other models, another name or another description is caught.
-    for field, value in (("action", "EchoAction"), ("observation", "EchoObservation"), ("name", "echo_env"),
-                         ("description", "An echo environment")):
+    for field, value in (
+        ("action", "EchoAction"),
+        ("observation", "EchoObservation"),
+        ("name", "echo_env"),
+        ("description", "An echo environment"),
+    ):
         assert [m.split(":")[0] for m in mismatches({**manifest, field: value}, schema, metadata)] == [field]

@@ -43,8 +43,12 @@ def test_bad_answer_scores_zero_with_reason_and_server_stays_healthy(server, ora
     with server.session() as env:
         env.reset(task_id=CASE)
         # A correct answer sits next to the bad one: only the file at answer.json counts.
-        setup = env.step({"operation": "shell", "command": server.write_command(
-            "/workspace/home/valid.json", oracle_json(CASE)) + "\n" + command})
+        setup = env.step(
+            {
+                "operation": "shell",
+                "command": server.write_command("/workspace/home/valid.json", oracle_json(CASE)) + "\n" + command,
+            }
+        )
         assert setup.observation["exit_code"] == 0, setup.observation["output"]
         started = time.monotonic()
         result = env.step({"operation": "finish"})

@@ -24,10 +24,7 @@ def shell(env, command: str):
 def snapshot(server) -> dict[str, str]:
     """sha256 of every file in the workspace, read from the test (root) side."""
     repo = server.path(REPO)
-    return {
-        name: hashlib.sha256((repo / name).read_bytes()).hexdigest()
-        for name in sorted(os.listdir(repo))
-    }
+    return {name: hashlib.sha256((repo / name).read_bytes()).hexdigest() for name in sorted(os.listdir(repo))}
 
 
 def test_reset_writes_inputs_and_instructions_owned_by_2000(server):

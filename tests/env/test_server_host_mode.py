@@ -25,8 +25,13 @@ def test_host_mode_lists_its_changes_uses_its_own_workspace_and_hides_its_code(t
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("ARENA_TASKS_FILE", None)
     with open(log, "wb") as out:
-        process = subprocess.Popen(contained_argv(tmp_path / "ns", tmp_path, argv), cwd=REPO_ROOT, env=env,
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            contained_argv(tmp_path / "ns", tmp_path, argv),
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     live = LiveServer(f"http://127.0.0.1:{port}", process, log, tmp_path / "none.json")
     try:
         deadline = time.monotonic() + 60
@@ -45,8 +50,9 @@ def test_host_mode_lists_its_changes_uses_its_own_workspace_and_hides_its_code(t
             for path in (app / "env" / "server" / "app.py", app / "env" / "families" / "__init__.py"):
                 probe = session.step({"operation": "shell", "command": f"cat {path}"}).observation
                 # Under /tmp (a clone there) the episode's own /tmp hides it altogether.
-                assert probe["exit_code"] != 0 and ("Permission denied" in probe["output"]
-                                                    or "No such file" in probe["output"]), path
+                assert probe["exit_code"] != 0 and (
+                    "Permission denied" in probe["output"] or "No such file" in probe["output"]
+                ), path
         assert not live.path("/workspace/repo").exists()  # the image's path is not used
     finally:
         ContainedProcess(process).stop(timeout_s=3)

@@ -19,7 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # A vendored-style single-file task module: the families API over a toy problem, with
 # no import of the project, so loading it by path is what makes it served.
-TOY_TASKS = '''
+TOY_TASKS = """
 import json
 TASK_IDS = ["software_change", "industrial_schedule", "science_calibration",
             "office_reconciliation", "finance_ledger", "math_route", "security_triage",
@@ -38,7 +38,7 @@ def grade(task, answer):
     return 1.0 if answer == task["expected"] else 0.0
 def oracle_answer(task):
     return {"sum": json.loads(task["files"]["a.json"])["n"] + json.loads(task["files"]["b.json"])["d"]}
-'''
+"""
 
 
 def _install_root_only(source: Path, target: Path) -> None:

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.root
 CASE = CASE_IDS[0]
 PYTHON = "/usr/bin/python3"
 
+
 def run(env, command: str) -> dict:
     return env.step({"operation": "shell", "command": command}).observation
 
@@ -39,8 +40,11 @@ def test_a_hopper_that_outruns_any_kill_loop_dies_with_its_episode(server):
     # writes its marker (the next episode's answer, say) wherever it can.
     with server.session(message_timeout_s=60) as env:
         env.reset(task_id=CASE)
-        run(env, server.write_command("/workspace/home/hop.py", HOPPER_SCRIPT)
-            + f"\n{PYTHON} /workspace/home/hop.py hopper-was-here; sleep 0.5; echo started")
+        run(
+            env,
+            server.write_command("/workspace/home/hop.py", HOPPER_SCRIPT)
+            + f"\n{PYTHON} /workspace/home/hop.py hopper-was-here; sleep 0.5; echo started",
+        )
         episode = server.episode_pid_namespace()
         # The hopper's PID changes faster than /proc can be listed: seen at least once.
         assert any(len(pids_in(episode)) > 1 for _ in range(50)), "the hopper runs before the reset"
@@ -59,11 +63,13 @@ def test_a_hopper_that_outruns_any_kill_loop_dies_with_its_episode(server):
 
 def test_the_agent_cannot_reach_the_server_or_any_network(server):
     port = urlparse(server.url).port
-    probe = (f"import socket\nfor port in ({port}, 8000):\n"
-             "    s = socket.socket()\n    s.settimeout(2)\n"
-             "    try:\n        s.connect(('127.0.0.1', port)); print('connected', port)\n"
-             "    except OSError as exc:\n        print('refused', port, exc.errno)\n"
-             "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))\n")
+    probe = (
+        f"import socket\nfor port in ({port}, 8000):\n"
+        "    s = socket.socket()\n    s.settimeout(2)\n"
+        "    try:\n        s.connect(('127.0.0.1', port)); print('connected', port)\n"
+        "    except OSError as exc:\n        print('refused', port, exc.errno)\n"
+        "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))\n"
+    )
     with server.session() as env:
         env.reset(task_id=CASE)
         out = run(env, server.write_command("/workspace/home/net.py", probe) + f"\n{PYTHON} /workspace/home/net.py")
@@ -129,15 +135,20 @@ def test_a_keyring_left_by_one_episode_is_not_seen_by_the_next(server):
 
 
 def test_an_inode_flood_is_bounded_and_the_reset_after_it_is_quick(server):
-    flood = ("import errno, os, sys\nmade = 0\nfor place in sys.argv[1:]:\n"
-             "    for i in range(10**7):\n        try:\n"
-             "            os.close(os.open(f'{place}/f{i}', os.O_CREAT | os.O_WRONLY, 0o644))\n"
-             "        except OSError as exc:\n            assert exc.errno == errno.ENOSPC, exc\n            break\n"
-             "        made += 1\nprint('made', made)\n")
+    flood = (
+        "import errno, os, sys\nmade = 0\nfor place in sys.argv[1:]:\n"
+        "    for i in range(10**7):\n        try:\n"
+        "            os.close(os.open(f'{place}/f{i}', os.O_CREAT | os.O_WRONLY, 0o644))\n"
+        "        except OSError as exc:\n            assert exc.errno == errno.ENOSPC, exc\n            break\n"
+        "        made += 1\nprint('made', made)\n"
+    )
     with server.session(message_timeout_s=120) as env:
         env.reset(task_id=CASE)
-        out = run(env, server.write_command("/workspace/home/flood.py", flood)
-                  + f"\n{PYTHON} /workspace/home/flood.py /tmp /dev/shm /var/tmp; df -i /tmp | tail -1")
+        out = run(
+            env,
+            server.write_command("/workspace/home/flood.py", flood)
+            + f"\n{PYTHON} /workspace/home/flood.py /tmp /dev/shm /var/tmp; df -i /tmp | tail -1",
+        )
         made = int(out["output"].split("made ")[1].split()[0])
         assert 0 < made < 200_000, out["output"]  # each place stops at its own inode limit
         started = time.monotonic()
@@ -188,7 +199,7 @@ def test_the_longest_command_in_four_byte_characters_runs(server):
     # \\u escapes): the message to the sandbox's PID 1 must still fit, and PID 1 survive.
     with server.session() as env:
         env.reset(task_id=CASE)
-        out = run(env, ": " + "\U0001F600" * 15_980 + "\necho done")
+        out = run(env, ": " + "\U0001f600" * 15_980 + "\necho done")
         assert out["exit_code"] == 0 and out["output"] == "done\n", out["output"][:200]
         assert run(env, "echo again")["output"] == "again\n"
 
@@ -223,8 +234,11 @@ def _zygote(server) -> int | None:
     """The host PID of the server's zygote (env/server/nsinit.py run once, a child of the server)."""
     server_pid = server.contained.init_pid()
     # A child is listed under the thread that started it (the sandbox factory's own).
-    children = [child for task in Path(f"/proc/{server_pid}/task").iterdir()
-                for child in (task / "children").read_text().split()]
+    children = [
+        child
+        for task in Path(f"/proc/{server_pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
     for child in children:
         try:
             if b"nsinit.py" in Path(f"/proc/{child}/cmdline").read_bytes():
@@ -273,6 +287,7 @@ def test_the_oom_killer_takes_the_agents_commands_before_the_episodes_pid_1(serv
     # The check suite's probe: the command's oom_score_adj, then its first ancestor that is
     # not the agent's (the sandbox's PID 1). The flood itself: tests/runtime/test_memory_in_container.py.
     from pipeline.checks.isolation_checks import OOM_PROBE
+
     with server.session() as env:
         env.reset(task_id=CASE)
         out = run(env, server.write_command("/workspace/home/oom.py", OOM_PROBE) + f"\n{PYTHON} /workspace/home/oom.py")

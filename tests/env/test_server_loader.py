@@ -72,8 +72,11 @@ def test_host_mode_refuses_code_readable_by_uid_2000(monkeypatch, capsys):
     # Whether its parent directories let UID 2000 through depends on where the clone lives (a
     # 0700 temporary directory does not): test_readable_by_follows_every_parent covers that,
     # here only the files' own modes count.
-    monkeypatch.setattr(cli, "readable_by", lambda path, uid, gid: cli._allows(
-        path.stat(), uid, gid, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
+    monkeypatch.setattr(
+        cli,
+        "readable_by",
+        lambda path, uid, gid: cli._allows(path.stat(), uid, gid, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH),
+    )
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     # Should the refusal fail, the server must not start here: host mode adds a user to this
     # host's /etc/passwd and takes over a workspace.

@@ -37,8 +37,9 @@ def test_openapi_declares_production_mode(server):
 
 @pytest.mark.parametrize("path", ["/reset", "/step"])
 def test_stateless_http_episode_routes_are_not_served(server, path):
-    request = urllib.request.Request(server.url + path, data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server.url + path, data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code in (404, 405)
@@ -51,8 +52,12 @@ def test_only_the_standard_routes_answer_http_get(server, path):
 
 
 def _mcp(server, message) -> dict:
-    request = urllib.request.Request(server.url + "/mcp", data=json.dumps(message).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server.url + "/mcp",
+        data=json.dumps(message).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as reply:
         assert reply.status == 200
         return json.loads(reply.read())
@@ -61,8 +66,9 @@ def _mcp(server, message) -> dict:
 def test_mcp_answers_json_rpc_and_offers_no_tools(server):
     assert _mcp(server, {})["error"]["code"] == -32600
     assert _mcp(server, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"] == {"tools": []}
-    called = _mcp(server, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                           "params": {"name": "reset", "arguments": {}}})
+    called = _mcp(
+        server, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "reset", "arguments": {}}}
+    )
     assert called["error"]["code"] == -32601
 
 
@@ -177,7 +183,13 @@ def test_the_server_process_does_not_import_openenv_mcp_tools():
     # `python -m env.server.serve` stands in for openenv-core's MCP environment module: its
     # fastmcp and mcp imports were most of the server's start (about a second of CPU).
     repo = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", SERVER_IMPORTS], cwd=repo, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(repo)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", SERVER_IMPORTS],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[] None this server offers no MCP tools (env/server/mcp.py)", out.stdout

@@ -63,8 +63,7 @@ def assert_clean(server, env) -> None:
     assert sorted(os.listdir(server.path("/workspace"))) == ["home", "repo"]
     sandbox = server.sandbox_id
     for directory in (*SHARED, UNLISTED):
-        left = [n for n in os.listdir(server.path(directory))
-                if _owner(server.path(directory) / n) == sandbox]
+        left = [n for n in os.listdir(server.path(directory)) if _owner(server.path(directory) / n) == sandbox]
         assert left == [], f"{directory}: {left}"
     # The last episode's namespace goes a moment after the reset answers.
     assert after_teardown(lambda: sandbox_processes(server)) == []
@@ -184,8 +183,12 @@ os.wait()
 
 
 SHAPES = [
-    ("depth-10000", DEEP), ("width-100000", WIDE), ("links-and-loops", LINKS_AND_LOOPS),
-    ("chmod-000", UNREADABLE), ("fifo-and-socket", SPECIAL), ("odd-names", ODD_NAMES),
+    ("depth-10000", DEEP),
+    ("width-100000", WIDE),
+    ("links-and-loops", LINKS_AND_LOOPS),
+    ("chmod-000", UNREADABLE),
+    ("fifo-and-socket", SPECIAL),
+    ("odd-names", ODD_NAMES),
     ("held-open-ignoring-sigterm", HELD_OPEN),
 ]
 
@@ -205,11 +208,14 @@ def test_reset_after_random_trees_across_many_episodes(attacked):
         env.reset(task_id=CASE)
         for episode in range(8):
             place = rng.choice(["/workspace/repo", "/tmp", "/dev/shm", "/var/tmp", "/workspace/home"])
-            parts = rng.sample([DEEP.replace("10_000", str(rng.randrange(1, 800))), LINKS_AND_LOOPS,
-                                UNREADABLE, SPECIAL, ODD_NAMES], k=rng.randrange(1, 4))
+            parts = rng.sample(
+                [DEEP.replace("10_000", str(rng.randrange(1, 800))), LINKS_AND_LOOPS, UNREADABLE, SPECIAL, ODD_NAMES],
+                k=rng.randrange(1, 4),
+            )
             text = "import os\nbase = os.getcwd()\n" + "\n".join(
                 f"os.chdir(base)\nos.makedirs('r{i}', exist_ok=True)\nos.chdir('r{i}')\n{part}"
-                for i, part in enumerate(parts))
+                for i, part in enumerate(parts)
+            )
             out = script(attacked, env, text, where=place)
             assert out["exit_code"] == 0, (seed, episode, out["output"])
             env.reset(task_id=CASE)
@@ -237,8 +243,11 @@ def test_what_an_episode_leaves_is_seen_before_the_reset(attacked):
 def test_reset_kills_setsid_and_double_forked_processes(attacked):
     with attacked.session() as env:
         env.reset(task_id=CASE)
-        run(env, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; "
-                 "( ( sleep 1000 </dev/null >/dev/null 2>&1 & echo $! ) & ); sleep 0.2")
+        run(
+            env,
+            "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; "
+            "( ( sleep 1000 </dev/null >/dev/null 2>&1 & echo $! ) & ); sleep 0.2",
+        )
         pids = attacked.episode_pids()
         assert len(pids) == 2
         env.reset(task_id=CASE)
@@ -249,11 +258,13 @@ def test_reset_kills_setsid_and_double_forked_processes(attacked):
 def test_sysv_ipc_is_refused_and_posix_message_queues_go_at_reset(attacked):
     """System V objects would pin memory no process holds: the episode gets none. Its POSIX
     message queues live in its own mqueue mount, which goes with it."""
-    mq = ("import ctypes, os\n"
-          "rt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
-          "rt.mq_open.restype = ctypes.c_int\n"
-          "fd = rt.mq_open(b'/arena-mq', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
-          "assert fd >= 0, ctypes.get_errno()\n")
+    mq = (
+        "import ctypes, os\n"
+        "rt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+        "rt.mq_open.restype = ctypes.c_int\n"
+        "fd = rt.mq_open(b'/arena-mq', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        "assert fd >= 0, ctypes.get_errno()\n"
+    )
     with attacked.session() as env:
         env.reset(task_id=CASE)
         for kind in ("-Q", "-M 4096", "-S 2"):
@@ -279,14 +290,16 @@ def test_every_other_directory_is_read_only_to_the_agent(attacked):
 
 
 def test_fork_bomb_output_flood_memory_hog_sparse_answer_and_killing_the_server(attacked):
-    bomb = ("import os, time\n"
-            "for _ in range(100000):\n"
-            "    try:\n"
-            "        if os.fork() == 0:\n"
-            "            time.sleep(100)\n"
-            "            os._exit(0)\n"
-            "    except OSError:\n"
-            "        break\n")
+    bomb = (
+        "import os, time\n"
+        "for _ in range(100000):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(100)\n"
+        "            os._exit(0)\n"
+        "    except OSError:\n"
+        "        break\n"
+    )
     with attacked.session(message_timeout_s=120) as env:
         env.reset(task_id=CASE)
         # Host mode has no cgroup limits: the process and address-space limits are what

@@ -29,8 +29,9 @@ def _port(server) -> int:
     return urlsplit(server.url).port
 
 
-def _post(server, body: bytes, *, headers: dict[str, str] | None = None, chunked: bool = False,
-          path: str = "/mcp") -> tuple[int, bytes]:
+def _post(
+    server, body: bytes, *, headers: dict[str, str] | None = None, chunked: bool = False, path: str = "/mcp"
+) -> tuple[int, bytes]:
     """POST raw bytes (optionally with chunked transfer: no Content-Length to trust)."""
     conn = http.client.HTTPConnection("127.0.0.1", _port(server), timeout=30)
     try:
@@ -40,7 +41,7 @@ def _post(server, body: bytes, *, headers: dict[str, str] | None = None, chunked
             conn.putheader("Transfer-Encoding", "chunked")
             conn.endheaders()
             for start in range(0, len(body), 8192):
-                piece = body[start:start + 8192]
+                piece = body[start : start + 8192]
                 conn.send(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             conn.send(b"0\r\n\r\n")
         else:
@@ -52,30 +53,51 @@ def _post(server, body: bytes, *, headers: dict[str, str] | None = None, chunked
 
 
 def test_the_battery_beside_an_episode_leaves_it_as_it_was(server, oracle_json):
-    assert route_attacks.attack(server.url, CASE, port=_port(server),
-                                secrets=(oracle_json(CASE), "/opt/arena", "expected")) == []
+    assert (
+        route_attacks.attack(
+            server.url, CASE, port=_port(server), secrets=(oracle_json(CASE), "/opt/arena", "expected")
+        )
+        == []
+    )
     assert server.healthy()
 
 
 DEEP = b"[" * 5000 + b"]" * 5000
 
 
-@pytest.mark.parametrize("body,code", [
-    (b"", -32600),
-    (b"{}", -32600),
-    (b"not json", -32700),
-    (b"\xff\xfe\x00garbage", -32700),
-    (DEEP, -32700),
-    (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": ' + DEEP + b"}", -32700),
-    (b"[" + json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode() + b"]", -32600),
-    (b'"tools/list"', -32600),
-    (b"NaN", -32600),
-    (b"1" * 5000, -32700),
-    (b'{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}', -32600),
-    (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', -32600),
-    (b'{"jsonrpc": "2.0", "id": 1, "method": "x' + b"y" * 60_000 + b'"}', -32601),
-], ids=["empty", "empty-object", "not-json", "not-utf8", "nested-5000", "nested-params", "batch", "string",
-        "nan", "huge-number", "old-jsonrpc", "method-not-string", "long-method"])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        (b"", -32600),
+        (b"{}", -32600),
+        (b"not json", -32700),
+        (b"\xff\xfe\x00garbage", -32700),
+        (DEEP, -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": ' + DEEP + b"}", -32700),
+        (b"[" + json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode() + b"]", -32600),
+        (b'"tools/list"', -32600),
+        (b"NaN", -32600),
+        (b"1" * 5000, -32700),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}', -32600),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', -32600),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "x' + b"y" * 60_000 + b'"}', -32601),
+    ],
+    ids=[
+        "empty",
+        "empty-object",
+        "not-json",
+        "not-utf8",
+        "nested-5000",
+        "nested-params",
+        "batch",
+        "string",
+        "nan",
+        "huge-number",
+        "old-jsonrpc",
+        "method-not-string",
+        "long-method",
+    ],
+)
 def test_malformed_bodies_get_json_rpc_errors_never_a_server_error(server, body, code):
     status, raw = _post(server, body)
     assert status == 200, raw[:300]
@@ -86,8 +108,9 @@ def test_malformed_bodies_get_json_rpc_errors_never_a_server_error(server, body,
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_oversized_bodies_are_refused_before_they_are_parsed(server, chunked):
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
-                       "params": {"pad": "x" * (mcp.MAX_BODY_BYTES + 1)}}).encode()
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * (mcp.MAX_BODY_BYTES + 1)}}
+    ).encode()
     status, raw = _post(server, body, chunked=chunked)
     assert status == 200
     reply = json.loads(raw)
@@ -104,8 +127,9 @@ def test_mcp_session_methods_from_outside_take_no_session_slot(server):
     """openenv-core's /mcp creates sessions (`openenv/session/create`): with one session allowed,
     a client could hold the slot and lock every trainer out. Here the slot stays free."""
     for _ in range(3):
-        status, raw = _post(server, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create",
-                                                "params": {}}).encode())
+        status, raw = _post(
+            server, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}).encode()
+        )
         assert status == 200 and json.loads(raw)["error"]["code"] == -32601
     first = server.client()
     try:
@@ -144,8 +168,9 @@ def test_a_flood_of_mcp_requests_during_an_episode_leaves_it_and_its_budget_as_t
     try:
         with server.session() as env:
             env.reset(task_id=CASE)
-            replies = [env.step({"operation": "shell", "command": f"echo {n} >> count && wc -l < count"})
-                       for n in range(1, 17)]
+            replies = [
+                env.step({"operation": "shell", "command": f"echo {n} >> count && wc -l < count"}) for n in range(1, 17)
+            ]
     finally:
         stop.set()
         for t in threads:

@@ -56,8 +56,10 @@ def guarded(tmp_path_factory):
 @pytest.fixture
 def server_with(guarded, start_live_server):
     """server_with(fault): the real server (None), or one with that defence removed."""
+
     def pick(fault: str | None) -> LiveServer:
         return guarded if fault is None else start_live_server(nofile=NOFILE, fault=fault)
+
     return pick
 
 
@@ -114,8 +116,9 @@ def _health(live: LiveServer, source: str) -> tuple[str, float]:
     """(the status line or the error, seconds) of GET /health from ``source``."""
     started = time.monotonic()
     try:
-        with socket.create_connection(("127.0.0.1", _port(live)), timeout=HEALTH_WITHIN_S,
-                                      source_address=(source, 0)) as sock:
+        with socket.create_connection(
+            ("127.0.0.1", _port(live)), timeout=HEALTH_WITHIN_S, source_address=(source, 0)
+        ) as sock:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: arena\r\nConnection: close\r\n\r\n")
             line = sock.recv(4096).split(b"\r\n", 1)[0].decode()
     except OSError as exc:
@@ -155,7 +158,7 @@ def test_trickled_headers_do_not_outlast_their_deadline(server_with, fault):
         for second in range(serve.HEADERS_WITHIN_S + 2):
             for sock in _still_open(socks):
                 try:
-                    sock.send(TRICKLE[second:second + 1])
+                    sock.send(TRICKLE[second : second + 1])
                 except OSError:
                     pass
             probes.append(_health(live, OTHER_PEER))
@@ -210,8 +213,9 @@ def test_a_trickled_body_does_not_outlast_its_deadline(server_with, fault):
     sock = socket.create_connection(("127.0.0.1", _port(live)), timeout=2)
     closed_after = None
     try:
-        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: arena\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{")
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: arena\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
         sock.setblocking(False)
         started = time.monotonic()
         for _ in range(serve.BODY_WITHIN_S + 2):
@@ -233,11 +237,16 @@ def test_a_trickled_body_does_not_outlast_its_deadline(server_with, fault):
 def _abandon_requests(live: LiveServer) -> None:
     """A POST /mcp closed mid-body, a request closed mid-header, one reset mid-header, and
     one the server refuses (not HTTP: uvicorn's own line, and nothing more)."""
-    for partial, reset in ((b"POST /mcp HTTP/1.1\r\nHost: arena\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: 1000\r\n\r\n{\"jsonrpc\": \"2.0\"", False),
-                           (b"GET /health HTTP/1.1\r\nHo", False),
-                           (b"GET /health HTTP/1.1\r\nHo", True),
-                           (b"NOT HTTP AT ALL\r\n\r\n", False)):
+    for partial, reset in (
+        (
+            b"POST /mcp HTTP/1.1\r\nHost: arena\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"jsonrpc": "2.0"',
+            False,
+        ),
+        (b"GET /health HTTP/1.1\r\nHo", False),
+        (b"GET /health HTTP/1.1\r\nHo", True),
+        (b"NOT HTTP AT ALL\r\n\r\n", False),
+    ):
         with socket.create_connection(("127.0.0.1", _port(live)), timeout=2) as sock:
             sock.sendall(partial)
             time.sleep(0.2)  # read by the server before the close

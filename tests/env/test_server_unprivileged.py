@@ -70,9 +70,12 @@ def test_no_socket_reaches_any_port(unprivileged):
     port = unprivileged.url.rsplit(":", 1)[1]
     with unprivileged.session() as env:
         env.reset(task_id=CASE)
-        out = run(env, "python3 -c 'import socket; socket.socket()' 2>&1 | tail -1; "
-                       f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>&1; echo tcp=$?; "
-                       "python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"ok\"); print(b.recv(2))'")
+        out = run(
+            env,
+            "python3 -c 'import socket; socket.socket()' 2>&1 | tail -1; "
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>&1; echo tcp=$?; "
+            "python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"ok\"); print(b.recv(2))'",
+        )
         assert "PermissionError" in out["output"] and "Operation not permitted" in out["output"], out
         assert "tcp=1" in out["output"] and "b'ok'" in out["output"], out["output"]
 
@@ -93,8 +96,11 @@ def test_nothing_of_an_episode_is_in_the_next(unprivileged):
 def test_no_nested_namespace_and_no_capability(unprivileged):
     with unprivileged.session() as env:
         env.reset(task_id=CASE)
-        out = run(env, "unshare -U true; echo rc=$?; grep -E '^Cap(Bnd|Eff)' /proc/self/status; "
-                       "cat /proc/self/oom_score_adj; id -u")
+        out = run(
+            env,
+            "unshare -U true; echo rc=$?; grep -E '^Cap(Bnd|Eff)' /proc/self/status; "
+            "cat /proc/self/oom_score_adj; id -u",
+        )
         assert "rc=1" in out["output"], out["output"]
         assert out["output"].count("0000000000000000") == 2, out["output"]
         assert out["output"].split()[-2:] == ["1000", "2000"], out["output"]
@@ -103,8 +109,11 @@ def test_no_nested_namespace_and_no_capability(unprivileged):
 def test_an_answer_is_graded_and_the_next_episode_starts_clean(unprivileged, oracle_json):
     with unprivileged.session() as env:
         env.reset(task_id=CASE)
-        run(env, f"cat > answer.json <<'EOF'\n{oracle_json(CASE)}\nEOF\n"
-                 "for i in $(seq 2000); do echo $i > $TMPDIR/f$i; done")
+        run(
+            env,
+            f"cat > answer.json <<'EOF'\n{oracle_json(CASE)}\nEOF\n"
+            "for i in $(seq 2000); do echo $i > $TMPDIR/f$i; done",
+        )
         assert env.step({"operation": "finish"}).reward == 1.0
         started = time.monotonic()
         env.reset(task_id=CASE)
@@ -114,8 +123,9 @@ def test_an_answer_is_graded_and_the_next_episode_starts_clean(unprivileged, ora
 
 
 def _zombie_children(pid: int) -> list[int]:
-    children = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
-                for child in (task / "children").read_text().split()]
+    children = [
+        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    ]
     zombies = []
     for child in children:
         try:

@@ -34,30 +34,38 @@ EPOCH = 1_700_000_000
 
 
 def _layer(n: int) -> NewLayer:
-    return NewLayer(digest=digest.of_bytes(b"gz%d" % n), diff_id=digest.of_bytes(b"tar%d" % n),
-                    size=100 + n, created_by=f"layer {n}")
+    return NewLayer(
+        digest=digest.of_bytes(b"gz%d" % n),
+        diff_id=digest.of_bytes(b"tar%d" % n),
+        size=100 + n,
+        created_by=f"layer {n}",
+    )
 
 
 CHANGES = ConfigChanges(
     cmd=("/opt/arena-python/bin/python3", "-m", "uvicorn", "env.server.app:app"),
     env={"ARENA_TASKS_FILE": "/opt/arena/vendor/x/tasks.py"},
-    working_dir="/opt/arena", exposed_ports=("8000/tcp",),
-    labels={"org.opencontainers.image.revision": "abc"}, user="root",
+    working_dir="/opt/arena",
+    exposed_ports=("8000/tcp",),
+    labels={"org.opencontainers.image.revision": "abc"},
+    user="root",
 )
 
 
 def _base(family=OCI, arch="amd64", extra=None):
-    img = derive(None, [_layer(0)], ConfigChanges(env={"PATH": "/usr/bin"}, cmd=("sh",)),
-                 source_date_epoch=1, family=family)
+    img = derive(
+        None, [_layer(0)], ConfigChanges(env={"PATH": "/usr/bin"}, cmd=("sh",)), source_date_epoch=1, family=family
+    )
     cfg = json.loads(img.config_bytes)
     cfg["architecture"] = arch
     cfg.update(extra or {})
     config_bytes = json.dumps(cfg, indent=1).encode()  # a base's bytes need not be canonical
     manifest = parse_manifest(img.manifest_bytes)
-    manifest = type(manifest)(manifest.media_type,
-                              type(manifest.config)(family.config, digest.of_bytes(config_bytes),
-                                                    len(config_bytes)),
-                              manifest.layers)
+    manifest = type(manifest)(
+        manifest.media_type,
+        type(manifest.config)(family.config, digest.of_bytes(config_bytes), len(config_bytes)),
+        manifest.layers,
+    )
     return BaseImage(manifest, config_bytes)
 
 
@@ -79,8 +87,7 @@ def test_config_carries_changes_history_and_diff_ids():
     assert cfg.created == "2023-11-14T22:13:20Z"
     assert cfg.config.cmd == CHANGES.cmd and cfg.config.working_dir == "/opt/arena"
     assert cfg.config.exposed_ports == ("8000/tcp",) and cfg.config.user == "root"
-    assert cfg.config.env_map() == {"PATH": "/usr/bin",
-                                    "ARENA_TASKS_FILE": "/opt/arena/vendor/x/tasks.py"}
+    assert cfg.config.env_map() == {"PATH": "/usr/bin", "ARENA_TASKS_FILE": "/opt/arena/vendor/x/tasks.py"}
     assert cfg.config.labels["org.opencontainers.image.revision"] == "abc"
     assert cfg.diff_ids == (_layer(0).diff_id, _layer(1).diff_id)
     assert cfg.history[-1].created == "2023-11-14T22:13:20Z"
@@ -125,10 +132,21 @@ def test_non_amd64_base_config_refused():
 
 
 def _index(media_type, platforms):
-    return json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": digest.of_bytes(p.encode()), "size": 10,
-         "platform": {"os": p.split("/")[0], "architecture": p.split("/")[1]}}
-        for p in platforms]}).encode()
+    return json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": media_type,
+            "manifests": [
+                {
+                    "mediaType": OCI_MANIFEST,
+                    "digest": digest.of_bytes(p.encode()),
+                    "size": 10,
+                    "platform": {"os": p.split("/")[0], "architecture": p.split("/")[1]},
+                }
+                for p in platforms
+            ],
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("media_type", [OCI_INDEX, DOCKER_LIST])
@@ -151,5 +169,13 @@ def test_malformed_and_schema1_manifests_refused():
     with pytest.raises(ManifestError, match="schema version"):
         parse(b'{"schemaVersion": 1, "fsLayers": []}')
     with pytest.raises(Exception, match="not a sha256 digest"):
-        parse(json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
-                          "config": {"mediaType": OCI_CONFIG, "digest": "md5:x", "size": 1}}).encode())
+        parse(
+            json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": OCI_MANIFEST,
+                    "layers": [],
+                    "config": {"mediaType": OCI_CONFIG, "digest": "md5:x", "size": 1},
+                }
+            ).encode()
+        )

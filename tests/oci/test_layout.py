@@ -15,10 +15,13 @@ from pipeline.image.oci.layout import REF_NAME, Layout, LayoutError
 def _image(root, content=b"hello\n"):
     layout = Layout.init(root)
     blobs = root / "blobs" / "sha256"
-    layer = write_layer([FileEntry("opt/x.txt", "file", 0o644, source=content)], blobs,
-                        source_date_epoch=1)
-    img = derive(None, [NewLayer(layer.digest, layer.diff_id, layer.size, "x")],
-                 ConfigChanges(cmd=("true",)), source_date_epoch=1)
+    layer = write_layer([FileEntry("opt/x.txt", "file", 0o644, source=content)], blobs, source_date_epoch=1)
+    img = derive(
+        None,
+        [NewLayer(layer.digest, layer.diff_id, layer.size, "x")],
+        ConfigChanges(cmd=("true",)),
+        source_date_epoch=1,
+    )
     layout.put_bytes(img.config_bytes)
     layout.add_manifest(img.manifest_bytes, img.media_type, ref_name="v1")
     return layout, img
@@ -65,7 +68,9 @@ def test_copy_image_adds_one_image_by_digest_and_keeps_the_others(tmp_path):
     target, kept = _image(tmp_path / "dist", b"built\n")
     target.copy_image(source, img.manifest_digest, ref_name="reproduce")
     assert {d.annotations[REF_NAME]: d.digest for d in target.index().manifests} == {
-        "v1": kept.manifest_digest, "reproduce": img.manifest_digest}
+        "v1": kept.manifest_digest,
+        "reproduce": img.manifest_digest,
+    }
     assert target.verify_image(digest=img.manifest_digest).manifest_bytes == img.manifest_bytes
     assert target.verify_image("v1").manifest_bytes == kept.manifest_bytes
 

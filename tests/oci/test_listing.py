@@ -11,11 +11,17 @@ from pipeline.image.oci.layer import FileEntry, write_layer
 
 
 def _layer(tmp_path):
-    return write_layer([FileEntry("./opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o700),
-                        FileEntry("opt/arena/a.py", "file", 0o644, source=b"a"),
-                        FileEntry("opt/arena/link", "symlink", 0o777, linkname="a.py"),
-                        FileEntry("/etc/.wh.motd", "file", 0o600, source=b"")],
-                       tmp_path / "blobs", source_date_epoch=1)
+    return write_layer(
+        [
+            FileEntry("./opt", "dir", 0o755),
+            FileEntry("opt/arena", "dir", 0o700),
+            FileEntry("opt/arena/a.py", "file", 0o644, source=b"a"),
+            FileEntry("opt/arena/link", "symlink", 0o777, linkname="a.py"),
+            FileEntry("/etc/.wh.motd", "file", 0o600, source=b""),
+        ],
+        tmp_path / "blobs",
+        source_date_epoch=1,
+    )
 
 
 def _ref(digest, path):
@@ -25,9 +31,13 @@ def _ref(digest, path):
 def test_members_in_archive_order_as_image_paths(tmp_path):
     layer = _layer(tmp_path)
     # write_layer orders by name as written: "./opt" before "etc/...".
-    assert listing.read(layer.path) == (("opt", False, True), ("etc/.wh.motd", True, False),
-                                        ("opt/arena", False, True), ("opt/arena/a.py", True, False),
-                                        ("opt/arena/link", False, False))
+    assert listing.read(layer.path) == (
+        ("opt", False, True),
+        ("etc/.wh.motd", True, False),
+        ("opt/arena", False, True),
+        ("opt/arena/a.py", True, False),
+        ("opt/arena/link", False, False),
+    )
     assert [listing.clean(n) for n in ("./usr/x", "/usr/x", "usr/x/", ".", "./")] == ["usr/x"] * 3 + ["", ""]
 
 

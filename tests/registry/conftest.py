@@ -17,8 +17,7 @@ from pipeline.registry.client import RegistryClient
 _counter = itertools.count()
 
 
-def _build_image(root: Path, *, family: Family = OCI, layer_sizes=(2000, 3000),
-                seed: int | None = None):
+def _build_image(root: Path, *, family: Family = OCI, layer_sizes=(2000, 3000), seed: int | None = None):
     """An OCI layout at `root` with one image of random-content layers; returns the image."""
     rng = random.Random(next(_counter) if seed is None else seed)
     layout = Layout.init(root)
@@ -26,8 +25,7 @@ def _build_image(root: Path, *, family: Family = OCI, layer_sizes=(2000, 3000),
     layers = []
     for i, size in enumerate(layer_sizes):
         data = rng.randbytes(size)
-        layer = write_layer([FileEntry(f"opt/data{i}.bin", "file", 0o644, source=data)], blobs,
-                            source_date_epoch=1)
+        layer = write_layer([FileEntry(f"opt/data{i}.bin", "file", 0o644, source=data)], blobs, source_date_epoch=1)
         layers.append(NewLayer(layer.digest, layer.diff_id, layer.size, f"data {i}"))
     img = derive(None, layers, ConfigChanges(cmd=("true",)), source_date_epoch=1, family=family)
     layout.put_bytes(img.config_bytes)

@@ -55,8 +55,13 @@ class FaultProxy:
                     self.end_headers()
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
-                resp = requests.request(self.command, f"http://{proxy.upstream}{self.path}",
-                                        headers=headers, data=body, allow_redirects=False)
+                resp = requests.request(
+                    self.command,
+                    f"http://{proxy.upstream}{self.path}",
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                )
                 self.send_response(resp.status_code)
                 for k, v in resp.headers.items():
                     if k.lower() not in HOP:
@@ -84,8 +89,7 @@ def proxy(local_registry):
     p.close()
 
 
-def test_5xx_and_dropped_connections_are_retried(local_registry, proxy, repo_name, tmp_path,
-                                                 build_image, writer):
+def test_5xx_and_dropped_connections_are_retried(local_registry, proxy, repo_name, tmp_path, build_image, writer):
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     proxy.faults = ["503", "drop", "502"]
@@ -95,8 +99,11 @@ def test_5xx_and_dropped_connections_are_retried(local_registry, proxy, repo_nam
     manifest_gets = [p for m, p in proxy.seen if m == "GET" and "/manifests/" in p]
     assert len(manifest_gets) == 4
     proxy.faults = ["drop", "503"]
-    pulled = pull(f"{proxy.address}/{repo_name}@{img.manifest_digest}", tmp_path / "dst",
-                  client=RegistryClient(proxy.address, backoff=0.01))
+    pulled = pull(
+        f"{proxy.address}/{repo_name}@{img.manifest_digest}",
+        tmp_path / "dst",
+        client=RegistryClient(proxy.address, backoff=0.01),
+    )
     assert pulled.manifest_digest == img.manifest_digest
 
 
@@ -120,7 +127,8 @@ def test_unreachable_registry_is_one_line_error():
 
 
 def test_push_interrupted_by_killing_registry_resumes_without_resending(
-        fresh_registry, repo_name, tmp_path, build_image, writer):
+    fresh_registry, repo_name, tmp_path, build_image, writer
+):
     img = build_image(tmp_path / "src", layer_sizes=(40_000, 40_000, 40_000, 40_000))
     all_blobs = [img.manifest.config.digest] + [l.digest for l in img.manifest.layers]
 
@@ -150,14 +158,24 @@ def test_push_interrupted_by_killing_registry_resumes_without_resending(
 
 
 def _index_bytes(img, platforms):
-    return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": img.media_type, "digest": img.manifest_digest,
-         "size": len(img.manifest_bytes), "platform": {"os": "linux", "architecture": arch}}
-        for arch in platforms]}).encode()
+    return json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [
+                {
+                    "mediaType": img.media_type,
+                    "digest": img.manifest_digest,
+                    "size": len(img.manifest_bytes),
+                    "platform": {"os": "linux", "architecture": arch},
+                }
+                for arch in platforms
+            ],
+        }
+    ).encode()
 
 
-def test_non_amd64_index_refused_naming_platforms(local_registry, repo_name, tmp_path,
-                                                  build_image, writer):
+def test_non_amd64_index_refused_naming_platforms(local_registry, repo_name, tmp_path, build_image, writer):
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     raw = _index_bytes(img, ["arm64", "ppc64le"])
@@ -167,8 +185,7 @@ def test_non_amd64_index_refused_naming_platforms(local_registry, repo_name, tmp
     assert "linux/arm64, linux/ppc64le" in str(err.value)
 
 
-def test_index_resolves_to_its_amd64_manifest(local_registry, repo_name, tmp_path,
-                                              build_image, writer):
+def test_index_resolves_to_its_amd64_manifest(local_registry, repo_name, tmp_path, build_image, writer):
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     raw = _index_bytes(img, ["arm64", "amd64"])
@@ -211,8 +228,10 @@ def test_the_wait_for_a_registry_is_configurable_and_two_minutes_by_default(monk
         RegistryClient("127.0.0.1:1")
 
 
-NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
-             b"</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n")
+NGINX_502 = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
+    b"</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n"
+)
 
 
 def test_an_html_error_page_is_summarised_not_pasted():
@@ -243,7 +262,8 @@ def test_an_html_error_page_is_summarised_not_pasted():
 
 @pytest.mark.root
 def test_a_full_disk_while_a_blob_is_written_is_one_line_with_the_path_and_the_size(
-        local_registry, repo_name, tmp_path, build_image, writer):
+    local_registry, repo_name, tmp_path, build_image, writer
+):
     img = build_image(tmp_path / "src", layer_sizes=(3_000_000,))
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     layer = img.manifest.layers[0]

@@ -44,10 +44,16 @@ class MockGhcrTokenService:
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
         now = datetime.now(UTC)
-        self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-                     .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(hours=1))
-                     .sign(self.key, hashes.SHA256()))
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
+            .sign(self.key, hashes.SHA256())
+        )
         self.cert_path = tmp_path / "token-root.pem"
         self.cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         self.scopes: list[str] = []
@@ -79,10 +85,21 @@ class MockGhcrTokenService:
             granted = [a for a in actions.split(",") if a == "pull"]
             access.append({"type": "repository", "name": name, "actions": granted})
         now = int(time.time())
-        header = {"typ": "JWT", "alg": "ES256",
-                  "x5c": [base64.b64encode(self.cert.public_bytes(serialization.Encoding.DER)).decode()]}
-        claims = {"iss": ISSUER, "sub": "", "aud": SERVICE, "exp": now + 300, "nbf": now - 10,
-                  "iat": now, "jti": secrets.token_hex(8), "access": access}
+        header = {
+            "typ": "JWT",
+            "alg": "ES256",
+            "x5c": [base64.b64encode(self.cert.public_bytes(serialization.Encoding.DER)).decode()],
+        }
+        claims = {
+            "iss": ISSUER,
+            "sub": "",
+            "aud": SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": secrets.token_hex(8),
+            "access": access,
+        }
         signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
         r, s = decode_dss_signature(self.key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
         return f"{signing_input}.{_b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
@@ -97,8 +114,13 @@ def ghcr_like(local_registry, tmp_path):
     """(token service, registry demanding its tokens) over the session registry's storage."""
     tokens = MockGhcrTokenService(tmp_path)
     root = tmp_path / "token-registry"
-    state = localregistry.start(root, storage=local_registry.storage, token_auth=localregistry.TokenAuth(
-        realm=tokens.realm, service=SERVICE, issuer=ISSUER, rootcertbundle=tokens.cert_path))
+    state = localregistry.start(
+        root,
+        storage=local_registry.storage,
+        token_auth=localregistry.TokenAuth(
+            realm=tokens.realm, service=SERVICE, issuer=ISSUER, rootcertbundle=tokens.cert_path
+        ),
+    )
     try:
         yield tokens, state
     finally:
@@ -106,8 +128,9 @@ def ghcr_like(local_registry, tmp_path):
         tokens.close()
 
 
-def test_anonymous_pull_via_mocked_ghcr_token_service(ghcr_like, local_registry, repo_name,
-                                                      tmp_path, build_image, writer):
+def test_anonymous_pull_via_mocked_ghcr_token_service(
+    ghcr_like, local_registry, repo_name, tmp_path, build_image, writer
+):
     tokens, token_registry = ghcr_like
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
@@ -129,8 +152,7 @@ def test_pull_only_token_cannot_push(ghcr_like, repo_name, tmp_path, build_image
         push_layout(RegistryClient(token_registry.address), repo_name, tmp_path / "src")
 
 
-def test_token_signed_by_another_key_is_refused(ghcr_like, local_registry, repo_name, tmp_path,
-                                                build_image, writer):
+def test_token_signed_by_another_key_is_refused(ghcr_like, local_registry, repo_name, tmp_path, build_image, writer):
     tokens, token_registry = ghcr_like
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")

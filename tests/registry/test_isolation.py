@@ -22,7 +22,7 @@ def _socket_inodes(pid: int) -> set[str]:
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     return inodes
 
 
@@ -44,7 +44,7 @@ def _uids(pid: int) -> list[int]:
 def test_backend_listens_on_no_tcp_port_only_on_a_private_unix_socket(local_registry):
     assert not (_socket_inodes(local_registry.registry_pid) & _listening_tcp_inodes())
     assert local_registry.backend_address.startswith("unix:")
-    sock = Path(local_registry.backend_address[len("unix:"):])
+    sock = Path(local_registry.backend_address[len("unix:") :])
     directory = sock.parent.stat()
     assert directory.st_mode & 0o007 == 0  # no access for others
     # The socket works (nginx goes through it) but is not a way around nginx for others.
@@ -68,22 +68,22 @@ def _logged_since(access_log: Path, before: str, wanted: str, timeout_s: float =
     writes a request's line after it has sent the response, so the log can lag the client."""
     deadline = time.monotonic() + timeout_s
     while True:
-        lines = access_log.read_text()[len(before):].splitlines()
+        lines = access_log.read_text()[len(before) :].splitlines()
         if any(wanted in line for line in lines) or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
 
 
-def test_anonymous_pull_ignores_netrc(local_registry, repo_name, tmp_path, build_image, writer,
-                                      monkeypatch):
+def test_anonymous_pull_ignores_netrc(local_registry, repo_name, tmp_path, build_image, writer, monkeypatch):
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src", tag="v1")
     home = tmp_path / "home"
     home.mkdir()
     host = local_registry.address.split(":")[0]
     netrc = home / ".netrc"
-    netrc.write_text(f"machine {host}\nlogin netrc-leak\npassword netrc-secret\n"
-                     f"default login netrc-leak password netrc-secret\n")
+    netrc.write_text(
+        f"machine {host}\nlogin netrc-leak\npassword netrc-secret\ndefault login netrc-leak password netrc-secret\n"
+    )
     netrc.chmod(0o600)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("NETRC", raising=False)

@@ -60,9 +60,14 @@ def test_cli_start_status_stop(tmp_path):
     env = {**os.environ, "RELEASE_REGISTRY_DIR": str(tmp_path / "reg")}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "pipeline", "registry", *args], env=env,
-                              cwd=Path(__file__).resolve().parents[2],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "registry", *args],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     try:
         assert cli("status").returncode == 3
@@ -91,8 +96,10 @@ def test_a_registry_whose_release_is_gone_is_stopped_and_one_started_by_hand_is_
         assert localregistry.stop_orphaned(by_hand) is None and localregistry.status(by_hand) is not None
         assert localregistry.stop_orphaned(ours) is None and localregistry.status(ours) is not None
         line = localregistry.stop_orphaned(orphan)
-        assert line == (f"stopped the local registry (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) "
-                        f"that a release which is gone (PID {gone.pid}) had started, under {orphan}")
+        assert line == (
+            f"stopped the local registry (docker-registry {state.registry_pid}, nginx {state.nginx_pid}) "
+            f"that a release which is gone (PID {gone.pid}) had started, under {orphan}"
+        )
         assert localregistry.status(orphan) is None and not (orphan / "state.json").exists()
         assert localregistry.stop_orphaned(orphan) is None
     finally:
@@ -120,8 +127,10 @@ def test_a_corrupt_blob_in_the_storage_is_removed_before_a_registry_serves_it_ag
     state = localregistry.start(root)
     try:
         said = capsys.readouterr().err
-        assert said == (f"removed 1 corrupt blob(s) from the local registry's storage ({digests[bad][:19]}) "
-                        f"before serving it from {state.storage}; the next push sends them again\n")
+        assert said == (
+            f"removed 1 corrupt blob(s) from the local registry's storage ({digests[bad][:19]}) "
+            f"before serving it from {state.storage}; the next push sends them again\n"
+        )
         assert not rotten.parent.exists()
         client = state.client()
         assert client.get_blob_bytes("t/blobs", digests[good]) == good

@@ -17,8 +17,7 @@ def test_push_then_anonymous_pull_by_digest(local_registry, repo_name, tmp_path,
     img = build_image(tmp_path / "src")
     result = push_layout(writer(local_registry), repo_name, tmp_path / "src", tag="v1")
     assert result.manifest_digest == img.manifest_digest
-    assert set(result.blobs_sent) == {img.manifest.config.digest,
-                                      *(l.digest for l in img.manifest.layers)}
+    assert set(result.blobs_sent) == {img.manifest.config.digest, *(l.digest for l in img.manifest.layers)}
     assert result.blobs_skipped == () and result.manifest_sent
     assert RegistryClient(local_registry.address).head_manifest(repo_name, "v1") == img.manifest_digest
 
@@ -26,8 +25,7 @@ def test_push_then_anonymous_pull_by_digest(local_registry, repo_name, tmp_path,
     assert pulled.manifest_digest == img.manifest_digest
     assert pulled.layer_count == 2
     assert pulled.compressed_size == sum(l.size for l in img.manifest.layers)
-    assert Layout.open(tmp_path / "dst").verify_image(img.manifest_digest).manifest_bytes \
-        == img.manifest_bytes
+    assert Layout.open(tmp_path / "dst").verify_image(img.manifest_digest).manifest_bytes == img.manifest_bytes
 
 
 def test_pushing_again_sends_no_blobs(local_registry, repo_name, tmp_path, build_image, writer):
@@ -39,12 +37,12 @@ def test_pushing_again_sends_no_blobs(local_registry, repo_name, tmp_path, build
 
 
 def test_push_mounts_blobs_from_another_repository_instead_of_uploading(
-        local_registry, repo_name, tmp_path, build_image, writer):
+    local_registry, repo_name, tmp_path, build_image, writer
+):
     build_image(tmp_path / "src")
     first = push_layout(writer(local_registry), repo_name, tmp_path / "src", tag="v1")
     other = repo_name + "-derived"
-    mounted = push_layout(writer(local_registry), other, tmp_path / "src", tag="v1",
-                          mount_from=(repo_name,))
+    mounted = push_layout(writer(local_registry), other, tmp_path / "src", tag="v1", mount_from=(repo_name,))
     assert mounted.blobs_sent == () and mounted.bytes_sent == 0 and mounted.manifest_sent
     assert set(mounted.blobs_skipped) == set(first.blobs_sent)
     anonymous = RegistryClient(local_registry.address)
@@ -63,6 +61,7 @@ def test_anonymous_push_is_refused(local_registry, repo_name, tmp_path, build_im
 
 def test_wrong_password_is_refused(local_registry, repo_name, tmp_path, build_image, writer):
     from pipeline.registry.client import Credentials
+
     build_image(tmp_path / "src")
     client = RegistryClient(local_registry.address, credentials=Credentials(local_registry.user, "x"))
     with pytest.raises(RegistryError, match="HTTP 401"):
@@ -74,7 +73,7 @@ def test_corrupted_blob_in_registry_storage_is_caught_on_pull(local_registry, re
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     victim = img.manifest.layers[1].digest
     hexd = victim.split(":")[1]
-    data_file = (local_registry.storage / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data")
+    data_file = local_registry.storage / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
     original = data_file.read_bytes()
     corrupted = bytearray(original)
     corrupted[len(corrupted) // 2] ^= 0xFF
@@ -122,16 +121,28 @@ def test_referrers_fall_back_to_the_tag_schema(local_registry, repo_name, tmp_pa
     img = build_image(tmp_path / "src")
     push_layout(writer(local_registry), repo_name, tmp_path / "src")
     payload = b'{"mediaType":"application/example"}'
-    res = referrers.push_referrer(writer(local_registry), repo_name, img.manifest_digest,
-                                  artifact_type="application/example", payload=payload,
-                                  media_type="application/example", annotations={"k": "v"})
+    res = referrers.push_referrer(
+        writer(local_registry),
+        repo_name,
+        img.manifest_digest,
+        artifact_type="application/example",
+        payload=payload,
+        media_type="application/example",
+        annotations={"k": "v"},
+    )
     tag = "sha256-" + img.manifest_digest.split(":")[1]
     assert res.listed_by == f"tag {tag}" and res.descriptor.artifact_type == "application/example"
     anon = RegistryClient(local_registry.address)
     listing = referrers.list_referrers(anon, repo_name, img.manifest_digest)
     assert listing.found_by == f"tag {tag}" and listing.descriptors == (res.descriptor,)
-    got = referrers.fetch_referrer(anon, repo_name, res.descriptor, img.manifest_digest,
-                                   artifact_type="application/example", media_type="application/example")
+    got = referrers.fetch_referrer(
+        anon,
+        repo_name,
+        res.descriptor,
+        img.manifest_digest,
+        artifact_type="application/example",
+        media_type="application/example",
+    )
     assert got.payload == payload and got.manifest.annotations == {"k": "v"}
     assert referrers.list_referrers(anon, repo_name, "sha256:" + "0" * 64).descriptors == ()
 

@@ -43,7 +43,7 @@ dataset = "arena/vendored"
 [[sources]]
 name = "test-tasks"
 repository = "https://example.invalid/upstream"
-revision = "{'a' * 40}"
+revision = "{"a" * 40}"
 path = "tasks/tasks.py"
 sha256 = "{hashlib.sha256(VENDORED).hexdigest()}"
 size = {len(VENDORED)}
@@ -55,11 +55,16 @@ profiles = ["vendored"]
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def fresh_clone(source: Path, dest: Path, *extra: str) -> Path:
@@ -75,46 +80,71 @@ def vendor(dest: Path, data: bytes = VENDORED) -> Path:
     return dest
 
 
-def make_records(clone: Path, registry: str, *, credentials: Credentials | None = None, profile_name: str = "local",
-                 vendor_dir: Path | None = None, base_source: basesource.BaseSource | None = None,
-                 commit: bool = True, push: bool = False) -> provenance.Provenance:
+def make_records(
+    clone: Path,
+    registry: str,
+    *,
+    credentials: Credentials | None = None,
+    profile_name: str = "local",
+    vendor_dir: Path | None = None,
+    base_source: basesource.BaseSource | None = None,
+    commit: bool = True,
+    push: bool = False,
+) -> provenance.Provenance:
     """Build the image of `clone`'s HEAD and commit provenance.json for it, as a release does
     (the check suite and signatures are another stage's business)."""
     cfg = config.load(clone / "release.toml")
     rp = plan.resolve(cfg, profile_name)
     lock = base.load_record(clone / "locks" / "base.json")
-    source = base_source or basesource.BaseSource(name=lock.name, digest=lock.digest,
-                                             registry=registry, repository=lock.name)
+    source = base_source or basesource.BaseSource(
+        name=lock.name, digest=lock.digest, registry=registry, repository=lock.name
+    )
     inputs = image_inputs.image_inputs(clone, rp.profile)
     sde = provenance.source_date_epoch(inputs)
     vendored = rp.task_file(vendor_dir) if vendor_dir else None
-    record = build.build(cfg, repo=clone, base=source, repository=rp.target.image_name,
-                         tag=rp.target.tag, source_revision=inputs.commit, source_date_epoch=sde,
-                         vendored=vendored, out=clone / "dist")
-    prov = replace(provenance.assemble(clone, rp.profile, base=provenance.Base(source.name, source.digest),
-                                       sources=(), external=(), inputs=inputs),
-                   image=provenance.Image.of_build(rp.target.image_name, record))
+    record = build.build(
+        cfg,
+        repo=clone,
+        base=source,
+        repository=rp.target.image_name,
+        tag=rp.target.tag,
+        source_revision=inputs.commit,
+        source_date_epoch=sde,
+        vendored=vendored,
+        out=clone / "dist",
+    )
+    prov = replace(
+        provenance.assemble(
+            clone, rp.profile, base=provenance.Base(source.name, source.digest), sources=(), external=(), inputs=inputs
+        ),
+        image=provenance.Image.of_build(rp.target.image_name, record),
+    )
     provenance.write(clone / "provenance.json", prov)
     if push:
         client = RegistryClient(registry, credentials=credentials)
-        push_layout(client, rp.target.repository, Path(record.layout), ref_name=record.tag,
-                    tag=record.tag)
+        push_layout(client, rp.target.repository, Path(record.layout), ref_name=record.tag, tag=record.tag)
     if commit:
         git(clone, "add", "provenance.json")
         git(clone, "commit", "-q", "-m", "release records")
     return prov
 
 
-def reproduce(clone: Path, *args: str, env_extra: dict[str, str] | None = None,
-              timeout: float = 900) -> subprocess.CompletedProcess:
+def reproduce(
+    clone: Path, *args: str, env_extra: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess:
     """`python -m pipeline reproduce` run from `clone` with its own code; no registry is
     found unless one is named (RELEASE_REGISTRY_DIR points at nothing)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RELEASE_") and k != "SOURCE_DATE_EPOCH"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASE_") and k != "SOURCE_DATE_EPOCH"}
     env.update(PYTHONDONTWRITEBYTECODE="1", RELEASE_REGISTRY_DIR=str(clone / ".no-registry"))
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "pipeline", "reproduce", *args], cwd=clone,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "reproduce", *args],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @shared_result
@@ -122,10 +152,12 @@ def released(tmp_path_factory, local_registry, base_image) -> Path:
     """A clone of this checkout with the local base in the registry and committed records,
     made once per run (tests/shared.py); tests clone it, never change it. The records
     name no registry address, so the worker that made them does not matter."""
+
     def make(root: Path) -> None:
         clone = fresh_clone(REPO, root / "checkout")
-        assert base.load_record(clone / "locks" / "base.json").digest == base_image.digest, \
+        assert base.load_record(clone / "locks" / "base.json").digest == base_image.digest, (
             "the base built from locks/base.json's inputs is not the pinned one"
+        )
         make_records(clone, local_registry.address)
 
     return once(tmp_path_factory, "reproduce-released", make) / "checkout"

@@ -27,8 +27,19 @@ ARTIFACT = "base-out/oci/index.json"
 # The build's third-party imports (pipeline.image.build's closure outside the stdlib).
 # What `python -m pipeline build` imports beyond the standard library (config.py's model:
 # pydantic and what it needs), copied for Debian's CPython 3.11 (the same ABI).
-PACKAGES = ("requests", "urllib3", "certifi", "idna", "charset_normalizer", "packaging",
-            "pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions")
+PACKAGES = (
+    "requests",
+    "urllib3",
+    "certifi",
+    "idna",
+    "charset_normalizer",
+    "packaging",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions",
+)
 SUDO_SHIM = """#!/bin/sh
 if [ "$1" = "-h" ]; then shift 2; fi
 exec /usr/bin/sudo "$@"
@@ -44,8 +55,7 @@ def build_world() -> Path:
     the run's own base is still being built."""
     if os.geteuid() != 0:
         pytest.skip("reprotest's user_group and disorderfs variations need root")
-    missing = [t for t in TOOLS if shutil.which(t) is None] + \
-        ([str(PYTHON311)] if not PYTHON311.exists() else [])
+    missing = [t for t in TOOLS if shutil.which(t) is None] + ([str(PYTHON311)] if not PYTHON311.exists() else [])
     assert not missing, f"missing {missing}: run `python -m pipeline setup`"
     root = Path(tempfile.mkdtemp(prefix="reprotest-world-"))
     try:
@@ -87,13 +97,20 @@ def _reprotest_env(world: Path) -> dict[str, str]:
     return dict(os.environ, PATH=f"{world / 'bin'}:{os.environ['PATH']}")
 
 
-def reprotest(world: Path, command: str, artifact: str, variations: str,
-              timeout: float = 600, control: Path | None = None) -> subprocess.CompletedProcess:
+def reprotest(
+    world: Path, command: str, artifact: str, variations: str, timeout: float = 600, control: Path | None = None
+) -> subprocess.CompletedProcess:
     """reprotest's run: a control build and an experiment build under `variations`, or with
     `control` (a directory holding `source-root/<artifact>`) that as the control and the
     experiment build only."""
-    return subprocess.run(_reprotest_argv(command, artifact, variations, control), cwd=world / "src",
-                          env=_reprotest_env(world), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        _reprotest_argv(command, artifact, variations, control),
+        cwd=world / "src",
+        env=_reprotest_env(world),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # How long reprotest's base build waits, once built, for the run's base (its control) to be
@@ -114,6 +131,7 @@ def base_reprotest(tmp_path_factory, build_world, request) -> Path:
     index.json) and `experiment-index.json` (the experiment build's own, copied out by its
     command). Read by test_reprotest.py's base test and tests/base/test_base_image.py's
     twin-build test, each asserting its own property."""
+
     def make(root: Path) -> None:
         control_dir, ready = root / "control", root / "control-ready"
         cache = Path(tempfile.mkdtemp(prefix="reprotest-base-cache-"))
@@ -121,16 +139,24 @@ def base_reprotest(tmp_path_factory, build_world, request) -> Path:
             wheels = REPO / ".release" / "wheels"
             if wheels.is_dir():  # complete files only: the cache writes each wheel atomically
                 shutil.copytree(wheels, cache / "wheels", ignore=shutil.ignore_patterns(".*.tmp"))
-            wait = (f"i=0; until [ -e {shlex.quote(str(ready))} ]; do i=$((i+1)); "
-                    f"[ $i -le {CONTROL_WAIT_S} ] || exit 1; sleep 1; done")
-            command = (f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
-                       f"--cache-dir {cache} && cp {ARTIFACT} {root / 'experiment-index.json'} && {wait}")
+            wait = (
+                f"i=0; until [ -e {shlex.quote(str(ready))} ]; do i=$((i+1)); "
+                f"[ $i -le {CONTROL_WAIT_S} ] || exit 1; sleep 1; done"
+            )
+            command = (
+                f"{sys.executable} -m pipeline base --oci-layout base-out --no-cache "
+                f"--cache-dir {cache} && cp {ARTIFACT} {root / 'experiment-index.json'} && {wait}"
+            )
             # Its output to a file: nothing reads a pipe while the run's base is waited for.
             with open(root / "reprotest.log", "w+") as log:
                 proc = subprocess.Popen(
                     _reprotest_argv(command, ARTIFACT, "+all,-user_group,-domain_host,-kernel", control_dir),
-                    cwd=build_world / "src", env=_reprotest_env(build_world), stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True)
+                    cwd=build_world / "src",
+                    env=_reprotest_env(build_world),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 try:
                     request.getfixturevalue("base_image")  # the run's base build: the control
                     control = control_dir / "source-root" / ARTIFACT
@@ -159,5 +185,7 @@ def built_indexes(run: Path) -> dict[str, dict]:
     base build's, "experiment": reprotest's}."""
     experiment = run / "experiment-index.json"
     assert experiment.is_file(), f"reprotest's base build wrote no {ARTIFACT}: {(run / 'output').read_text()[-4000:]}"
-    return {"control": json.loads((run / "control" / "source-root" / ARTIFACT).read_text()),
-            "experiment": json.loads(experiment.read_text())}
+    return {
+        "control": json.loads((run / "control" / "source-root" / ARTIFACT).read_text()),
+        "experiment": json.loads(experiment.read_text()),
+    }

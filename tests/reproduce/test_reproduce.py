@@ -99,8 +99,13 @@ def _forge(clone: Path, old: dict) -> None:
 def test_changed_env_file_fails_and_names_it(change, released, local_registry, tmp_path):
     clone = fresh_clone(released, tmp_path / "clone")
     # The recorded image is in the registry, so diffoscope can read the recorded blobs.
-    make_records(clone, local_registry.address, commit=False, push=True,
-                 credentials=Credentials(local_registry.user, local_registry.password))
+    make_records(
+        clone,
+        local_registry.address,
+        commit=False,
+        push=True,
+        credentials=Credentials(local_registry.user, local_registry.password),
+    )
     old = json.loads((clone / "provenance.json").read_text())
     target = clone / "env" / "server" / "app.py"
     if change == "chmod":
@@ -122,8 +127,11 @@ def test_changed_env_file_fails_and_names_it(change, released, local_registry, t
     assert "does not reproduce" in proc.stderr
     if shutil.which("diffoscope"):
         assert "diffoscope sha256:" in proc.stdout
-        assert ("-rw-------" in proc.stdout and "-rwx------" in proc.stdout) if change == "chmod" \
+        assert (
+            ("-rw-------" in proc.stdout and "-rwx------" in proc.stdout)
+            if change == "chmod"
             else "app.py" in proc.stdout.split("diffoscope sha256:", 1)[1]
+        )
 
 
 def test_vendored_file_with_a_changed_byte_fails_and_names_it(released, local_registry, tmp_path):
@@ -131,16 +139,13 @@ def test_vendored_file_with_a_changed_byte_fails_and_names_it(released, local_re
     with open(clone / "release.toml", "a") as f:
         f.write(VENDORED_TOML)
     git(clone, "commit", "-q", "-am", "a vendored profile")
-    make_records(clone, local_registry.address, profile_name="vendored",
-                 vendor_dir=vendor(tmp_path / "vendor"))
-    good = reproduce(clone, "--base-registry", local_registry.address,
-                     "--vendor-dir", str(tmp_path / "vendor"))
+    make_records(clone, local_registry.address, profile_name="vendored", vendor_dir=vendor(tmp_path / "vendor"))
+    good = reproduce(clone, "--base-registry", local_registry.address, "--vendor-dir", str(tmp_path / "vendor"))
     assert good.returncode == 0, good.stdout + good.stderr
     changed = bytearray(VENDORED)
     changed[3] ^= 1
     vendor(tmp_path / "tampered", bytes(changed))
-    bad = reproduce(clone, "--base-registry", local_registry.address,
-                    "--vendor-dir", str(tmp_path / "tampered"))
+    bad = reproduce(clone, "--base-registry", local_registry.address, "--vendor-dir", str(tmp_path / "tampered"))
     assert bad.returncode != 0
     assert "test-tasks" in bad.stderr and str(tmp_path / "tampered" / "test-tasks" / "tasks.py") in bad.stderr
 
@@ -153,10 +158,13 @@ def test_base_nobody_serves_is_not_rebuilt_and_fails(released, local_registry, t
     with open(clone / "release.toml", "a") as f:
         f.write(REMOTE_TOML.format(base=f"registry.invalid/arena/base@{lock['digest']}"))
     git(clone, "commit", "-q", "-am", "a profile on an unreachable remote base")
-    source = basesource.BaseSource(name="registry.invalid/arena/base", digest=lock["digest"],
-                              registry=local_registry.address, repository="arena/base")
-    make_records(clone, local_registry.address, profile_name="remote",
-                 vendor_dir=None, base_source=source)
+    source = basesource.BaseSource(
+        name="registry.invalid/arena/base",
+        digest=lock["digest"],
+        registry=local_registry.address,
+        repository="arena/base",
+    )
+    make_records(clone, local_registry.address, profile_name="remote", vendor_dir=None, base_source=source)
     proc = reproduce(clone)
     assert proc.returncode != 0
     assert "NOT REBUILT" in proc.stdout and "image NOT REBUILT" in proc.stdout

@@ -28,8 +28,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 
 def derived_build(world: Path, extra: str = "") -> str:
-    return (f"env PYTHONPATH={world / 'site'} PYTHONDONTWRITEBYTECODE=1 {PYTHON311} -m pipeline "
-            f"build --no-push --base-layout {world / 'base-oci'} --out dist{extra}")
+    return (
+        f"env PYTHONPATH={world / 'site'} PYTHONDONTWRITEBYTECODE=1 {PYTHON311} -m pipeline "
+        f"build --no-push --base-layout {world / 'base-oci'} --out dist{extra}"
+    )
 
 
 def _ok(proc: subprocess.CompletedProcess) -> None:
@@ -45,24 +47,27 @@ def test_base_build_once_under_every_root_variation(base_reprotest):
 
 
 def test_derived_build_with_file_ordering_and_every_variation_but_the_user(world):
-    _ok(reprotest(world, derived_build(world), "dist/oci/index.json",
-                  "+all,-user_group,-domain_host"))
+    _ok(reprotest(world, derived_build(world), "dist/oci/index.json", "+all,-user_group,-domain_host"))
 
 
 def test_derived_build_as_another_user_and_host(world):
-    _ok(reprotest(world, derived_build(world), "dist/oci/index.json",
-                  "+all,-fileordering,user_group.available+=nobody:nogroup,domain_host.use_sudo=1"))
+    _ok(
+        reprotest(
+            world,
+            derived_build(world),
+            "dist/oci/index.json",
+            "+all,-fileordering,user_group.available+=nobody:nogroup,domain_host.use_sudo=1",
+        )
+    )
 
 
 def test_harness_catches_a_build_path_in_the_output(world):
     """The harness has teeth: an output that records where it was built differs."""
-    proc = reprotest(world, derived_build(world, " && pwd > dist/oci/where"), "dist/oci/where",
-                     "+build_path")
+    proc = reprotest(world, derived_build(world, " && pwd > dist/oci/where"), "dist/oci/where", "+build_path")
     assert proc.returncode != 0 and "Reproduction successful" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("control_says, reproducible", [("built\n", True), ("forged\n", False)],
-                         ids=["same", "forged"])
+@pytest.mark.parametrize("control_says, reproducible", [("built\n", True), ("forged\n", False)], ids=["same", "forged"])
 def test_a_control_build_is_what_the_experiment_is_compared_with(world, tmp_path, control_says, reproducible):
     """The base test's shape (`--control-build` with `source-root/<artifact>`): reprotest
     compares the experiment with that control and nothing else, so a control that differs
@@ -71,7 +76,13 @@ def test_a_control_build_is_what_the_experiment_is_compared_with(world, tmp_path
     control = tmp_path / "control" / "source-root" / artifact
     control.parent.mkdir(parents=True)
     control.write_text(control_says)
-    proc = reprotest(world, f"mkdir -p out && echo built > {artifact}", artifact, "+umask,+time",
-                     timeout=300, control=tmp_path / "control")
+    proc = reprotest(
+        world,
+        f"mkdir -p out && echo built > {artifact}",
+        artifact,
+        "+umask,+time",
+        timeout=300,
+        control=tmp_path / "control",
+    )
     out = proc.stdout + proc.stderr
     assert (proc.returncode == 0 and "Reproduction successful" in out) is reproducible, out[-4000:]

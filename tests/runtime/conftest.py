@@ -19,22 +19,30 @@ SERVE = ["/opt/arena-python/bin/python3", "-m", "env", "serve", "--host", "0.0.0
 # The checkout's env/ holds no curriculum file (the release writes the image's): the one
 # tests/conftest.py writes from release.toml's [curriculum] is mounted beside it.
 CURRICULUM_IN_CONTAINER = "/opt/arena-curriculum.json"
-MOUNT = ["--volume", f"{REPO / 'env'}:/opt/arena/env:ro", "--workdir", "/opt/arena",
-         "--env", "PYTHONPATH=/opt/arena",
-         "--volume", f"{os.environ['ARENA_CURRICULUM']}:{CURRICULUM_IN_CONTAINER}:ro",
-         "--env", f"ARENA_CURRICULUM={CURRICULUM_IN_CONTAINER}"]
+MOUNT = [
+    "--volume",
+    f"{REPO / 'env'}:/opt/arena/env:ro",
+    "--workdir",
+    "/opt/arena",
+    "--env",
+    "PYTHONPATH=/opt/arena",
+    "--volume",
+    f"{os.environ['ARENA_CURRICULUM']}:{CURRICULUM_IN_CONTAINER}:ro",
+    "--env",
+    f"ARENA_CURRICULUM={CURRICULUM_IN_CONTAINER}",
+]
 
 
 @contextmanager
-def checkout_servers(base, registry, count: int = 1,
-                     limits: ContainerLimits | None = None) -> Iterator[list[runtime.Container]]:
+def checkout_servers(
+    base, registry, count: int = 1, limits: ContainerLimits | None = None
+) -> Iterator[list[runtime.Container]]:
     """`count` containers (started side by side) of the real server, this checkout's env/
     mounted read-only on the base image pulled from `registry`; removed on the way out."""
     rt = runtime.ContainerRuntime()
     image = rt.pull(base.pull_reference(registry.address))
     with ThreadPoolExecutor(count) as pool:
-        futures = [pool.submit(rt.start, image, extra_args=MOUNT, command=SERVE, limits=limits)
-                   for _ in range(count)]
+        futures = [pool.submit(rt.start, image, extra_args=MOUNT, command=SERVE, limits=limits) for _ in range(count)]
     started = [f.result() for f in futures if f.exception() is None]
     try:
         for f in futures:

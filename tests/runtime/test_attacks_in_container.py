@@ -65,7 +65,7 @@ def _clean(session: Session) -> dict:
     out = session.shell("python3 -c " + _quote(CLEAN_PROBE)).output
     line = next((l for l in out.splitlines() if l.startswith("CLEANPROBE ")), None)
     assert line is not None, out
-    seen = json.loads(line[len("CLEANPROBE "):])
+    seen = json.loads(line[len("CLEANPROBE ") :])
     if seen["ipc"] == "the episode's own namespace":
         seen["ipc"] = CLEAN["ipc"]  # nothing of the last episode's can be in it
     return seen
@@ -75,8 +75,7 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-CLEAN = {"repo": 4, "home": [], "shared": dict.fromkeys(SHARED, []), "procs": [],
-         "ipc": {"msg": 0, "shm": 0, "sem": 0}}
+CLEAN = {"repo": 4, "home": [], "shared": dict.fromkeys(SHARED, []), "procs": [], "ipc": {"msg": 0, "shm": 0, "sem": 0}}
 
 
 WIDE_PARTS = 4
@@ -91,15 +90,24 @@ def _in_parts(text: str) -> list[str]:
     step = 100_000 // WIDE_PARTS
     whole = 'os.mkdir("wide")\nfor i in range(100_000):'
     assert whole in text, "the battery's wide attack changed: update _in_parts"
-    return [text.replace(whole, f'os.makedirs("wide", exist_ok=True)\nfor i in range({k * step}, {(k + 1) * step}):')
-            for k in range(WIDE_PARTS)]
+    return [
+        text.replace(whole, f'os.makedirs("wide", exist_ok=True)\nfor i in range({k * step}, {(k + 1) * step}):')
+        for k in range(WIDE_PARTS)
+    ]
 
 
-@pytest.mark.parametrize(("shape", "text"), [
-    ("depth-10000", battery.DEEP), ("width-100000", battery.WIDE), ("links-and-loops", battery.LINKS_AND_LOOPS),
-    ("chmod-000", battery.UNREADABLE), ("fifo-and-socket", battery.SPECIAL), ("odd-names", battery.ODD_NAMES),
-    ("held-open-ignoring-sigterm", battery.HELD_OPEN),
-])
+@pytest.mark.parametrize(
+    ("shape", "text"),
+    [
+        ("depth-10000", battery.DEEP),
+        ("width-100000", battery.WIDE),
+        ("links-and-loops", battery.LINKS_AND_LOOPS),
+        ("chmod-000", battery.UNREADABLE),
+        ("fifo-and-socket", battery.SPECIAL),
+        ("odd-names", battery.ODD_NAMES),
+        ("held-open-ignoring-sigterm", battery.HELD_OPEN),
+    ],
+)
 def test_every_shape_is_gone_after_reset_in_the_container(server, shape, text):
     with Session(server.url) as session:
         session.reset(CASE.id, seed=1)
@@ -115,12 +123,14 @@ def test_every_shape_is_gone_after_reset_in_the_container(server, shape, text):
 def test_processes_and_ipc_are_gone_after_reset_in_the_container(server):
     with Session(server.url) as session:
         session.reset(CASE.id, seed=3)
-        out = session.shell("setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
-                            "( ( sleep 1000 </dev/null >/dev/null 2>&1 & ) & ); "
-                            "ipcmk -Q >/dev/null 2>&1 || echo sysv-refused; "
-                            "python3 -c 'import ctypes, os; rt = ctypes.CDLL(\"librt.so.1\"); "
-                            "assert rt.mq_open(b\"/arena-mq\", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0'; "
-                            "sleep 0.2; ls /dev/mqueue; echo made")
+        out = session.shell(
+            "setsid sleep 1000 </dev/null >/dev/null 2>&1 & "
+            "( ( sleep 1000 </dev/null >/dev/null 2>&1 & ) & ); "
+            "ipcmk -Q >/dev/null 2>&1 || echo sysv-refused; "
+            'python3 -c \'import ctypes, os; rt = ctypes.CDLL("librt.so.1"); '
+            'assert rt.mq_open(b"/arena-mq", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0\'; '
+            "sleep 0.2; ls /dev/mqueue; echo made"
+        )
         assert "arena-mq" in out.output and "made" in out.output and "sysv-refused" in out.output, out.output
         before = _clean(session)
         assert len(before["procs"]) >= 2
@@ -147,8 +157,12 @@ def test_a_flood_from_outside_leaves_the_episode_and_its_budget(server):
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         i = 0
         while not stop.is_set():
-            request = urllib.request.Request(server.url + "/mcp", data=bodies[i % len(bodies)], method="POST",
-                                             headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                server.url + "/mcp",
+                data=bodies[i % len(bodies)],
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
             try:
                 with opener.open(request, timeout=30) as reply:
                     statuses.append(reply.status)

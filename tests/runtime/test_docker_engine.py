@@ -27,8 +27,11 @@ from pipeline import _daemon, config
 from pipeline.runtime import dockerd, runtime
 from pipeline.runtime.limits import ContainerLimits
 
-pytestmark = [pytest.mark.root, pytest.mark.container,
-              pytest.mark.skipif(not os.access(dockerd.DOCKERD, os.X_OK), reason="docker.io is not installed")]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.container,
+    pytest.mark.skipif(not os.access(dockerd.DOCKERD, os.X_OK), reason="docker.io is not installed"),
+]
 
 DEFAULT_SOCKET = Path("/var/run/docker.sock")
 IMAGE = "arena-test/health:1"
@@ -85,8 +88,12 @@ def engine():
 @pytest.fixture(scope="module")
 def rt(engine):
     adapter = runtime.ContainerRuntime(config.RuntimeConfig(), engine="docker", docker=engine)
-    subprocess.run([*engine.client_args(), "import", "--change", f"CMD {json.dumps(CMD)}", "-", IMAGE],
-                   input=_image_tar(), check=True, capture_output=True)
+    subprocess.run(
+        [*engine.client_args(), "import", "--change", f"CMD {json.dumps(CMD)}", "-", IMAGE],
+        input=_image_tar(),
+        check=True,
+        capture_output=True,
+    )
     yield adapter
     adapter.cleanup()
 
@@ -96,14 +103,18 @@ def test_engine_is_private_and_stops_by_its_pid(engine, tmp_path):
     assert engine.pid == int((engine.root / "docker.pid").read_text())
     # Its containerd is its own, started with it: never a host's system containerd.
     containerd = Path(f"/proc/{engine.containerd_pid}/cmdline").read_bytes().split(b"\0")
-    assert _daemon.alive(engine.containerd_pid, "containerd") and str(engine.root / "containerd.toml") in \
-        [a.decode() for a in containerd]
+    assert _daemon.alive(engine.containerd_pid, "containerd") and str(engine.root / "containerd.toml") in [
+        a.decode() for a in containerd
+    ]
     dockerd_argv = Path(f"/proc/{engine.pid}/cmdline").read_bytes().split(b"\0")
     assert str(engine.root / "exec" / "containerd" / "containerd.sock").encode() in dockerd_argv
     assert dockerd.status(engine.root) == engine  # a second start reuses it
     assert dockerd.start(engine.root).pid == engine.pid
-    info = json.loads(subprocess.run([*engine.client_args(), "info", "--format", "{{json .}}"],
-                                     check=True, capture_output=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            [*engine.client_args(), "info", "--format", "{{json .}}"], check=True, capture_output=True
+        ).stdout
+    )
     assert info["DockerRootDir"] == str(engine.root / "data")
     assert "name=seccomp,profile=default" in info["SecurityOptions"]
     assert info["ServerVersion"].startswith("20.10")
@@ -137,14 +148,24 @@ def test_a_container_runs_with_dockers_defaults_and_the_budgets_limits(rt):
         with urllib.request.urlopen(container.url + "/health", timeout=5) as resp:
             assert json.load(resp) == {"status": "healthy"}
         security = rt.security(container)
-        assert security == {"security_opt": [], "seccomp": "default", "cap_add": [], "privileged": False,
-                             "userns_mode": "", "network_mode": "host"}
+        assert security == {
+            "security_opt": [],
+            "seccomp": "default",
+            "cap_add": [],
+            "privileged": False,
+            "userns_mode": "",
+            "network_mode": "host",
+        }
         inspected = json.loads(rt._cli("inspect", container.id).stdout)[0]
         host = inspected["HostConfig"]
         assert host["CapAdd"] is None and host["SecurityOpt"] is None and host["Privileged"] is False
         assert host["UsernsMode"] == "" and host["CapDrop"] is None
-        assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NanoCpus"]) == \
-            (1 << 30, 1 << 30, 256, 1_000_000_000)
+        assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NanoCpus"]) == (
+            1 << 30,
+            1 << 30,
+            256,
+            1_000_000_000,
+        )
         assert host["Tmpfs"] == {"/workspace": f"rw,size={64 << 20},mode=0755"}
         # The image's command, given a loopback port of its own.
         assert inspected["Args"][-4:] == ["--host", "127.0.0.1", "--port", str(container.port)]
@@ -201,8 +222,9 @@ def test_setup_installs_docker_io_when_its_engine_or_client_is_missing(monkeypat
 
     present = os.access
     # Another docker first on PATH does not count: the engine and the client are looked for by path.
-    monkeypatch.setattr(hosttools.os, "access", lambda path, mode: path != dockerd.DOCKER_CLIENT
-                        and present(path, mode))
+    monkeypatch.setattr(
+        hosttools.os, "access", lambda path, mode: path != dockerd.DOCKER_CLIENT and present(path, mode)
+    )
     assert hosttools.missing_packages().count("docker.io") == 1
     monkeypatch.setattr(hosttools.os, "access", lambda path, mode: path != dockerd.DOCKERD and present(path, mode))
     assert "docker.io" in hosttools.missing_packages()

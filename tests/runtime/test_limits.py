@@ -30,20 +30,28 @@ CASE = all_cases()[0]
 
 
 def test_budgets_become_run_arguments():
-    budgets = load().budgets["procedural"].model_copy(
-        update={"memory_gib": 16, "cpu_floor_vcpus": 2, "workspace_gib": 10})
+    budgets = (
+        load().budgets["procedural"].model_copy(update={"memory_gib": 16, "cpu_floor_vcpus": 2, "workspace_gib": 10})
+    )
     limits = ContainerLimits.from_budgets(budgets)
     args = limits.run_args()
-    assert args[:8] == ["--memory", str(16 * GIB), "--memory-swap", str(16 * GIB), "--pids-limit", "1024",
-                        "--cpus", "2"]
+    assert args[:8] == [
+        "--memory",
+        str(16 * GIB),
+        "--memory-swap",
+        str(16 * GIB),
+        "--pids-limit",
+        "1024",
+        "--cpus",
+        "2",
+    ]
     assert f"/workspace:rw,size={10 * GIB},mode=0755" in args
     uidmap = args[args.index("--uidmap") + 1].split(":")
     assert uidmap[0] == "0" and int(uidmap[1]) >= 1 << 22 and uidmap[2] == "65536"
     # /proc unmasked only with that user namespace (docs/isolation.md).
     assert args[args.index("--security-opt") + 1] == "unmask=/proc/*"
     assert "--security-opt" not in replace(limits, own_user_namespace=False).run_args()
-    assert limits.expected() == {"memory_bytes": 16 * GIB, "pids": 1024, "cpus": 2.0,
-                                 "workspace_bytes": 10 * GIB}
+    assert limits.expected() == {"memory_bytes": 16 * GIB, "pids": 1024, "cpus": 2.0, "workspace_bytes": 10 * GIB}
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +78,26 @@ def test_the_limit_checks_fail_on_an_unlimited_container(base_image, local_regis
         assert _in_force(session) == dict.fromkeys(LIMIT_CHECKS, False)
 
 
-BOMB = ("python3 -c 'import os, time\n"
-        "n = 0\n"
-        "while n < 5000:\n"
-        "    try:\n"
-        "        pid = os.fork()\n"
-        "    except OSError:\n"
-        "        break\n"
-        "    if pid == 0:\n"
-        "        time.sleep(60)\n"
-        "        os._exit(0)\n"
-        "    n += 1\n"
-        "print(\"forked\", n)'")
-FORK_50 = ("python3 -c 'import os\n"
-           "pids = [os.fork() or os._exit(0) for _ in range(50)]\n"
-           "[os.waitpid(p, 0) for p in pids]\n"
-           "print(\"fifty ok\")'")
+BOMB = (
+    "python3 -c 'import os, time\n"
+    "n = 0\n"
+    "while n < 5000:\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError:\n"
+    "        break\n"
+    "    if pid == 0:\n"
+    "        time.sleep(60)\n"
+    "        os._exit(0)\n"
+    "    n += 1\n"
+    'print("forked", n)\''
+)
+FORK_50 = (
+    "python3 -c 'import os\n"
+    "pids = [os.fork() or os._exit(0) for _ in range(50)]\n"
+    "[os.waitpid(p, 0) for p in pids]\n"
+    'print("fifty ok")\''
+)
 
 
 def test_a_fork_bomb_in_one_container_leaves_the_other_working(pair):
@@ -101,8 +113,10 @@ def test_a_fork_bomb_in_one_container_leaves_the_other_working(pair):
         assert "fifty ok" in bomb_side.shell(FORK_50).output
 
 
-HOG = ("for i in 1 2 3; do python3 -c 'x = bytearray(300 * 1024 * 1024); import time; time.sleep(5)' & done; "
-       "wait; echo hog-done")
+HOG = (
+    "for i in 1 2 3; do python3 -c 'x = bytearray(300 * 1024 * 1024); import time; time.sleep(5)' & done; "
+    "wait; echo hog-done"
+)
 
 
 def test_a_memory_hog_is_killed_inside_its_container_and_the_server_lives(pair):

@@ -24,9 +24,11 @@ MIB = 1 << 20
 LIMITS = ContainerLimits(memory_bytes=1024 * MIB, pids=1024, cpus=1.0, workspace_bytes=256 * MIB)
 CASE = all_cases()[2]
 
-FLOOD = ("for d in /workspace/home /tmp /var/tmp /dev/shm; do head -c 2G /dev/zero > $d/fill 2>/dev/null; done; "
-         "for i in $(seq 40); do sleep 100 & done; "
-         "python3 -c 'a = []\nwhile True: a.append(bytearray(16 << 20))'; echo flood-rc=$?")
+FLOOD = (
+    "for d in /workspace/home /tmp /var/tmp /dev/shm; do head -c 2G /dev/zero > $d/fill 2>/dev/null; done; "
+    "for i in $(seq 40); do sleep 100 & done; "
+    "python3 -c 'a = []\nwhile True: a.append(bytearray(16 << 20))'; echo flood-rc=$?"
+)
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _in_own_mount_namespace(code: str) -> list[str]:
-    out = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
-                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -36,13 +41,18 @@ print(h._propagation(d), h.shared_netns_dir(d), h._propagation(d), mounts(), h.s
 
 def test_a_new_directory_becomes_one_shared_mount_point_and_stays_one(tmp_path):
     d = tmp_path / "net ns"  # a space: mountinfo escapes it
-    assert _in_own_mount_namespace(_REPORT.format(d=str(d), before="")) == \
-        ["None", "True", "shared", "1", "False", "1"]
+    assert _in_own_mount_namespace(_REPORT.format(d=str(d), before="")) == ["None", "True", "shared", "1", "False", "1"]
 
 
 def test_a_private_mount_point_is_made_shared_without_a_second_bind(tmp_path):
     d = tmp_path / "netns"
     d.mkdir()
     before = "import subprocess; subprocess.run(['mount', '--bind', d, d], check=True)"
-    assert _in_own_mount_namespace(_REPORT.format(d=str(d), before=before)) == \
-        ["private", "True", "shared", "1", "False", "1"]
+    assert _in_own_mount_namespace(_REPORT.format(d=str(d), before=before)) == [
+        "private",
+        "True",
+        "shared",
+        "1",
+        "False",
+        "1",
+    ]

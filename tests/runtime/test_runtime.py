@@ -16,8 +16,7 @@ from pipeline.runtime import runtime
 pytestmark = [pytest.mark.root, pytest.mark.container]
 
 PROBE_DIR = Path(__file__).resolve().parent.parent / "base"
-SERVE = ["/opt/arena-python/bin/python3", "-m", "uvicorn", "probe_app:app",
-         "--host", "0.0.0.0", "--port", "8000"]
+SERVE = ["/opt/arena-python/bin/python3", "-m", "uvicorn", "probe_app:app", "--host", "0.0.0.0", "--port", "8000"]
 MOUNT = ["--volume", f"{PROBE_DIR}:/probe:ro", "--workdir", "/probe"]
 
 
@@ -114,8 +113,9 @@ def test_cleanup_removes_only_this_adapters_containers(rt, image):
     ours = rt.run(image, command=["sleep", "60"])
     other = runtime.ContainerRuntime()
     concurrent = other.run(image, command=["sleep", "60"])
-    foreign = rt._cli("run", "--detach", "--pull", "never", *rt.args.run_args, image,
-                      "sleep", "60").stdout.decode().strip()
+    foreign = (
+        rt._cli("run", "--detach", "--pull", "never", *rt.args.run_args, image, "sleep", "60").stdout.decode().strip()
+    )
     try:
         assert ours.id in rt.mine() and concurrent.id in rt.ours() and concurrent.id not in rt.mine()
         assert rt.cleanup() >= 1

@@ -26,21 +26,36 @@ from pipeline.runtime.runtime import ContainerError, ContainerRuntime
 def _layout(root):
     """A one-file image in an OCI layout, as a build writes dist/oci (ref "local")."""
     layout = Layout.init(root)
-    layer = write_layer([FileEntry("opt/x.txt", "file", 0o644, source=b"served\n")],
-                        root / "blobs" / "sha256", source_date_epoch=1)
-    img = derive(None, [NewLayer(layer.digest, layer.diff_id, layer.size, "x")],
-                 ConfigChanges(cmd=("true",)), source_date_epoch=1)
+    layer = write_layer(
+        [FileEntry("opt/x.txt", "file", 0o644, source=b"served\n")], root / "blobs" / "sha256", source_date_epoch=1
+    )
+    img = derive(
+        None,
+        [NewLayer(layer.digest, layer.diff_id, layer.size, "x")],
+        ConfigChanges(cmd=("true",)),
+        source_date_epoch=1,
+    )
     layout.put_bytes(img.config_bytes)
     layout.add_manifest(img.manifest_bytes, img.media_type, ref_name="local")
     return layout, img
 
 
 def _record(layout, img, repository="arena/openenv-data-workflows") -> BuildRecord:
-    return BuildRecord(repository=repository, tag="local", manifest_digest=img.manifest_digest,
-                       media_type=img.media_type, config_digest=img.config_digest, base="none",
-                       base_layers=(), app_layers=(), source_revision="0" * 40, source_date_epoch=1,
-                       zlib="", layout=str(layout.root),
-                       config=ImageConfigValues((), (), (), "/", (), "", ()))
+    return BuildRecord(
+        repository=repository,
+        tag="local",
+        manifest_digest=img.manifest_digest,
+        media_type=img.media_type,
+        config_digest=img.config_digest,
+        base="none",
+        base_layers=(),
+        app_layers=(),
+        source_revision="0" * 40,
+        source_date_epoch=1,
+        zlib="",
+        layout=str(layout.root),
+        config=ImageConfigValues((), (), (), "/", (), "", ()),
+    )
 
 
 def test_without_a_build_record_it_says_to_release_first(tmp_path):
@@ -101,8 +116,9 @@ def test_the_layout_image_is_loaded_and_checked_by_digest(tmp_path):
         with pytest.raises(ContainerError, match="did not load"):
             runtime.load(archive, name, digests=("sha256:" + "0" * 64,))
     finally:
-        subprocess.run([runtime.engine, *runtime.args.global_args, "rmi", "--force", name],
-                       capture_output=True, check=False)
+        subprocess.run(
+            [runtime.engine, *runtime.args.global_args, "rmi", "--force", name], capture_output=True, check=False
+        )
 
 
 def test_host_mode_serves_a_copy_uid_2000_cannot_read(tmp_path):

@@ -31,12 +31,14 @@ LICENSE_BYTES = b"MIT License\n\nCopyright (c) upstream authors\n"
 
 def run_git(*args: str | Path, cwd: Path | None = None) -> str:
     env = git.hermetic_env() | {
-        "GIT_AUTHOR_NAME": "Upstream", "GIT_AUTHOR_EMAIL": "up@example.org",
-        "GIT_COMMITTER_NAME": "Upstream", "GIT_COMMITTER_EMAIL": "up@example.org",
-        "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
+        "GIT_AUTHOR_NAME": "Upstream",
+        "GIT_AUTHOR_EMAIL": "up@example.org",
+        "GIT_COMMITTER_NAME": "Upstream",
+        "GIT_COMMITTER_EMAIL": "up@example.org",
+        "GIT_AUTHOR_DATE": "1700000000 +0000",
+        "GIT_COMMITTER_DATE": "1700000000 +0000",
     }
-    proc = subprocess.run(["git", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          check=True)
+    proc = subprocess.run(["git", *map(str, args)], cwd=cwd, env=env, capture_output=True, check=True)
     return proc.stdout.decode().strip()
 
 
@@ -67,15 +69,15 @@ class Upstream:
 
     def publish(self, *, force: bool = False) -> None:
         """Push the working repository's main to the served bare copy."""
-        run_git("push", "-q", *(["--force"] if force else []), str(self.bare), "main:main",
-                cwd=self.work)
+        run_git("push", "-q", *(["--force"] if force else []), str(self.bare), "main:main", cwd=self.work)
         run_git("update-server-info", cwd=self.bare)
 
     def rewrite_history(self) -> str:
         """Force-push a history without the pinned commit and garbage-collect it away."""
         run_git("checkout", "-q", "--orphan", "rewritten", cwd=self.work)
-        new = commit_files(self.work, {TASK_PATH: TASK_BYTES + b"# rewritten\n",
-                                       "LICENSE": LICENSE_BYTES}, "rewritten history")
+        new = commit_files(
+            self.work, {TASK_PATH: TASK_BYTES + b"# rewritten\n", "LICENSE": LICENSE_BYTES}, "rewritten history"
+        )
         run_git("push", "-q", "--force", str(self.bare), "rewritten:main", cwd=self.work)
         run_git("reflog", "expire", "--expire=now", "--all", cwd=self.bare)
         run_git("gc", "-q", "--prune=now", cwd=self.bare)
@@ -84,9 +86,16 @@ class Upstream:
 
     def source(self, url: str, **overrides) -> config.Source:
         fields = dict(
-            name="upstream-tasks", repository=url, revision=self.revision, path=TASK_PATH,
-            sha256=sha256_bytes(TASK_BYTES), size=len(TASK_BYTES), license="MIT",
-            license_file="LICENSE", profiles=("arena",), license_sha256="",
+            name="upstream-tasks",
+            repository=url,
+            revision=self.revision,
+            path=TASK_PATH,
+            sha256=sha256_bytes(TASK_BYTES),
+            size=len(TASK_BYTES),
+            license="MIT",
+            license_file="LICENSE",
+            profiles=("arena",),
+            license_sha256="",
         )
         fields.update(overrides)
         return config.Source(**fields)
@@ -123,20 +132,23 @@ def _git_http_backend(project_root: Path, *, protocol_v2: bool = True):
     With `protocol_v2=False` the client's protocol request is dropped, so the server
     speaks protocol v0, which refuses wants of unadvertised commits by default.
     """
+
     def app(environ, start_response):
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         env = git.hermetic_env() | {
-            "GIT_PROJECT_ROOT": str(project_root), "GIT_HTTP_EXPORT_ALL": "1",
-            "REQUEST_METHOD": environ["REQUEST_METHOD"], "PATH_INFO": environ.get("PATH_INFO", ""),
+            "GIT_PROJECT_ROOT": str(project_root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "REQUEST_METHOD": environ["REQUEST_METHOD"],
+            "PATH_INFO": environ.get("PATH_INFO", ""),
             "QUERY_STRING": environ.get("QUERY_STRING", ""),
-            "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""), "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""),
+            "CONTENT_LENGTH": str(len(body)),
             "HTTP_CONTENT_ENCODING": environ.get("HTTP_CONTENT_ENCODING", ""),
             "GIT_PROTOCOL": environ.get("HTTP_GIT_PROTOCOL", "") if protocol_v2 else "",
             "REMOTE_ADDR": "127.0.0.1",
         }
-        proc = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
-                              check=False)
+        proc = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=False)
         sep = b"\r\n\r\n" if b"\r\n\r\n" in proc.stdout else b"\n\n"
         head, _, payload = proc.stdout.partition(sep)
         status, headers = "200 OK", []
@@ -148,6 +160,7 @@ def _git_http_backend(project_root: Path, *, protocol_v2: bool = True):
                 headers.append((name, value.strip()))
         start_response(status, headers)
         return [payload]
+
     return app
 
 
@@ -171,8 +184,7 @@ def smart_http_v0(upstream):
 
 def _smart_http(upstream, *, protocol_v2: bool):
     app = _git_http_backend(upstream.served_root, protocol_v2=protocol_v2)
-    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer,
-                         handler_class=_QuietWSGIHandler)
+    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietWSGIHandler)
     try:
         yield _serve(server)
     finally:

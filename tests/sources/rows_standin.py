@@ -27,13 +27,24 @@ SPLIT = "code"
 ROWS_IN_SPLIT = 2698
 
 
-def mimo_record(task_id: str, *, problem: str = "", test_patch: str = "",
-                test_command: str = "bash /workspace/repo/mimo_test_command.sh") -> dict:
+def mimo_record(
+    task_id: str,
+    *,
+    problem: str = "",
+    test_patch: str = "",
+    test_command: str = "bash /workspace/repo/mimo_test_command.sh",
+) -> dict:
     """A stand-in MiMo task record with the real records' fields (no reference solution)."""
-    return {"cwd": "/workspace/repo", "dataset_type": "opensource-code",
-            "docker_image": f"{task_id}:latest", "instance_id": task_id,
-            "problem_statement": problem or f"Repair the project so the hidden tests pass ({task_id}).",
-            "test_command": test_command, "test_patch": test_patch, "verifier_timeout_sec": 1800}
+    return {
+        "cwd": "/workspace/repo",
+        "dataset_type": "opensource-code",
+        "docker_image": f"{task_id}:latest",
+        "instance_id": task_id,
+        "problem_statement": problem or f"Repair the project so the hidden tests pass ({task_id}).",
+        "test_command": test_command,
+        "test_patch": test_patch,
+        "verifier_timeout_sec": 1800,
+    }
 
 
 def record_text(record: dict) -> str:
@@ -44,15 +55,18 @@ def record_text(record: dict) -> str:
 def mimo_row(record_json: str) -> dict:
     """One dataset row holding `record_json` the way the MiMo dataset's rows do."""
     record = json.loads(record_json)
-    return {"data_source": "mimo-v2.6-rl-oss/code",
-            "prompt": [{"role": "user", "content": record["problem_statement"]}],
-            "ability": "code",
-            "reward_model": {"style": "rule", "ground_truth": ""},
-            "extra_info": {"instance_id": record["instance_id"], "instance_json": record_json}}
+    return {
+        "data_source": "mimo-v2.6-rl-oss/code",
+        "prompt": [{"role": "user", "content": record["problem_statement"]}],
+        "ability": "code",
+        "reward_model": {"style": "rule", "ground_truth": ""},
+        "extra_info": {"instance_id": record["instance_id"], "instance_json": record_json},
+    }
 
 
-def write_mirror(root: Path, rows: dict[int, dict], task_rows: dict[str, int], *,
-                 revision: str = REVISION, split: str = SPLIT) -> Path:
+def write_mirror(
+    root: Path, rows: dict[int, dict], task_rows: dict[str, int], *, revision: str = REVISION, split: str = SPLIT
+) -> Path:
     """The mirror layout of pipeline/sources/dataset.py: one rows-API item per task."""
     for task_id, index in task_rows.items():
         path = root / "huggingface.co" / "datasets" / DATASET / revision / split / f"{task_id}.json"
@@ -91,14 +105,30 @@ def _handler(state: RowsStandIn):
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == f"/api/datasets/{DATASET}":
                 return self._send(200, {"id": DATASET, "sha": state.head})
-            if url.path != "/rows" or q.get("dataset") != DATASET or q.get("config") != "default" \
-                    or q.get("split") != SPLIT:
+            if (
+                url.path != "/rows"
+                or q.get("dataset") != DATASET
+                or q.get("config") != "default"
+                or q.get("split") != SPLIT
+            ):
                 return self._send(404, {"error": "not found"})
             offset, length = int(q["offset"]), int(q["length"])
-            items = [{"row_idx": i, "row": state.rows[i], "truncated_cells": state.truncated}
-                     for i in range(offset, min(offset + length, ROWS_IN_SPLIT)) if i in state.rows]
-            return self._send(200, {"features": [], "rows": items, "num_rows_total": ROWS_IN_SPLIT,
-                                    "num_rows_per_page": 100, "partial": False})
+            items = [
+                {"row_idx": i, "row": state.rows[i], "truncated_cells": state.truncated}
+                for i in range(offset, min(offset + length, ROWS_IN_SPLIT))
+                if i in state.rows
+            ]
+            return self._send(
+                200,
+                {
+                    "features": [],
+                    "rows": items,
+                    "num_rows_total": ROWS_IN_SPLIT,
+                    "num_rows_per_page": 100,
+                    "partial": False,
+                },
+            )
+
     return Handler
 
 

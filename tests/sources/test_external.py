@@ -23,8 +23,10 @@ ROWS = {IDS[0]: 50, IDS[1]: 2610}
 
 
 def _texts() -> dict[str, str]:
-    return {IDS[0]: record_text(mimo_record(IDS[0], problem="Add `pyromat.get(idstr)` — exact lookup ✓")),
-            IDS[1]: record_text(mimo_record(IDS[1], test_patch="diff --git a/t.py b/t.py\n"))}
+    return {
+        IDS[0]: record_text(mimo_record(IDS[0], problem="Add `pyromat.get(idstr)` — exact lookup ✓")),
+        IDS[1]: record_text(mimo_record(IDS[1], test_patch="diff --git a/t.py b/t.py\n")),
+    }
 
 
 def _rows(texts: dict[str, str] | None = None) -> dict[int, dict]:
@@ -38,12 +40,13 @@ def _pins(texts: dict[str, str] | None = None) -> dict[str, str]:
     return {t: external.record_sha256(text.encode()) for t, text in (texts or _texts()).items()}
 
 
-def _cfg(url: str = "http://127.0.0.1:9", pins: dict[str, str] | None = None,
-         rows: dict[str, int] | None = None):
+def _cfg(url: str = "http://127.0.0.1:9", pins: dict[str, str] | None = None, rows: dict[str, int] | None = None):
     """release.toml with the stand-in's URLs and the given pins (none: unpinned)."""
     cfg = config.load()
-    tasks = tuple(t.model_copy(update={"record_sha256": (pins or {}).get(t.task_id, ""),
-                                       "row": (rows or ROWS)[t.task_id]}) for t in cfg.external.tasks)
+    tasks = tuple(
+        t.model_copy(update={"record_sha256": (pins or {}).get(t.task_id, ""), "row": (rows or ROWS)[t.task_id]})
+        for t in cfg.external.tasks
+    )
     ext = cfg.external.model_copy(update={"hub_url": url, "rows_url": url, "tasks": tasks})
     return cfg.model_copy(update={"external": ext})
 
@@ -60,7 +63,8 @@ def test_release_toml_pins_the_seed_records():
     tasks = {t.task_id: t for t in config.load().external.tasks}
     assert [(tasks[t].split, tasks[t].row, tasks[t].record_sha256) for t in IDS] == [
         ("code", 50, "e3b09ca80d91baef357d840a87c5c20294a398912bdd36465ef1851e3fa53c91"),
-        ("code", 2610, "4ce81aef8baf1f619dd054003031e74a2cb8c5fe18377770fdd8fcd9e7cf6f7e")]
+        ("code", 2610, "4ce81aef8baf1f619dd054003031e74a2cb8c5fe18377770fdd8fcd9e7cf6f7e"),
+    ]
     ext = config.load().external
     assert (ext.id_field, ext.record_field) == ("extra_info.instance_id", "extra_info.instance_json")
 
@@ -89,8 +93,13 @@ def test_pinned_records_from_mirror_are_verified_then_offline(tmp_path):
     records = external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor", mirror=_mirror(tmp_path))
     assert [r.status for r in records] == [external.VERIFIED] * 2
     first = records[0]
-    assert (first.dataset, first.revision, first.split, first.row, first.license) == \
-        (DATASET, REVISION, "code", 50, "Apache-2.0")
+    assert (first.dataset, first.revision, first.split, first.row, first.license) == (
+        DATASET,
+        REVISION,
+        "code",
+        50,
+        "Apache-2.0",
+    )
     assert first.reference == "mimo-reference-000666" and first.budget_split == "train"
     # No mirror and no network: the vendored records still verify.
     assert external.fetch_records(cfg, _policy(cfg, "arena"), tmp_path / "vendor") == records
@@ -108,8 +117,9 @@ def test_a_changed_byte_is_refused_with_both_hashes(tmp_path):
     cfg = _cfg(pins=_pins(texts))
     changed = dict(texts, **{IDS[0]: texts[IDS[0]].replace("exact", "exakt", 1)})
     with pytest.raises(DigestMismatch, match=f"hash mismatch for external record {IDS[0]}") as info:
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "vendor",
-                               mirror=_mirror(tmp_path, _rows(changed)))
+        external.fetch_records(
+            cfg, _policy(cfg, "local"), tmp_path / "vendor", mirror=_mirror(tmp_path, _rows(changed))
+        )
     assert f"expected sha256 {_pins()[IDS[0]]}" in info.value.one_line()
     assert f"sha256 {_pins(changed)[IDS[0]]}" in info.value.one_line()
     assert not (tmp_path / "vendor" / "external" / f"{IDS[0]}.json").exists()
@@ -119,15 +129,22 @@ def test_a_wrong_row_is_refused(tmp_path):
     cfg = _cfg(pins=_pins())
     # The mirror holds the right record, but from another row than the pin.
     with pytest.raises(SourceError, match="is at another row") as info:
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v1",
-                               mirror=write_mirror(tmp_path / "m1", {51: _rows()[50], **_rows()},
-                                                   {IDS[0]: 51, IDS[1]: 2610}))
+        external.fetch_records(
+            cfg,
+            _policy(cfg, "local"),
+            tmp_path / "v1",
+            mirror=write_mirror(tmp_path / "m1", {51: _rows()[50], **_rows()}, {IDS[0]: 51, IDS[1]: 2610}),
+        )
     assert "expected row 50 of split code" in info.value.one_line() and "row 51" in info.value.one_line()
     # The pin names a row that holds another task.
     cfg = _cfg(pins=_pins(), rows={IDS[0]: 51, IDS[1]: 2610})
     with pytest.raises(SourceError, match="is another task") as info:
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v2",
-                               mirror=write_mirror(tmp_path / "m2", _rows(), {IDS[0]: 51, IDS[1]: 2610}))
+        external.fetch_records(
+            cfg,
+            _policy(cfg, "local"),
+            tmp_path / "v2",
+            mirror=write_mirror(tmp_path / "m2", _rows(), {IDS[0]: 51, IDS[1]: 2610}),
+        )
     assert "got extra_info.instance_id = 'format-code-task-000051'" in info.value.one_line()
 
 
@@ -138,15 +155,17 @@ def test_a_wrong_instance_id_is_refused(tmp_path):
     row = mimo_row(other)
     row["extra_info"]["instance_id"] = IDS[0]
     with pytest.raises(SourceError, match="names another task") as info:
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v1",
-                               mirror=_mirror(tmp_path / "a", {**_rows(), 50: row}))
+        external.fetch_records(
+            cfg, _policy(cfg, "local"), tmp_path / "v1", mirror=_mirror(tmp_path / "a", {**_rows(), 50: row})
+        )
     assert "expected instance_id = format-code-task-000666" in info.value.one_line()
     # The record is right, extra_info names another task.
     row = mimo_row(_texts()[IDS[0]])
     row["extra_info"]["instance_id"] = "format-code-task-000667"
     with pytest.raises(SourceError, match="is another task"):
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v2",
-                               mirror=_mirror(tmp_path / "b", {**_rows(), 50: row}))
+        external.fetch_records(
+            cfg, _policy(cfg, "local"), tmp_path / "v2", mirror=_mirror(tmp_path / "b", {**_rows(), 50: row})
+        )
 
 
 def test_a_row_without_record_text_is_refused(tmp_path):
@@ -154,8 +173,9 @@ def test_a_row_without_record_text_is_refused(tmp_path):
     row = mimo_row(_texts()[IDS[0]])
     row["extra_info"]["instance_json"] = json.loads(row["extra_info"]["instance_json"])
     with pytest.raises(SourceError, match="holds no record text"):
-        external.fetch_records(cfg, _policy(cfg, "local"), tmp_path / "v",
-                               mirror=_mirror(tmp_path, {**_rows(), 50: row}))
+        external.fetch_records(
+            cfg, _policy(cfg, "local"), tmp_path / "v", mirror=_mirror(tmp_path, {**_rows(), 50: row})
+        )
 
 
 def test_vendored_record_edited_after_fetch_is_detected(tmp_path):
@@ -253,7 +273,7 @@ def test_reference_must_name_a_source_of_the_profiles_that_require_it(tmp_path):
     bad.write_text(text.replace('profiles = ["arena"]\n\n# ------', 'profiles = ["local"]\n\n# ------', 1))
     with pytest.raises(ConfigError, match="not vendored by profile"):
         config.load(bad)
-    bad.write_text(text.replace('row = 2610\n', ''))
+    bad.write_text(text.replace("row = 2610\n", ""))
     with pytest.raises(ConfigError, match=r"external.tasks\[1\]: missing key 'row'"):
         config.load(bad)
 
@@ -267,6 +287,7 @@ def test_an_unknown_external_key_is_refused_and_the_removed_repair_table_still_l
     assert "did you mean `revision`?" in str(err.value)
     # A commit before [external.repair] was removed: reproduce reads that commit's release.toml.
     old = tmp_path / "old.toml"
-    old.write_text(text.replace("[[external.tasks]]", '[external.repair]\nworkspace = "/workspace/repo"\n\n'
-                                "[[external.tasks]]", 1))
+    old.write_text(
+        text.replace("[[external.tasks]]", '[external.repair]\nworkspace = "/workspace/repo"\n\n[[external.tasks]]', 1)
+    )
     assert config.load(old).external == config.load(config.DEFAULT_CONFIG).external

@@ -30,8 +30,15 @@ def project(tmp_path):
     repo = tmp_path / "project"
     repo.mkdir()
     run_git("init", "-q", "-b", "main", cwd=repo)
-    commit_files(repo, {".gitignore": b".release/\nvendor/\n", "locks/runtime.txt": b"pkg==1 --hash=sha256:00\n",
-                        "env/app.py": b"print('hi')\n"}, "project")
+    commit_files(
+        repo,
+        {
+            ".gitignore": b".release/\nvendor/\n",
+            "locks/runtime.txt": b"pkg==1 --hash=sha256:00\n",
+            "env/app.py": b"print('hi')\n",
+        },
+        "project",
+    )
     return repo
 
 
@@ -39,10 +46,10 @@ def _records(upstream, tmp_path):
     # Hugging Face replaced by a closed loopback port: the records are "not fetched".
     cfg = config.load()
     closed = "http://127.0.0.1:9"
-    cfg = cfg.model_copy(update={"external": cfg.external.model_copy(update={"hub_url": closed,
-                                                                             "rows_url": closed})})
-    vendored = (sources.vendor_source(upstream.source(upstream.file_url), tmp_path / "vendor",
-                                      cache_root=tmp_path / "cache"),)
+    cfg = cfg.model_copy(update={"external": cfg.external.model_copy(update={"hub_url": closed, "rows_url": closed})})
+    vendored = (
+        sources.vendor_source(upstream.source(upstream.file_url), tmp_path / "vendor", cache_root=tmp_path / "cache"),
+    )
     ext = external.fetch_records(cfg, plan.resolve(cfg, "local").external, tmp_path / "vendor")
     return cfg, vendored, ext
 
@@ -119,11 +126,9 @@ def test_provenance_is_complete_deterministic_and_round_trips(project, upstream,
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     cfg, vendored, ext = _records(upstream, tmp_path)
     profile = "arena"
-    first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext,
-                                 inputs=_inputs(project))
+    first = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext, inputs=_inputs(project))
     provenance.write(tmp_path / "a.json", first)
-    second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext,
-                                 inputs=_inputs(project))
+    second = provenance.assemble(project, profile, base=BASE, sources=vendored, external=ext, inputs=_inputs(project))
     provenance.write(tmp_path / "b.json", second)
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert provenance.load(tmp_path / "a.json") == first
@@ -131,15 +136,21 @@ def test_provenance_is_complete_deterministic_and_round_trips(project, upstream,
     data = json.loads((tmp_path / "a.json").read_bytes())
     assert data["profile"] == "arena" and data["source_date_epoch"] == 1_700_000_000
     assert data["base"] == {"name": BASE.name, "digest": BASE.digest}
-    assert data["wheel_lock"] == {"path": "locks/runtime.txt",
-                                  "sha256": sha256_bytes(b"pkg==1 --hash=sha256:00\n")}
+    assert data["wheel_lock"] == {"path": "locks/runtime.txt", "sha256": sha256_bytes(b"pkg==1 --hash=sha256:00\n")}
     toolchain = data["builder"].pop("toolchain")
-    assert data["builder"] == {"pipeline_version": "0.1.0", "python_version": platform.python_version(),
-                               "zlib_version": zlib.ZLIB_RUNTIME_VERSION}
+    assert data["builder"] == {
+        "pipeline_version": "0.1.0",
+        "python_version": platform.python_version(),
+        "zlib_version": zlib.ZLIB_RUNTIME_VERSION,
+    }
     # The builder's toolchain: this environment's distributions, each with the file uv.lock pins.
     assert {"sigstore", "cyclonedx-python-lib", "in-toto"} <= {d["name"] for d in toolchain}
-    assert all(len(d["sha256"]) == 64 and d["file"].startswith(d["name"].replace("-", "_")) or
-               d["file"].lower().startswith(d["name"]) for d in toolchain)
+    assert all(
+        len(d["sha256"]) == 64
+        and d["file"].startswith(d["name"].replace("-", "_"))
+        or d["file"].lower().startswith(d["name"])
+        for d in toolchain
+    )
     src = data["sources"][0]
     assert src["revision"] == upstream.revision and src["license_sha256"] == vendored[0].license_sha256
     assert {e["task_id"] for e in data["external"]} == {t.task_id for t in cfg.external.tasks}
@@ -151,10 +162,10 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
     (project / "env/app.py").write_bytes(b"print('changed')\n")
     with pytest.raises(SourceError, match="dirty"):
-        provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext,
-                                     inputs=_inputs(project))
-    record = provenance.assemble(project, "local", base=BASE, sources=vendored,
-                                 external=ext, allow_dirty=True, inputs=_inputs(project))
+        provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext, inputs=_inputs(project))
+    record = provenance.assemble(
+        project, "local", base=BASE, sources=vendored, external=ext, allow_dirty=True, inputs=_inputs(project)
+    )
     provenance.write(tmp_path / "p.json", record)
     data = json.loads((tmp_path / "p.json").read_bytes())
     assert data["project"]["dirty"] is True and data["project"]["allow_dirty"] is True
@@ -163,8 +174,7 @@ def test_dirty_release_is_recorded_when_allowed(project, upstream, tmp_path):
 
 def test_load_refuses_a_foreign_or_edited_record(project, upstream, tmp_path):
     cfg, vendored, ext = _records(upstream, tmp_path)
-    record = provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext,
-                                     inputs=_inputs(project))
+    record = provenance.assemble(project, "local", base=BASE, sources=vendored, external=ext, inputs=_inputs(project))
     path = tmp_path / "p.json"
     provenance.write(path, record)
     data = json.loads(path.read_bytes())
@@ -191,8 +201,7 @@ def test_local_base_records_the_lock_it_was_built_from(project, upstream, tmp_pa
     assert origin.debs == len(raw["debs"]) and origin.packages_from == raw.get("debian_mirror")
     assert f"not from snapshot {base_mod.SNAPSHOT}, which the base is only named after" in origin.statement
     _, vendored, ext = _records(upstream, tmp_path)
-    record = provenance.assemble(project, "local", base=base, sources=vendored, external=ext,
-                                 inputs=_inputs(project))
+    record = provenance.assemble(project, "local", base=base, sources=vendored, external=ext, inputs=_inputs(project))
     provenance.write(tmp_path / "p.json", record)
     assert provenance.load(tmp_path / "p.json") == record
     data = json.loads((tmp_path / "p.json").read_bytes())

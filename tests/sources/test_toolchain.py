@@ -26,14 +26,19 @@ def test_the_running_toolchain_is_the_locked_one(installed):
     assert set(LOCK.groups[toolchain.PIPELINE_GROUP]) <= names
     sigstore = next(d for d in installed if d.name == "sigstore")
     assert sigstore.file.endswith(".whl") and sigstore.sha256 in {
-        f.sha256 for f in LOCK.versions("sigstore")[sigstore.version].files}
+        f.sha256 for f in LOCK.versions("sigstore")[sigstore.version].files
+    }
 
 
-@pytest.mark.parametrize("forge, message", [
-    (lambda d: replace(d, sha256="0" * 64), "sha256 of"),
-    (lambda d: replace(d, version="0.0.1"), "version vs uv.lock"),
-    (lambda d: replace(d, file="sigstore-0.0.1-py3-none-any.whl"), "file vs uv.lock"),
-], ids=["hash", "version", "file"])
+@pytest.mark.parametrize(
+    "forge, message",
+    [
+        (lambda d: replace(d, sha256="0" * 64), "sha256 of"),
+        (lambda d: replace(d, version="0.0.1"), "version vs uv.lock"),
+        (lambda d: replace(d, file="sigstore-0.0.1-py3-none-any.whl"), "file vs uv.lock"),
+    ],
+    ids=["hash", "version", "file"],
+)
 def test_a_toolchain_entry_the_lock_does_not_pin_is_refused(installed, forge, message):
     forged = tuple(forge(d) if d.name == "sigstore" else d for d in installed)
     with pytest.raises(VerificationError, match=message):

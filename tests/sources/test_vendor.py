@@ -59,8 +59,7 @@ def test_vendor_over_dumb_http_falls_back_to_a_full_fetch(upstream, dumb_http, t
 
 
 @pytest.mark.parametrize("allow_sha1_in_want, method", [(False, "full"), (True, "by-id")])
-def test_protocol_v0_server_by_id_or_full_fetch(upstream, smart_http_v0, tmp_path,
-                                                allow_sha1_in_want, method):
+def test_protocol_v0_server_by_id_or_full_fetch(upstream, smart_http_v0, tmp_path, allow_sha1_in_want, method):
     # The pinned commit is no longer a branch tip, so a v0 server does not advertise it.
     commit_files(upstream.work, {"README.md": b"later\n"}, "later commit")
     upstream.publish()
@@ -82,8 +81,7 @@ def test_new_upstream_commit_does_not_change_the_pinned_bytes(upstream, smart_ht
 
 @pytest.mark.parametrize("transport", ["file", "smart_http"])
 def test_force_pushed_history_is_revision_not_found(upstream, request, tmp_path, transport):
-    url = (upstream.file_url if transport == "file"
-           else f"{request.getfixturevalue('smart_http')}/team/tasks.git")
+    url = upstream.file_url if transport == "file" else f"{request.getfixturevalue('smart_http')}/team/tasks.git"
     upstream.rewrite_history()
     with pytest.raises(SourceError, match="revision not found") as info:
         _vendor(upstream.source(url), tmp_path)
@@ -128,9 +126,10 @@ def test_licence_pin_mismatch_is_refused(upstream, tmp_path):
     assert sha256_bytes(LICENSE_BYTES) in info.value.one_line()
 
 
-@pytest.mark.parametrize("revision, kind", [("main", "moving ref"), ("HEAD", "moving ref"),
-                                            ("refs/heads/main", "moving ref"),
-                                            ("4657e5b", "short revision")])
+@pytest.mark.parametrize(
+    "revision, kind",
+    [("main", "moving ref"), ("HEAD", "moving ref"), ("refs/heads/main", "moving ref"), ("4657e5b", "short revision")],
+)
 def test_moving_ref_or_short_revision_is_refused_at_fetch(upstream, tmp_path, revision, kind):
     # The model refuses such a pin when release.toml loads (test_config_refuses_...); the fetch
     # refuses it too, so a Source made past the model (model_copy does not validate) is caught.
@@ -156,8 +155,7 @@ def test_mirror_directory_is_used_offline(upstream, tmp_path, bare):
 def test_missing_mirror_names_the_paths_looked_at(upstream, tmp_path):
     (tmp_path / "mirror").mkdir()
     with pytest.raises(SourceError, match="no mirror") as info:
-        _vendor(upstream.source("https://example.invalid/team/tasks"), tmp_path,
-                mirror=tmp_path / "mirror")
+        _vendor(upstream.source("https://example.invalid/team/tasks"), tmp_path, mirror=tmp_path / "mirror")
     assert "example.invalid/team/tasks.git" in info.value.one_line()
 
 
@@ -198,16 +196,17 @@ def test_vendored_licence_tampered_is_detected(upstream, tmp_path):
 def test_check_vendored_passes_on_untouched_files(upstream, tmp_path):
     source = upstream.source(upstream.file_url)
     record = _vendor(source, tmp_path)
-    assert sources.check_vendored(source, tmp_path / "vendor",
-                                  license_sha256=record.license_sha256) == record
+    assert sources.check_vendored(source, tmp_path / "vendor", license_sha256=record.license_sha256) == record
 
 
 def test_repository_key_and_cache_layout(tmp_path):
     assert sources.repository_key("https://github.com/ruvnet/metaharness") == "github.com/ruvnet/metaharness"
     assert sources.repository_key("https://github.com/ruvnet/metaharness.git/") == "github.com/ruvnet/metaharness"
     assert sources.repository_key("file:///srv/x.git") is None
-    assert sources.cache_path(tmp_path, "https://github.com/ruvnet/metaharness") == \
-        tmp_path / "github.com/ruvnet/metaharness.git"
+    assert (
+        sources.cache_path(tmp_path, "https://github.com/ruvnet/metaharness")
+        == tmp_path / "github.com/ruvnet/metaharness.git"
+    )
 
 
 def _release_toml(tmp_path, source_lines: str) -> str:
@@ -236,8 +235,7 @@ profiles = ["arena"]
 
 @pytest.mark.parametrize("revision, kind", [("main", "moving ref"), ("4657e5b82e", "short revision")])
 def test_config_refuses_moving_ref_and_short_revision(upstream, tmp_path, revision, kind):
-    path = _release_toml(tmp_path, _source_lines(upstream, repository=upstream.file_url,
-                                                 revision=revision))
+    path = _release_toml(tmp_path, _source_lines(upstream, repository=upstream.file_url, revision=revision))
     with pytest.raises(config.ConfigError, match=kind) as info:
         config.load(path)
     assert revision in info.value.one_line()

@@ -36,18 +36,30 @@ from .test_sizes import CONFIG_000666, CONFIG_001926, MIMO_000666, MIMO_001926
 REPO = Path(__file__).resolve().parents[2]
 COMMIT = "c" * 40
 CASE_CHECKS = ("reset", "identity-across-seeds", "correct", "wrong", "cached-terminal")
-EXTERNAL_CHECKS = ("health", "openenv_endpoint_validation", "reset_task_identity", "unsolved_terminal_reward_zero",
-                   "reference_terminal_reward_one")
+EXTERNAL_CHECKS = (
+    "health",
+    "openenv_endpoint_validation",
+    "reset_task_identity",
+    "unsolved_terminal_reward_zero",
+    "reference_terminal_reward_one",
+)
 
 
 @pytest.fixture(scope="module")
 def pushed(local_registry, tmp_path_factory) -> str:
     """A small real image in the local registry: the request's built image, by digest."""
     layout = Layout.init(tmp_path_factory.mktemp("preflight-image"))
-    layer = write_layer([FileEntry("opt", "dir", 0o755), FileEntry("opt/marker", "file", 0o644, source=b"x\n")],
-                        layout.root / "blobs" / "sha256", source_date_epoch=1_700_000_000)
-    built = oci_image.derive(None, [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size, "test")],
-                             oci_image.ConfigChanges(cmd=("/bin/sh",)), source_date_epoch=1_700_000_000)
+    layer = write_layer(
+        [FileEntry("opt", "dir", 0o755), FileEntry("opt/marker", "file", 0o644, source=b"x\n")],
+        layout.root / "blobs" / "sha256",
+        source_date_epoch=1_700_000_000,
+    )
+    built = oci_image.derive(
+        None,
+        [oci_image.NewLayer(layer.digest, layer.diff_id, layer.size, "test")],
+        oci_image.ConfigChanges(cmd=("/bin/sh",)),
+        source_date_epoch=1_700_000_000,
+    )
     layout.put_bytes(built.config_bytes)
     layout.add_manifest(built.manifest_bytes, built.media_type, ref_name="t")
     repository = f"arena/preflight-{uuid.uuid4().hex[:8]}"
@@ -55,27 +67,55 @@ def pushed(local_registry, tmp_path_factory) -> str:
     return f"{repository}@{done.manifest_digest}"
 
 
-def _suite(image: str, *, failing: tuple[str, ...] = (), missing: tuple[str, ...] = (),
-           external_checks: tuple[str, ...] = EXTERNAL_CHECKS, started: bool = True, served=None) -> SuiteResult:
+def _suite(
+    image: str,
+    *,
+    failing: tuple[str, ...] = (),
+    missing: tuple[str, ...] = (),
+    external_checks: tuple[str, ...] = EXTERNAL_CHECKS,
+    started: bool = True,
+    served=None,
+) -> SuiteResult:
     cfg = config.load()
     ids = [f"image/{n}" for n in ("health", "schema", "openenv-validate", "uid")]
     ids += [f"{c.id}/{n}" for c in all_cases() for n in CASE_CHECKS]
     checks = [CheckResult(i, i not in failing, 0.1) for i in ids if i not in missing]
-    descriptors = {"format-code-task-000666": (CONFIG_000666, MIMO_000666),
-                   "format-code-task-001926": (CONFIG_001926, MIMO_001926)}
+    descriptors = {
+        "format-code-task-000666": (CONFIG_000666, MIMO_000666),
+        "format-code-task-001926": (CONFIG_001926, MIMO_001926),
+    }
     ext = []
     for task in cfg.external.tasks:
         conf, layers = descriptors[task.task_id]
-        ran = tuple(CheckResult(f"{task.task_id}/{n}", f"{task.task_id}/{n}" not in failing, 0.1)
-                    for n in external_checks) if started else ()
-        ext.append(ExternalResult(task.task_id, task.image, config_digest=conf.digest, config_size=conf.size,
-                                  layers=tuple((b.digest, b.size) for b in layers), checks=ran,
-                                  schema_equal=True if started else None,
-                                  notes=() if started else ("image not started: repair checks not run",)).to_json())
-    return SuiteResult(image=image, targets=("http://127.0.0.1:1",), checks=tuple(checks) + tuple(
-        c for e in ext for c in (CheckResult.from_json(x) for x in e["checks"])), seconds=1.0,
-        schema=schema.declared() if served is None else served, external=tuple(ext),
-        layers=(("sha256:" + "e" * 64, 40_000),), config=("sha256:" + "f" * 64, 1_500))
+        ran = (
+            tuple(
+                CheckResult(f"{task.task_id}/{n}", f"{task.task_id}/{n}" not in failing, 0.1) for n in external_checks
+            )
+            if started
+            else ()
+        )
+        ext.append(
+            ExternalResult(
+                task.task_id,
+                task.image,
+                config_digest=conf.digest,
+                config_size=conf.size,
+                layers=tuple((b.digest, b.size) for b in layers),
+                checks=ran,
+                schema_equal=True if started else None,
+                notes=() if started else ("image not started: repair checks not run",),
+            ).to_json()
+        )
+    return SuiteResult(
+        image=image,
+        targets=("http://127.0.0.1:1",),
+        checks=tuple(checks) + tuple(c for e in ext for c in (CheckResult.from_json(x) for x in e["checks"])),
+        seconds=1.0,
+        schema=schema.declared() if served is None else served,
+        external=tuple(ext),
+        layers=(("sha256:" + "e" * 64, 40_000),),
+        config=("sha256:" + "f" * 64, 1_500),
+    )
 
 
 def _release(image: str, suite: SuiteResult | None = None, profile: str = "local"):
@@ -90,8 +130,12 @@ def _release(image: str, suite: SuiteResult | None = None, profile: str = "local
 
 def _run(data, evidence, local_registry, admission: Admission | None = None) -> preflight.Report:
     name = data["image"].partition("@")[0] if isinstance(data.get("image"), str) else ""
-    return preflight.run(data, evidence=evidence, admission=admission or config.load().admission,
-                         resolve=preflight.resolver({name: local_registry.address}))
+    return preflight.run(
+        data,
+        evidence=evidence,
+        admission=admission or config.load().admission,
+        resolve=preflight.resolver({name: local_registry.address}),
+    )
 
 
 def _by_name(report: preflight.Report, status: str) -> set[str]:
@@ -124,9 +168,11 @@ def test_an_external_task_asking_for_44_gib_fails_the_disk_rule(pushed, local_re
     report = _run(copied, evidence, local_registry)
     assert [(o.name, o.status) for o in report.failures] == [("sandbox_disk", preflight.FAIL)]
     detail = report.failures[0].detail
-    assert detail.startswith("ENVIRONMENT_TOO_LARGE_FOR_SANDBOX: compressed image + workspace + headroom exceeds "
-                             "the 50 GiB sandbox disk for 1 task(s): format-code-task-000666 (image 0.53 + "
-                             "workspace 44 + headroom 24 = 68.53 GiB)")
+    assert detail.startswith(
+        "ENVIRONMENT_TOO_LARGE_FOR_SANDBOX: compressed image + workspace + headroom exceeds "
+        "the 50 GiB sandbox disk for 1 task(s): format-code-task-000666 (image 0.53 + "
+        "workspace 44 + headroom 24 = 68.53 GiB)"
+    )
     with pytest.raises(CheckFailure, match="admission preflight: sandbox_disk failed: ENVIRONMENT_TOO_LARGE"):
         report.enforce(strict=False)
 
@@ -136,7 +182,7 @@ def test_the_headroom_is_a_setting_whose_default_agrees_with_the_platforms_answe
     # its headroom lies between 5.4 and 39.3 GiB, and so does the default.
     default = config.load().admission
     assert default == Admission() and 5.4 < default.headroom_gib < 39.3 and default.sandbox_disk_gib == 50
-    GB = 10 ** 9
+    GB = 10**9
     for image_bytes, workspace, admitted in ((0.63 * GB, 44, False), (0.67 * GB, 10, True)):
         needed = image_bytes / preflight.GIB + workspace + default.headroom_gib
         assert (needed <= default.sandbox_disk_gib) is admitted
@@ -151,14 +197,17 @@ def _bad_schema(data):
     data["schema"]["action"]["properties"]["operation"]["description"] = "another description"
 
 
-@pytest.mark.parametrize("name,forge", [
-    ("typed_contract", lambda d: d.update(format="openenv-arena-submission/v1")),
-    ("unique_tasks", lambda d: d["tasks"].append(dict(d["tasks"][0]))),
-    ("training_tasks", lambda d: d["tasks"][8].update(split="code")),
-    ("openenv_schema", _bad_schema),
-    ("native_schema", _bad_schema),
-    ("sandbox_disk", lambda d: d["tasks"][20].update(workspace_gib=30)),
-])
+@pytest.mark.parametrize(
+    "name,forge",
+    [
+        ("typed_contract", lambda d: d.update(format="openenv-arena-submission/v1")),
+        ("unique_tasks", lambda d: d["tasks"].append(dict(d["tasks"][0]))),
+        ("training_tasks", lambda d: d["tasks"][8].update(split="code")),
+        ("openenv_schema", _bad_schema),
+        ("native_schema", _bad_schema),
+        ("sandbox_disk", lambda d: d["tasks"][20].update(workspace_gib=30)),
+    ],
+)
 def test_a_forged_request_fails_its_check(pushed, local_registry, name, forge):
     data, evidence = _release(pushed)
     forged = copy.deepcopy(data)
@@ -167,22 +216,36 @@ def test_a_forged_request_fails_its_check(pushed, local_registry, name, forge):
     assert name in {o.name for o in report.failures}, report.render()
 
 
-@pytest.mark.parametrize("name,suite", [
-    ("pinned_openenv_endpoint", dict(failing=("image/openenv-validate",))),
-    ("pinned_openenv_endpoint", dict(failing=("format-code-task-000666/openenv_endpoint_validation",))),
-    ("native_schema", dict(missing=("image/schema",))),
-    ("native_schema", dict(served={**schema.declared(), "observation": {"type": "object", "properties": {}}})),
-    ("openenv_schema", dict(served={**schema.declared(), "observation": {"type": "object", "properties": {}}})),
-    ("native_episode", dict(failing=("math_route-d2-s307/correct",))),
-], ids=["procedural-validate-failed", "external-validate-failed", "schema-check-missing", "served-other-schema",
-        "one-schema", "episode-failed"])
+@pytest.mark.parametrize(
+    "name,suite",
+    [
+        ("pinned_openenv_endpoint", dict(failing=("image/openenv-validate",))),
+        ("pinned_openenv_endpoint", dict(failing=("format-code-task-000666/openenv_endpoint_validation",))),
+        ("native_schema", dict(missing=("image/schema",))),
+        ("native_schema", dict(served={**schema.declared(), "observation": {"type": "object", "properties": {}}})),
+        ("openenv_schema", dict(served={**schema.declared(), "observation": {"type": "object", "properties": {}}})),
+        ("native_episode", dict(failing=("math_route-d2-s307/correct",))),
+    ],
+    ids=[
+        "procedural-validate-failed",
+        "external-validate-failed",
+        "schema-check-missing",
+        "served-other-schema",
+        "one-schema",
+        "episode-failed",
+    ],
+)
 def test_evidence_that_does_not_hold_fails_the_task_checks(pushed, local_registry, name, suite):
     data, good = _release(pushed)
     forged = _suite(pushed, **suite)
     evidence = replace(good, checks=forged)
     if "failing" in suite and suite["failing"][0].startswith("math_route"):
-        tasks = tuple(replace(t, verification=replace(t.verification, status="failed", failed=1))
-                      if t.task_id == "math_route-d2-s307" else t for t in good.tasks)
+        tasks = tuple(
+            replace(t, verification=replace(t.verification, status="failed", failed=1))
+            if t.task_id == "math_route-d2-s307"
+            else t
+            for t in good.tasks
+        )
         evidence = replace(evidence, tasks=tasks)
     report = _run(data, evidence, local_registry)
     assert name in {o.name for o in report.failures}, report.render()
@@ -221,8 +284,12 @@ def test_an_image_named_with_its_registry_resolves_there(pushed, local_registry)
     for the name changes nothing then."""
     named = f"{local_registry.address}/{pushed}"
     data, evidence = _release(named, _suite(named))
-    report = preflight.run(data, evidence=evidence, admission=Admission(),
-                           resolve=preflight.resolver({named.partition("@")[0]: local_registry.address}))
+    report = preflight.run(
+        data,
+        evidence=evidence,
+        admission=Admission(),
+        resolve=preflight.resolver({named.partition("@")[0]: local_registry.address}),
+    )
     assert next(o for o in report.outcomes if o.subject == named).status == preflight.PASS
 
 
@@ -239,8 +306,9 @@ def test_an_unreachable_registry_is_not_checked_and_strict_fails_on_it(pushed):
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{sock.getsockname()[1]}"
-    report = preflight.run(data, evidence=evidence, admission=Admission(),
-                           resolve=preflight.resolver({pushed.partition("@")[0]: closed}))
+    report = preflight.run(
+        data, evidence=evidence, admission=Admission(), resolve=preflight.resolver({pushed.partition("@")[0]: closed})
+    )
     mine = next(o for o in report.outcomes if o.name == "image_resolved" and o.subject == pushed)
     assert mine.status == preflight.NOT_CHECKED and mine.detail.startswith("registry not reachable")
     assert not report.ok(strict=True)
@@ -262,15 +330,17 @@ def test_no_evidence_is_not_checked(pushed, local_registry):
     report = _run(data, preflight.Evidence(), local_registry)
     assert not report.failures
     assert {"image_sizes", "sandbox_disk", "openenv_schema", *preflight.TASK_CHECKS} <= _by_name(
-        report, preflight.NOT_CHECKED)
+        report, preflight.NOT_CHECKED
+    )
 
 
 # ------------------------------------------------------------------ the command line, on signed records
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "preflight", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "preflight", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.slow
@@ -284,8 +354,12 @@ def test_the_command_passes_a_releases_request_and_fails_its_44_gib_copy(tmp_pat
     assert proc.stdout.startswith("PREFLIGHT PASSED")
     # registry.example.invalid cannot be reached: said, and --strict fails on it.
     assert "NOT CHECKED  image_resolved registry.example.invalid/" in proc.stdout
-    assert _cli(str(records / "submission.json"), "--config", str(records / "release.toml"), "--registry", "",
-                "--strict").returncode == 1
+    assert (
+        _cli(
+            str(records / "submission.json"), "--config", str(records / "release.toml"), "--registry", "", "--strict"
+        ).returncode
+        == 1
+    )
     data = json.loads((records / "submission.json").read_text())
     data["tasks"][8]["workspace_gib"] = 44
     copied = records / "submission-44.json"

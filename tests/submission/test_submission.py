@@ -21,11 +21,33 @@ from tests.curriculum import all_cases
 IMAGE = "arena/openenv-data-workflows@sha256:" + "ab" * 32
 COMMIT = "c" * 40
 # The fields of the request the platform accepted (docs/spec/mimo.md), no more, no less.
-REQUEST_KEYS = {"submission_id", "name", "image", "schema", "tasks", "example_actions", "finish_action",
-                "dataset", "source"}
-TASK_KEYS = {"task_id", "image", "split", "reset_wall_s", "rollout_wall_s", "verifier_wall_s", "tool_wall_s",
-             "tool_calls_total", "tool_calls_per_minute", "completion_tokens", "context_tokens", "memory_gib",
-             "cpu_floor_vcpus", "workspace_gib"}
+REQUEST_KEYS = {
+    "submission_id",
+    "name",
+    "image",
+    "schema",
+    "tasks",
+    "example_actions",
+    "finish_action",
+    "dataset",
+    "source",
+}
+TASK_KEYS = {
+    "task_id",
+    "image",
+    "split",
+    "reset_wall_s",
+    "rollout_wall_s",
+    "verifier_wall_s",
+    "tool_wall_s",
+    "tool_calls_total",
+    "tool_calls_per_minute",
+    "completion_tokens",
+    "context_tokens",
+    "memory_gib",
+    "cpu_floor_vcpus",
+    "workspace_gib",
+}
 
 
 def _layers(tag: str, count: int) -> tuple[tuple[str, int], ...]:
@@ -33,18 +55,42 @@ def _layers(tag: str, count: int) -> tuple[tuple[str, int], ...]:
 
 
 def _checks(*, fail: str | None = None, external=True) -> SuiteResult:
-    names = ["reset", "identity-across-seeds", "correct", "partial-x", "all-but-one", "wrong",
-             "unknown-key", "edited-inputs", "cached-terminal"]
+    names = [
+        "reset",
+        "identity-across-seeds",
+        "correct",
+        "partial-x",
+        "all-but-one",
+        "wrong",
+        "unknown-key",
+        "edited-inputs",
+        "cached-terminal",
+    ]
     checks = [CheckResult(f"image/{n}", True, 0.1) for n in ("health", "schema", "openenv-validate", "uid")]
     checks += [CheckResult(f"{c.id}/{n}", f"{c.id}/{n}" != fail, 0.1) for c in all_cases() for n in names]
     cfg = config.load()
     ext = []
     if external:
-        ext = [ExternalResult(task_id=t.task_id, image=t.image, config_digest="sha256:" + "c" * 64, config_size=900,
-                              layers=_layers(t.task_id, 6)).to_json() for t in cfg.external.tasks]
-    return SuiteResult(image=IMAGE, targets=("http://127.0.0.1:1",), checks=tuple(checks), seconds=1.0,
-                       schema=schema.declared(), external=tuple(ext), layers=_layers("derived", 5),
-                       config=("sha256:" + "d" * 64, 800))
+        ext = [
+            ExternalResult(
+                task_id=t.task_id,
+                image=t.image,
+                config_digest="sha256:" + "c" * 64,
+                config_size=900,
+                layers=_layers(t.task_id, 6),
+            ).to_json()
+            for t in cfg.external.tasks
+        ]
+    return SuiteResult(
+        image=IMAGE,
+        targets=("http://127.0.0.1:1",),
+        checks=tuple(checks),
+        seconds=1.0,
+        schema=schema.declared(),
+        external=tuple(ext),
+        layers=_layers("derived", 5),
+        config=("sha256:" + "d" * 64, 800),
+    )
 
 
 def _request(profile: str = "local") -> submission.Request:
@@ -89,18 +135,31 @@ def test_tasks_in_request_order_with_the_budgets_tables_split_and_workspace_10()
     assert "observation_tokens" not in first.budgets
 
 
-@pytest.mark.parametrize("forge", [
-    lambda d: d.update(format="openenv-arena-submission/v1"),
-    lambda d: d.pop("source"),
-    lambda d: d["tasks"][8].update(observation_tokens=32768),
-    lambda d: d["tasks"][8].pop("workspace_gib"),
-    lambda d: d["tasks"][3].update(verification={"status": "verified"}),
-    lambda d: d.update(finish_action={"operation": "finish", "command": ""}),
-    lambda d: d.update(source="https://github.com/akseljoonas/openenv-arena-release"),
-    lambda d: d.update(image="arena/openenv-data-workflows:latest"),
-    lambda d: d["tasks"][0].update(workspace_gib="10"),
-], ids=["extra-field", "no-source", "task-extra-field", "task-missing-budget", "task-verification",
-        "finish-with-command", "source-without-commit", "image-by-tag", "budget-as-string"])
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda d: d.update(format="openenv-arena-submission/v1"),
+        lambda d: d.pop("source"),
+        lambda d: d["tasks"][8].update(observation_tokens=32768),
+        lambda d: d["tasks"][8].pop("workspace_gib"),
+        lambda d: d["tasks"][3].update(verification={"status": "verified"}),
+        lambda d: d.update(finish_action={"operation": "finish", "command": ""}),
+        lambda d: d.update(source="https://github.com/akseljoonas/openenv-arena-release"),
+        lambda d: d.update(image="arena/openenv-data-workflows:latest"),
+        lambda d: d["tasks"][0].update(workspace_gib="10"),
+    ],
+    ids=[
+        "extra-field",
+        "no-source",
+        "task-extra-field",
+        "task-missing-budget",
+        "task-verification",
+        "finish-with-command",
+        "source-without-commit",
+        "image-by-tag",
+        "budget-as-string",
+    ],
+)
 def test_the_contract_refuses_any_other_shape(tmp_path, forge):
     data = submission.to_json(_request())
     submission.validate(data)

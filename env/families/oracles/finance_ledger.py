@@ -28,8 +28,12 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
                 for e in events
                 if e["kind"] == "reversal" and e.get("target") == event["target"] and fate.get(e["id"]) == "applied"
             )
-            ok = (valid_target and target is not None and event["cents"] > 0
-                  and prior + event["cents"] <= abs(target["cents"]))
+            ok = (
+                valid_target
+                and target is not None
+                and event["cents"] > 0
+                and prior + event["cents"] <= abs(target["cents"])
+            )
             fate[event["id"]] = "applied" if ok else "rejected"
     closing = dict(files["accounts.json"])
     for event in events:

@@ -13,8 +13,9 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
     kept: list[tuple[dict[str, Any], int]] = []
     for clip in files["edits.json"]:
         asset = assets[clip["asset"]]
-        duration = Fraction((clip["out"] - clip["in"]) * clip["speed_den"] * delivery["fps"],
-                            clip["speed_num"] * asset["fps"])
+        duration = Fraction(
+            (clip["out"] - clip["in"]) * clip["speed_den"] * delivery["fps"], clip["speed_num"] * asset["fps"]
+        )
         codes = []
         if delivery["require_license"] and not asset["licensed"]:
             codes.append("unlicensed")
@@ -30,8 +31,9 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
     for i, (clip, frames) in enumerate(kept):
         cursor = timeline[-1]["end"] if timeline else 0
         gap = clip["gap_before"]
-        overlap = 0 if gap > 0 or i == 0 else min(clip["overlap"], delivery["max_overlap"], kept[i - 1][1] - 1,
-                                                  frames - 1)
+        overlap = (
+            0 if gap > 0 or i == 0 else min(clip["overlap"], delivery["max_overlap"], kept[i - 1][1] - 1, frames - 1)
+        )
         start = cursor + gap - overlap
         timeline.append({"id": clip["id"], "start": start, "end": start + frames})
     total = timeline[-1]["end"] if timeline else 0

@@ -29,8 +29,10 @@ def _integer(value: Fraction) -> int:
 
 def solve(files: dict[str, Any]) -> dict[str, Any]:
     """Solve from calibration.json, samples.json and policy.json."""
-    system = [[Fraction(s["reference"]), Fraction(1), Fraction(s["time"]), Fraction(s["raw"])]
-              for s in files["calibration.json"]]
+    system = [
+        [Fraction(s["reference"]), Fraction(1), Fraction(s["time"]), Fraction(s["raw"])]
+        for s in files["calibration.json"]
+    ]
     gain, offset, drift = _solve_linear(system)
     policy = files["policy.json"]
     low, high = policy["acceptable_median"]

@@ -12,8 +12,9 @@ def solve(files: dict[str, Any]) -> dict[str, Any]:
         "disabled": lambda u, e: not u["enabled"],
         "action_forbidden": lambda u, e: e["action"] not in policy["role_actions"].get(u["role"], []),
         "secret_role": lambda u, e: e["sensitivity"] == "secret" and u["role"] not in policy["secret_roles"],
-        "mfa_required": lambda u, e: (e["action"] in policy["mfa_actions"] or e["sensitivity"] == "secret")
-        and not e["mfa"],
+        "mfa_required": lambda u, e: (
+            (e["action"] in policy["mfa_actions"] or e["sensitivity"] == "secret") and not e["mfa"]
+        ),
         "untrusted_zone": lambda u, e: e["sensitivity"] != "public" and e["zone"] not in policy["trusted_zones"],
         "expired": lambda u, e: e["time"] >= e["expires"],
     }

@@ -37,5 +37,9 @@ def solve(files):
         reversed_so_far[target["id"]] = total
         balances[target["account"]] += -cents if target["cents"] > 0 else cents
         applied.append(event["id"])
-    return {"closing_cents": balances, "applied_ids": sorted(applied),
-            "rejected_ids": sorted(rejected), "held_ids": sorted(held)}
+    return {
+        "closing_cents": balances,
+        "applied_ids": sorted(applied),
+        "rejected_ids": sorted(rejected),
+        "held_ids": sorted(held),
+    }

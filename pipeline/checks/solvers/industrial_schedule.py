@@ -43,5 +43,4 @@ def solve(files):
 
     extend([], calendar["start"], 0, {})
     (tardiness, makespan, order), completion = best
-    return {"order": order, "completion": completion, "weighted_tardiness": tardiness,
-            "makespan": makespan}
+    return {"order": order, "completion": completion, "weighted_tardiness": tardiness, "makespan": makespan}

@@ -40,5 +40,9 @@ def solve(files):
         cursor = start + duration
         timeline.append({"id": clip["id"], "start": start, "end": cursor})
         previous = duration
-    return {"rejected": rejected, "timeline": timeline, "total_frames": cursor,
-            "over_budget_frames": max(0, cursor - delivery["delivery_budget"])}
+    return {
+        "rejected": rejected,
+        "timeline": timeline,
+        "total_frames": cursor,
+        "over_budget_frames": max(0, cursor - delivery["delivery_budget"]),
+    }

@@ -12,13 +12,14 @@ FILES = ("calibration.json", "samples.json", "policy.json")
 
 def _parameters(standards):
     # Cramer's rule on raw = gain*reference + offset + drift*time, exact in fractions.
-    rows = [(Fraction(s["reference"]), Fraction(1), Fraction(s["time"]), Fraction(s["raw"]))
-            for s in standards]
+    rows = [(Fraction(s["reference"]), Fraction(1), Fraction(s["time"]), Fraction(s["raw"])) for s in standards]
 
     def det(m):
-        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-                - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
 
     base = det([r[:3] for r in rows])
     unknowns = []

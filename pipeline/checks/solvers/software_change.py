@@ -28,8 +28,7 @@ def solve(files):
     order = []
     placed = set()
     while len(order) < len(affected):
-        ready = sorted(m for m in affected - placed
-                       if all(d in placed or d not in affected for d in modules[m]))
+        ready = sorted(m for m in affected - placed if all(d in placed or d not in affected for d in modules[m]))
         order.append(ready[0])
         placed.add(ready[0])
 
@@ -46,5 +45,4 @@ def solve(files):
         key = (sum(suites[s]["cost"] for s in chosen), len(chosen), chosen)
         if best is None or key < best:
             best = key
-    return {"affected": sorted(affected), "tests": best[2], "test_cost": best[0],
-            "build_order": order}
+    return {"affected": sorted(affected), "tests": best[2], "test_cost": best[0], "build_order": order}

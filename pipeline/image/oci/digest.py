@@ -31,7 +31,7 @@ def parse(value: str, *, what: str = "digest") -> str:
 
 
 def hex_of(digest: str) -> str:
-    return parse(digest)[len("sha256:"):]
+    return parse(digest)[len("sha256:") :]
 
 
 def verify(data: bytes, digest: str, *, what: str) -> None:

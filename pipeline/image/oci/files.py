@@ -47,8 +47,12 @@ def open_image_by_digest(layout: Path, digest: str) -> LayoutImage:
     lay = Layout.open(Path(layout))
     manifest = json.loads(lay.read_blob(digest))
     config = json.loads(lay.read_blob(manifest["config"]["digest"], size=manifest["config"]["size"]))
-    return LayoutImage(digest=digest, manifest=manifest, config=config,
-                    layers=tuple((d["digest"], lay.blob_path(d["digest"])) for d in manifest["layers"]))
+    return LayoutImage(
+        digest=digest,
+        manifest=manifest,
+        config=config,
+        layers=tuple((d["digest"], lay.blob_path(d["digest"])) for d in manifest["layers"]),
+    )
 
 
 class _HashingReader:
@@ -81,8 +85,10 @@ class FileView:
     def only(self, keep: Callable[[str], bool]) -> FileView:
         """The view of the paths `keep` names: what `read_view` with `keep` gives, from a
         view read with a wider one (the audit reads the layers once for two checks)."""
-        return FileView(files={p: d for p, d in self.files.items() if keep(p)},
-                        links={p: t for p, t in self.links.items() if keep(p)})
+        return FileView(
+            files={p: d for p, d in self.files.items() if keep(p)},
+            links={p: t for p, t in self.links.items() if keep(p)},
+        )
 
     def read(self, path: str) -> bytes | None:
         """File content at `path`, following symlinks inside the view."""
@@ -147,8 +153,12 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, keep: Callable[[
             pass  # hash any trailing padding too
     actual = "sha256:" + reader.hash.hexdigest()
     if actual != layer_digest:
-        raise DigestMismatch(f"layer blob {blob.name} does not match its digest", expected=layer_digest,
-                             actual=actual, hint="the OCI layout is corrupt; rebuild the image")
+        raise DigestMismatch(
+            f"layer blob {blob.name} does not match its digest",
+            expected=layer_digest,
+            actual=actual,
+            hint="the OCI layout is corrupt; rebuild the image",
+        )
     listing.record(layer_digest, listed)
     view.drop(listing.hidden(view.paths(), listed))
     view.files.update(added)
@@ -156,8 +166,11 @@ def _apply_layer(view: FileView, blob: Path, layer_digest: str, keep: Callable[[
     for name, target in hardlinks.items():
         content = added.get(target, view.files.get(target))
         if content is None:
-            raise ReleaseError(f"hard link {name} in layer {layer_digest} points outside the files read",
-                               actual=target, hint="the reader keeps only the files it was asked for")
+            raise ReleaseError(
+                f"hard link {name} in layer {layer_digest} points outside the files read",
+                actual=target,
+                hint="the reader keeps only the files it was asked for",
+            )
         view.files[name] = content
 
 

@@ -65,8 +65,9 @@ def family_of(manifest_media_type: str) -> Family:
     for fam in (OCI, DOCKER):
         if manifest_media_type in (fam.manifest, fam.index):
             return fam
-    raise ManifestError("unsupported manifest media type", expected=" or ".join(MANIFEST_TYPES),
-                        actual=manifest_media_type)
+    raise ManifestError(
+        "unsupported manifest media type", expected=" or ".join(MANIFEST_TYPES), actual=manifest_media_type
+    )
 
 
 def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -97,8 +98,7 @@ class Descriptor:
     artifact_type: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest,
-                               "size": self.size}
+        out: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
         if self.artifact_type:
             out["artifactType"] = self.artifact_type
         if self.annotations:
@@ -125,10 +125,13 @@ class Descriptor:
             raise ManifestError(f"{where}.size is not a byte count", actual=repr(size))
         plat = raw.get("platform")
         return cls(
-            media_type=media_type, digest=dig, size=size,
+            media_type=media_type,
+            digest=dig,
+            size=size,
             annotations=_frozen(raw.get("annotations")),
-            platform=Platform(plat.get("architecture", ""), plat.get("os", ""),
-                              plat.get("variant", "")) if isinstance(plat, dict) else None,
+            platform=Platform(plat.get("architecture", ""), plat.get("os", ""), plat.get("variant", ""))
+            if isinstance(plat, dict)
+            else None,
             urls=tuple(raw.get("urls") or ()),
             artifact_type=str(raw.get("artifactType") or ""),
         )
@@ -181,8 +184,7 @@ class Index:
     manifests: tuple[Descriptor, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"schemaVersion": 2, "mediaType": self.media_type,
-                "manifests": [d.to_json() for d in self.manifests]}
+        return {"schemaVersion": 2, "mediaType": self.media_type, "manifests": [d.to_json() for d in self.manifests]}
 
     def to_bytes(self) -> bytes:
         return canonical_json(self.to_json())
@@ -190,13 +192,15 @@ class Index:
     def select(self, architecture: str = ARCH, os: str = OS) -> Descriptor:
         """The manifest for os/architecture, or UnsupportedPlatform naming what exists."""
         for desc in self.manifests:
-            if desc.platform and desc.platform.architecture == architecture \
-                    and desc.platform.os == os:
+            if desc.platform and desc.platform.architecture == architecture and desc.platform.os == os:
                 return desc
         found = ", ".join(str(d.platform) for d in self.manifests if d.platform) or "none"
-        raise UnsupportedPlatform(f"image index has no {os}/{architecture} manifest",
-                                  expected=f"{os}/{architecture}", actual=found,
-                                  hint="use a base image built for linux/amd64")
+        raise UnsupportedPlatform(
+            f"image index has no {os}/{architecture} manifest",
+            expected=f"{os}/{architecture}",
+            actual=found,
+            hint="use a base image built for linux/amd64",
+        )
 
 
 def _load(raw: bytes, what: str) -> dict[str, Any]:
@@ -216,18 +220,21 @@ def parse(raw: bytes, media_type: str = "") -> Manifest | Index:
     if not kind:
         kind = OCI_INDEX if "manifests" in obj else OCI_MANIFEST
     if obj.get("schemaVersion") != 2:
-        raise ManifestError("unsupported manifest schema version", expected=2,
-                            actual=obj.get("schemaVersion"),
-                            hint="schema 1 manifests are not supported; re-push the image")
+        raise ManifestError(
+            "unsupported manifest schema version",
+            expected=2,
+            actual=obj.get("schemaVersion"),
+            hint="schema 1 manifests are not supported; re-push the image",
+        )
     if kind in INDEX_TYPES:
         items = obj.get("manifests")
         if not isinstance(items, list):
             raise ManifestError("image index lacks a manifests list")
-        return Index(kind, tuple(Descriptor.from_json(d, where=f"manifests[{i}]")
-                                 for i, d in enumerate(items)))
+        return Index(kind, tuple(Descriptor.from_json(d, where=f"manifests[{i}]") for i, d in enumerate(items)))
     if kind not in MANIFEST_TYPES:
-        raise ManifestError("unsupported manifest media type",
-                            expected=" or ".join(MANIFEST_TYPES + INDEX_TYPES), actual=kind)
+        raise ManifestError(
+            "unsupported manifest media type", expected=" or ".join(MANIFEST_TYPES + INDEX_TYPES), actual=kind
+        )
     layers = obj.get("layers")
     if not isinstance(layers, list):
         raise ManifestError("manifest lacks a layers list")
@@ -246,8 +253,7 @@ def parse_manifest(raw: bytes, media_type: str = "") -> Manifest:
     """Parse bytes that must be a single-image manifest (not an index)."""
     parsed = parse(raw, media_type)
     if isinstance(parsed, Index):
-        raise ManifestError("expected an image manifest, got an index",
-                            hint="select a platform from the index first")
+        raise ManifestError("expected an image manifest, got an index", hint="select a platform from the index first")
     return parsed
 
 
@@ -300,10 +306,12 @@ class ImageConfig:
 
     def check_platform(self) -> None:
         if (self.os, self.architecture) != (OS, ARCH):
-            raise UnsupportedPlatform("image is not built for linux/amd64",
-                                      expected=f"{OS}/{ARCH}",
-                                      actual=f"{self.os}/{self.architecture}",
-                                      hint="use a base image built for linux/amd64")
+            raise UnsupportedPlatform(
+                "image is not built for linux/amd64",
+                expected=f"{OS}/{ARCH}",
+                actual=f"{self.os}/{self.architecture}",
+                hint="use a base image built for linux/amd64",
+            )
 
 
 def parse_config(raw: bytes) -> ImageConfig:
@@ -326,9 +334,12 @@ def parse_config(raw: bytes) -> ImageConfig:
             user=cfg.get("User") or "",
         ),
         diff_ids=tuple(rootfs.get("diff_ids") or ()),
-        history=tuple(HistoryEntry(h.get("created", ""), h.get("created_by", ""),
-                                   h.get("comment", ""), bool(h.get("empty_layer", False)))
-                      for h in obj.get("history") or ()),
+        history=tuple(
+            HistoryEntry(
+                h.get("created", ""), h.get("created_by", ""), h.get("comment", ""), bool(h.get("empty_layer", False))
+            )
+            for h in obj.get("history") or ()
+        ),
         raw=MappingProxyType(obj),
     )
 
@@ -417,9 +428,15 @@ def _apply(cfg: dict[str, Any], changes: ConfigChanges) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if v is not None}
 
 
-def derive(base: BaseImage | None, layers: Sequence[NewLayer], changes: ConfigChanges, *,
-           source_date_epoch: int, family: Family = OCI,
-           annotations: Mapping[str, str] | None = None) -> BuiltImage:
+def derive(
+    base: BaseImage | None,
+    layers: Sequence[NewLayer],
+    changes: ConfigChanges,
+    *,
+    source_date_epoch: int,
+    family: Family = OCI,
+    annotations: Mapping[str, str] | None = None,
+) -> BuiltImage:
     """Base + appended layers + config changes -> new config and manifest bytes.
 
     With a base, the base's family is kept (a Docker schema-2 base gets schema-2
@@ -432,29 +449,35 @@ def derive(base: BaseImage | None, layers: Sequence[NewLayer], changes: ConfigCh
         cfg = parse_config(base.config_bytes)
         cfg.check_platform()
         if len(cfg.diff_ids) != len(base.manifest.layers):
-            raise ManifestError("base config and manifest disagree on the layer count",
-                                expected=len(base.manifest.layers), actual=len(cfg.diff_ids))
+            raise ManifestError(
+                "base config and manifest disagree on the layer count",
+                expected=len(base.manifest.layers),
+                actual=len(cfg.diff_ids),
+            )
         obj = dict(cfg.raw)
         base_layers = base.manifest.layers
     else:
-        obj = {"architecture": ARCH, "os": OS, "config": {},
-               "rootfs": {"type": "layers", "diff_ids": []}, "history": []}
+        obj = {
+            "architecture": ARCH,
+            "os": OS,
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": []},
+            "history": [],
+        }
         base_layers = ()
     obj["created"] = created
     obj["config"] = _apply(obj.get("config") or {}, changes)
-    obj["rootfs"] = {"type": "layers",
-                     "diff_ids": list(obj["rootfs"]["diff_ids"]) + [l.diff_id for l in layers]}
+    obj["rootfs"] = {"type": "layers", "diff_ids": list(obj["rootfs"]["diff_ids"]) + [l.diff_id for l in layers]}
     obj["history"] = list(obj.get("history") or []) + [
-        HistoryEntry(created, l.created_by, l.comment).to_json() for l in layers]
+        HistoryEntry(created, l.created_by, l.comment).to_json() for l in layers
+    ]
     config_bytes = canonical_json(obj)
     config_digest = _digest.of_bytes(config_bytes)
     manifest = Manifest(
         media_type=family.manifest,
         config=Descriptor(family.config, config_digest, len(config_bytes)),
-        layers=tuple(base_layers) + tuple(Descriptor(family.layer_gzip, l.digest, l.size)
-                                          for l in layers),
+        layers=tuple(base_layers) + tuple(Descriptor(family.layer_gzip, l.digest, l.size) for l in layers),
         annotations=_frozen(annotations) if family is OCI else _frozen(None),
     )
     manifest_bytes = manifest.to_bytes()
-    return BuiltImage(manifest, manifest_bytes, _digest.of_bytes(manifest_bytes),
-                      config_bytes, config_digest)
+    return BuiltImage(manifest, manifest_bytes, _digest.of_bytes(manifest_bytes), config_bytes, config_digest)

@@ -188,9 +188,7 @@ def write_layer(
     try:
         with open(tmp, "wb") as raw:
             compressed = _HashingWriter(raw)
-            with gzip.GzipFile(
-                filename="", mode="wb", fileobj=compressed, compresslevel=compresslevel, mtime=0
-            ) as gz:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, compresslevel=compresslevel, mtime=0) as gz:
                 uncompressed = _HashingWriter(gz)
                 with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
                     for entry in ordered:
@@ -231,8 +229,15 @@ def write_layer(
     )
 
 
-def normalized(entry: FileEntry, *, uid: int = 0, gid: int = 0, file_mode: int = 0o644,
-               exec_mode: int = 0o755, dir_mode: int = 0o755) -> FileEntry:
+def normalized(
+    entry: FileEntry,
+    *,
+    uid: int = 0,
+    gid: int = 0,
+    file_mode: int = 0o644,
+    exec_mode: int = 0o755,
+    dir_mode: int = 0o755,
+) -> FileEntry:
     """Owner root (or uid/gid) and fixed modes; executables keep an exec mode."""
     if entry.type == "dir":
         mode = dir_mode

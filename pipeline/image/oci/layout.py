@@ -66,8 +66,9 @@ class Layout:
         if not marker.exists():
             write_atomic(marker, canonical_json({"imageLayoutVersion": LAYOUT_VERSION}))
         if not (root / "index.json").exists():
-            write_atomic(root / "index.json", canonical_json(
-                {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}))
+            write_atomic(
+                root / "index.json", canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
+            )
         return cls(root)
 
     @classmethod
@@ -77,11 +78,11 @@ class Layout:
         try:
             version = json.loads((root / "oci-layout").read_bytes()).get("imageLayoutVersion")
         except (OSError, ValueError):
-            raise LayoutError(f"{root} is not an OCI image layout",
-                              hint="expected an oci-layout file; build or pull the image first") from None
+            raise LayoutError(
+                f"{root} is not an OCI image layout", hint="expected an oci-layout file; build or pull the image first"
+            ) from None
         if version != LAYOUT_VERSION:
-            raise LayoutError(f"unsupported OCI layout version in {root}",
-                              expected=LAYOUT_VERSION, actual=version)
+            raise LayoutError(f"unsupported OCI layout version in {root}", expected=LAYOUT_VERSION, actual=version)
         return cls(root)
 
     # ------------------------------------------------------------ blobs
@@ -107,8 +108,7 @@ class Layout:
         """
         actual, _ = _hash_file(Path(src))
         if actual != digest:
-            raise DigestMismatch(f"blob {digest} ({src}) does not match its digest",
-                                 expected=digest, actual=actual)
+            raise DigestMismatch(f"blob {digest} ({src}) does not match its digest", expected=digest, actual=actual)
         dest = self.blob_path(digest)
         if dest.exists():
             return
@@ -132,8 +132,7 @@ class Layout:
         except FileNotFoundError:
             raise LayoutError(f"blob {digest} is missing from {self.root}") from None
         if size is not None and len(data) != size:
-            raise DigestMismatch(f"blob {digest} in {self.root} has the wrong size",
-                                 expected=size, actual=len(data))
+            raise DigestMismatch(f"blob {digest} in {self.root} has the wrong size", expected=size, actual=len(data))
         _digest.verify(data, digest, what=f"blob {digest} in {self.root}")
         return data
 
@@ -144,11 +143,11 @@ class Layout:
             raise LayoutError(f"blob {digest} is missing from {self.root}")
         actual, actual_size = _hash_file(path)
         if size is not None and actual_size != size:
-            raise DigestMismatch(f"blob {digest} in {self.root} has the wrong size",
-                                 expected=size, actual=actual_size)
+            raise DigestMismatch(f"blob {digest} in {self.root} has the wrong size", expected=size, actual=actual_size)
         if actual != digest:
-            raise DigestMismatch(f"blob {digest} in {self.root} does not match its digest",
-                                 expected=digest, actual=actual)
+            raise DigestMismatch(
+                f"blob {digest} in {self.root} does not match its digest", expected=digest, actual=actual
+            )
 
     # ------------------------------------------------------------ index
 
@@ -163,10 +162,16 @@ class Layout:
         dig = self.put_bytes(manifest_bytes)
         desc = Descriptor(media_type, dig, len(manifest_bytes), annotations={REF_NAME: ref_name})
         kept = [d for d in self.index().manifests if d.annotations.get(REF_NAME) != ref_name]
-        write_atomic(self.root / "index.json", canonical_json({
-            "schemaVersion": 2, "mediaType": OCI_INDEX,
-            "manifests": [d.to_json() for d in kept] + [desc.to_json()],
-        }))
+        write_atomic(
+            self.root / "index.json",
+            canonical_json(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": OCI_INDEX,
+                    "manifests": [d.to_json() for d in kept] + [desc.to_json()],
+                }
+            ),
+        )
         return desc
 
     def resolve(self, ref_name: str | None = None) -> Descriptor:
@@ -174,8 +179,9 @@ class Layout:
         entries = self.index().manifests
         if ref_name is None:
             if len(entries) != 1:
-                raise LayoutError(f"{self.root} holds {len(entries)} images; name one",
-                                  expected="exactly one image or a ref name")
+                raise LayoutError(
+                    f"{self.root} holds {len(entries)} images; name one", expected="exactly one image or a ref name"
+                )
             return entries[0]
         for d in entries:
             if d.annotations.get(REF_NAME) == ref_name:
@@ -223,12 +229,15 @@ class Layout:
         `manifest.json` of `docker save`, which Docker 20.10's `load` reads (it reads no OCI
         index): the same config and layer blobs, the name as its tag."""
         img = self.verify_image(digest=digest)
-        desc = Descriptor(img.descriptor.media_type, digest, img.descriptor.size,
-                          annotations={REF_NAME: name, CONTAINERD_NAME: name})
+        desc = Descriptor(
+            img.descriptor.media_type, digest, img.descriptor.size, annotations={REF_NAME: name, CONTAINERD_NAME: name}
+        )
         index = canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [desc.to_json()]})
         with tarfile.open(path, "w") as tar:
-            for member, data in (("oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION})),
-                                 ("index.json", index)):
+            for member, data in (
+                ("oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION})),
+                ("index.json", index),
+            ):
                 info = tarfile.TarInfo(member)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -236,10 +245,15 @@ class Layout:
             for blob in dict.fromkeys(blobs):
                 tar.add(self.blob_path(blob), arcname=f"blobs/sha256/{_digest.hex_of(blob)}")
             if docker:
-                saved = canonical_json([{"Config": f"blobs/sha256/{_digest.hex_of(img.manifest.config.digest)}",
-                                         "RepoTags": [name],
-                                         "Layers": [f"blobs/sha256/{_digest.hex_of(l.digest)}"
-                                                    for l in img.manifest.layers]}])
+                saved = canonical_json(
+                    [
+                        {
+                            "Config": f"blobs/sha256/{_digest.hex_of(img.manifest.config.digest)}",
+                            "RepoTags": [name],
+                            "Layers": [f"blobs/sha256/{_digest.hex_of(l.digest)}" for l in img.manifest.layers],
+                        }
+                    ]
+                )
                 info = tarfile.TarInfo("manifest.json")
                 info.size = len(saved)
                 tar.addfile(info, io.BytesIO(saved))

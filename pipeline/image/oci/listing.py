@@ -96,7 +96,7 @@ def hidden(lower: Set[str], members: Iterable[Entry]) -> set[str]:
         if name == OPAQUE:
             emptied.add(parent)
         elif name.startswith(WHITEOUT):
-            gone.add(posixpath.join(parent, name[len(WHITEOUT):]))
+            gone.add(posixpath.join(parent, name[len(WHITEOUT) :]))
         elif entry.directory:
             replaced.add(entry.path)
         else:

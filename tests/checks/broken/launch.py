@@ -49,8 +49,12 @@ class RunsAfterDone(env_mod.ShellEnvironment):
     def step(self, action, timeout_s=None, **kwargs):
         episode = self._episode
         if episode is not None and episode.terminal is not None and action.operation == "shell":
-            shell_mod.run_command(self._sandbox, action.command, cwd=ws_mod.repo_dir(self._config.workspace_root),
-                                  home=ws_mod.home_dir(self._config.workspace_root))
+            shell_mod.run_command(
+                self._sandbox,
+                action.command,
+                cwd=ws_mod.repo_dir(self._config.workspace_root),
+                home=ws_mod.home_dir(self._config.workspace_root),
+            )
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
 
@@ -62,8 +66,12 @@ class RunsAfterDoneQuietly(env_mod.ShellEnvironment):
         episode = self._episode
         if episode is not None and episode.terminal is not None and action.operation == "shell":
             root = self._config.workspace_root
-            threading.Thread(target=shell_mod.run_command, args=(self._sandbox, action.command), daemon=True,
-                             kwargs={"cwd": ws_mod.repo_dir(root), "home": ws_mod.home_dir(root)}).start()
+            threading.Thread(
+                target=shell_mod.run_command,
+                args=(self._sandbox, action.command),
+                daemon=True,
+                kwargs={"cwd": ws_mod.repo_dir(root), "home": ws_mod.home_dir(root)},
+            ).start()
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
 
@@ -73,8 +81,7 @@ class GradesWithoutReason(env_mod.ShellEnvironment):
     def _finish(self, episode, prefix, exit_code):
         observation = super()._finish(episode, prefix, exit_code)
         if observation.reward == 0.0:
-            observation = observation.model_copy(update={"output": "Episode finished, reward 0.0.\n",
-                                                         "metadata": {}})
+            observation = observation.model_copy(update={"output": "Episode finished, reward 0.0.\n", "metadata": {}})
             episode.terminal = observation
         return observation
 
@@ -144,24 +151,28 @@ def _follow_symlinks() -> None:
 
 
 def _no_output_cap() -> None:
-    shell_mod.OUTPUT_TAIL_BYTES = 10 ** 8
+    shell_mod.OUTPUT_TAIL_BYTES = 10**8
 
 
 def _escaped_packets() -> None:
     """Control messages as JSON's ASCII escapes (12 bytes per 4-byte character), unchecked:
     the longest command no longer fits a packet."""
+
     def send(self, message: dict, fds: list[int] | None = None) -> None:
         try:
             sandbox_mod.socket.send_fds(self.control, [json.dumps(message).encode()], fds or [])
         except OSError as exc:
             raise sandbox_mod.SandboxError(f"the episode's sandbox is gone: {exc}") from exc
+
     sandbox_mod.Sandbox.send = send
 
 
 def _no_header_deadline() -> None:
     """Only uvicorn's keep-alive timer waits for a request, and every byte received cancels it."""
+
     def await_request(self) -> None:
         self.waiting_since = self.loop.time()
+
     serve_mod.GuardedH11Protocol._await_request = await_request
 
 
@@ -205,25 +216,33 @@ def _root_commands(spec):
     """Commands run as the server's root, on a writable root filesystem, in no user
     namespace of their own: no UID drop, as before sandboxes."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return _RootSpec(**{**fields, "read_only": False, "drop_bounding_set": False,
-                        "namespaces": tuple(n for n in spec.namespaces if n != "user")})
+    return _RootSpec(
+        **{
+            **fields,
+            "read_only": False,
+            "drop_bounding_set": False,
+            "namespaces": tuple(n for n in spec.namespaces if n != "user"),
+        }
+    )
 
 
 # Sandboxes without one of their defences (env/server/sandbox.py).
 SPECS = {
     "no-uid-drop": _root_commands,
     "no-pid-namespace": lambda spec: dataclasses.replace(
-        spec, namespaces=tuple(n for n in spec.namespaces if n != "pid")),
+        spec, namespaces=tuple(n for n in spec.namespaces if n != "pid")
+    ),
     "no-network-namespace": lambda spec: dataclasses.replace(
-        spec, namespaces=tuple(n for n in spec.namespaces if n != "net")),
+        spec, namespaces=tuple(n for n in spec.namespaces if n != "net")
+    ),
     # As before sandboxes: no seccomp filter and the server's user namespace (a key's
     # description would otherwise go only when the kernel collects it, not deterministically).
     "keyrings-allowed": lambda spec: dataclasses.replace(
-        spec, deny_keyrings=False, namespaces=tuple(n for n in spec.namespaces if n != "user")),
+        spec, deny_keyrings=False, namespaces=tuple(n for n in spec.namespaces if n != "user")
+    ),
     "scratch-on-disk": lambda spec: dataclasses.replace(spec, scratch=(), read_only=False),
     # As before issue 47: the agent may make namespaces of its own and keeps a full bounding set.
-    "nested-namespaces-allowed": lambda spec: dataclasses.replace(
-        spec, deny_namespaces=False, drop_bounding_set=False),
+    "nested-namespaces-allowed": lambda spec: dataclasses.replace(spec, deny_namespaces=False, drop_bounding_set=False),
     # PID 1 as likely an OOM victim as the agent's commands (as before issue 47).
     "oom-order-flat": lambda spec: dataclasses.replace(spec, init_oom_score_adj=spec.oom_score_adj),
     # The container's /proc in the namespaces mode: its PID counter crosses a reset.
@@ -231,13 +250,13 @@ SPECS = {
     # The unprivileged mode (no namespaces of the episode's own), each defence removed alone.
     "unprivileged": sandbox_mod.unprivileged,
     "unprivileged-sockets-allowed": lambda spec: dataclasses.replace(
-        sandbox_mod.unprivileged(spec), deny_sockets=False),
-    "unprivileged-no-kill-by-uid": lambda spec: dataclasses.replace(
-        sandbox_mod.unprivileged(spec), kill_by_uid=False),
-    "unprivileged-scratch-shared": lambda spec: dataclasses.replace(
-        sandbox_mod.unprivileged(spec), lock_scratch=False),
+        sandbox_mod.unprivileged(spec), deny_sockets=False
+    ),
+    "unprivileged-no-kill-by-uid": lambda spec: dataclasses.replace(sandbox_mod.unprivileged(spec), kill_by_uid=False),
+    "unprivileged-scratch-shared": lambda spec: dataclasses.replace(sandbox_mod.unprivileged(spec), lock_scratch=False),
     "unprivileged-ipc-allowed": lambda spec: dataclasses.replace(
-        sandbox_mod.unprivileged(spec), deny_sysv=False, deny_mqueue=False),
+        sandbox_mod.unprivileged(spec), deny_sysv=False, deny_mqueue=False
+    ),
 }
 # Served without the message guard, or by plain uvicorn (no connection guard).
 UNGUARDED = {"fragile-messages", "no-connection-guard"}
@@ -254,9 +273,15 @@ PATCHES = {
     "slow-clients-unguarded": _slow_clients_unguarded,
     "loud-aborts": _loud_aborts,
 }
-CLASSES = {"accepts-wrong": AcceptsWrong, "runs-after-done": RunsAfterDone, "reset-leaves-files": ResetLeavesFiles,
-           "runs-after-done-quietly": RunsAfterDoneQuietly, "grades-without-reason": GradesWithoutReason,
-           "loses-output-with-background": LosesOutputWithBackground, "two-sessions": TwoSessions}
+CLASSES = {
+    "accepts-wrong": AcceptsWrong,
+    "runs-after-done": RunsAfterDone,
+    "reset-leaves-files": ResetLeavesFiles,
+    "runs-after-done-quietly": RunsAfterDoneQuietly,
+    "grades-without-reason": GradesWithoutReason,
+    "loses-output-with-background": LosesOutputWithBackground,
+    "two-sessions": TwoSessions,
+}
 # How the routes are served: the real server's (the OpenEnv standard, `/mcp` offering no tools),
 # without `/mcp` (the validator's mcp_endpoint criterion fails), or openenv-core's own: its
 # stateless /reset, /step, /state and its /mcp (session create/close, tools), which the real
@@ -277,9 +302,13 @@ def build(fault: str):
     spec = SPECS.get(fault, lambda same: same)(env_mod.sandbox_spec(config))
     sandboxes = sandbox_mod.SandboxFactory(spec)
     environments = partial(environment, curriculum, sandboxes, config)
-    app = create_app(environments, ACTIONS.get(fault, ShellAction),
-                     ShellObservation, env_name="openenv-arena",
-                     max_concurrent_envs=2 if fault == "two-sessions" else 1)
+    app = create_app(
+        environments,
+        ACTIONS.get(fault, ShellAction),
+        ShellObservation,
+        env_name="openenv-arena",
+        max_concurrent_envs=2 if fault == "two-sessions" else 1,
+    )
     routes = ROUTES.get(fault, "standard")
     if routes == "standard":
         app_mod.serve_standard_routes(app, environments)

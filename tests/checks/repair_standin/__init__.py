@@ -59,8 +59,14 @@ AGENT_UID = 2000
 SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01: the stand-in task's commits and files
 # What the git layer leaves out of the package, as the base's dpkg leaves documentation
 # out (the licence stays); gitweb and shell completion are never used.
-GIT_LEFT_OUT = ("usr/share/man", "usr/share/locale", "usr/share/lintian", "usr/share/gitweb",
-                "usr/share/bash-completion", "etc/bash_completion.d")
+GIT_LEFT_OUT = (
+    "usr/share/man",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/gitweb",
+    "usr/share/bash-completion",
+    "etc/bash_completion.d",
+)
 # The one check each broken stand-in fails (and nothing else).
 FAULT_FAILS = {
     "slow-start": "health_within_120_seconds",
@@ -85,7 +91,7 @@ FAULTS = tuple(FAULT_FAILS)
 
 @dataclass(frozen=True)
 class StandIn:
-    reference: str          # host/repository@sha256:...
+    reference: str  # host/repository@sha256:...
     compressed_bytes: int
     task_id: str
     fault: str = ""
@@ -98,12 +104,19 @@ class StandIn:
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"PATH": os.environ.get("PATH", base.PATH_ENV), "HOME": str(repo), "LC_ALL": "C",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "stand-in", "GIT_AUTHOR_EMAIL": "stand-in@invalid",
-           "GIT_COMMITTER_NAME": "stand-in", "GIT_COMMITTER_EMAIL": "stand-in@invalid",
-           "GIT_AUTHOR_DATE": f"@{SOURCE_DATE_EPOCH} +0000", "GIT_COMMITTER_DATE": f"@{SOURCE_DATE_EPOCH} +0000"}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout
+    env = {
+        "PATH": os.environ.get("PATH", base.PATH_ENV),
+        "HOME": str(repo),
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "stand-in",
+        "GIT_AUTHOR_EMAIL": "stand-in@invalid",
+        "GIT_COMMITTER_NAME": "stand-in",
+        "GIT_COMMITTER_EMAIL": "stand-in@invalid",
+        "GIT_AUTHOR_DATE": f"@{SOURCE_DATE_EPOCH} +0000",
+        "GIT_COMMITTER_DATE": f"@{SOURCE_DATE_EPOCH} +0000",
+    }
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def _repository(root: Path) -> Path:
@@ -131,8 +144,7 @@ def _with_fix_branch(repo: Path, root: Path) -> Path:
     leaky = root / "leaky"
     shutil.copytree(repo, leaky)
     _git(leaky, "checkout", "-q", "-b", "upstream-fix")
-    subprocess.run(["python3", "-"], input=REFERENCE_SCRIPT.read_bytes(), cwd=leaky, check=True,
-                   capture_output=True)
+    subprocess.run(["python3", "-"], input=REFERENCE_SCRIPT.read_bytes(), cwd=leaky, check=True, capture_output=True)
     _git(leaky, "commit", "-q", "-am", "calc: fix mean")
     _git(leaky, "checkout", "-q", "main")
     return leaky
@@ -155,11 +167,16 @@ def _tar(tree: Path) -> bytes:
 def instance_record(task_id: str, test_patch: str) -> dict:
     """The stand-in task record, with the real records' fields (docs/spec/mimo.md,
     "The records")."""
-    return {"cwd": "/workspace/repo", "dataset_type": "opensource-code",
-            "docker_image": f"stand-in/{task_id}", "instance_id": task_id,
-            "problem_statement": f"calc.mean returns the wrong value ({task_id}). Repair it.",
-            "test_command": "bash /workspace/repo/mimo_test_command.sh", "test_patch": test_patch,
-            "verifier_timeout_sec": 1800}
+    return {
+        "cwd": "/workspace/repo",
+        "dataset_type": "opensource-code",
+        "docker_image": f"stand-in/{task_id}",
+        "instance_id": task_id,
+        "problem_statement": f"calc.mean returns the wrong value ({task_id}). Repair it.",
+        "test_command": "bash /workspace/repo/mimo_test_command.sh",
+        "test_patch": test_patch,
+        "verifier_timeout_sec": 1800,
+    }
 
 
 def compact_json(record: dict) -> bytes:
@@ -174,8 +191,8 @@ def compact_json(record: dict) -> bytes:
 class StandInBase:
     """The base's layers (the run's base, then git) and where each one's blob is."""
 
-    layers: tuple[dict, ...]   # digest, diff_id, size, created_by, comment
-    blobs: dict[str, str]      # digest -> the file holding its blob
+    layers: tuple[dict, ...]  # digest, diff_id, size, created_by, comment
+    blobs: dict[str, str]  # digest -> the file holding its blob
 
     def new_layers(self) -> list[NewLayer]:
         return [NewLayer(**layer) for layer in self.layers]
@@ -208,13 +225,19 @@ def _git_deb(work: Path) -> Path:
         (apt / sub).mkdir(parents=True, exist_ok=True)
     (apt / "sources.list").write_text(f"deb {base.MIRROR} {base.SUITE} main\n")
     (apt / "status").touch()
-    options = [f"-oDir::State={apt}", f"-oDir::State::Lists={apt / 'lists'}",
-               f"-oDir::State::status={apt / 'status'}", f"-oDir::Cache={apt}",
-               f"-oDir::Cache::Archives={apt / 'archives'}", f"-oDir::Etc::SourceList={apt / 'sources.list'}",
-               "-oDir::Etc::SourceParts=/nonexistent", "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root"]
+    options = [
+        f"-oDir::State={apt}",
+        f"-oDir::State::Lists={apt / 'lists'}",
+        f"-oDir::State::status={apt / 'status'}",
+        f"-oDir::Cache={apt}",
+        f"-oDir::Cache::Archives={apt / 'archives'}",
+        f"-oDir::Etc::SourceList={apt / 'sources.list'}",
+        "-oDir::Etc::SourceParts=/nonexistent",
+        "-oDebug::NoLocking=1",
+        "-oAPT::Sandbox::User=root",
+    ]
     for args in (("update",), ("download", "git")):
-        proc = subprocess.run(["apt-get", "-q", *options, *args], cwd=work, capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(["apt-get", "-q", *options, *args], cwd=work, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"apt-get {' '.join(args)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return next(work.glob("git_*.deb"))
 
@@ -237,10 +260,19 @@ def _git_layer(state: Path) -> tuple[dict, Path]:
         deb = _git_deb(Path(tmp))
         tree = Path(tmp) / "tree"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
-        written = write_layer(tree_entries(tree, skip=_left_out), state / "blobs",
-                              source_date_epoch=SOURCE_DATE_EPOCH, mtime_policy="clamp")
-    layer = {"digest": written.digest, "diff_id": written.diff_id, "size": written.size,
-             "created_by": f"stand-in: dpkg-deb -x {deb.name}", "comment": ""}
+        written = write_layer(
+            tree_entries(tree, skip=_left_out),
+            state / "blobs",
+            source_date_epoch=SOURCE_DATE_EPOCH,
+            mtime_policy="clamp",
+        )
+    layer = {
+        "digest": written.digest,
+        "diff_id": written.diff_id,
+        "size": written.size,
+        "created_by": f"stand-in: dpkg-deb -x {deb.name}",
+        "comment": "",
+    }
     record.write_text(json.dumps(layer))
     return layer, written.path
 
@@ -250,8 +282,16 @@ def standin_base(run_base: base.BaseRecord, run_layout: Layout, state: Path = ST
     blobs = {l.digest: str(run_layout.blob_path(l.digest)) for l in run_base.layers}
     missing = [d for d, path in blobs.items() if not Path(path).exists()]
     assert not missing, f"the run's base layers {missing} are not in {run_layout.root}"
-    layers = [{"digest": l.digest, "diff_id": l.diff_id, "size": l.size,
-               "created_by": f"pipeline.image.base: {l.role}", "comment": ""} for l in run_base.layers]
+    layers = [
+        {
+            "digest": l.digest,
+            "diff_id": l.diff_id,
+            "size": l.size,
+            "created_by": f"pipeline.image.base: {l.role}",
+            "comment": "",
+        }
+        for l in run_base.layers
+    ]
     state.mkdir(parents=True, exist_ok=True)
     with open(state / ".lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
@@ -272,19 +312,28 @@ def _entries(standin: StandInBase, task_id: str, work: Path) -> tuple[list[FileE
         workspace, leaky = _tar(repo), _tar(_with_fix_branch(repo, root))
     passwd = standin.etc("passwd") + f"{AGENT}:x:{AGENT_UID}:{AGENT_UID}::/home/{AGENT}:/bin/bash\n".encode()
     group = standin.etc("group") + f"{AGENT}:x:{AGENT_UID}:\n".encode()
-    files = {"opt/arena/server.py": (HERE / "server.py").read_bytes(), "opt/arena/models.py": MODELS.read_bytes(),
-             "opt/arena/instance.json": record, "opt/arena/workspace.tar": workspace,
-             "opt/arena/workspace-with-fix-branch.tar": leaky}
-    return [FileEntry("etc", "dir", 0o755), FileEntry("etc/group", "file", 0o644, source=group),
-            FileEntry("etc/passwd", "file", 0o644, source=passwd),
-            FileEntry("home", "dir", 0o755),
-            FileEntry(f"home/{AGENT}", "dir", 0o755, uid=AGENT_UID, gid=AGENT_UID),
-            FileEntry("opt", "dir", 0o755), FileEntry("opt/arena", "dir", 0o700),
-            *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items()))], record
+    files = {
+        "opt/arena/server.py": (HERE / "server.py").read_bytes(),
+        "opt/arena/models.py": MODELS.read_bytes(),
+        "opt/arena/instance.json": record,
+        "opt/arena/workspace.tar": workspace,
+        "opt/arena/workspace-with-fix-branch.tar": leaky,
+    }
+    return [
+        FileEntry("etc", "dir", 0o755),
+        FileEntry("etc/group", "file", 0o644, source=group),
+        FileEntry("etc/passwd", "file", 0o644, source=passwd),
+        FileEntry("home", "dir", 0o755),
+        FileEntry(f"home/{AGENT}", "dir", 0o755, uid=AGENT_UID, gid=AGENT_UID),
+        FileEntry("opt", "dir", 0o755),
+        FileEntry("opt/arena", "dir", 0o700),
+        *(FileEntry(path, "file", 0o644, source=data) for path, data in sorted(files.items())),
+    ], record
 
 
-def build_standins(registry, run_base: base.BaseRecord, work: Path, *, task_id: str,
-                   faults: tuple[str, ...] = FAULTS) -> dict[str, StandIn]:
+def build_standins(
+    registry, run_base: base.BaseRecord, work: Path, *, task_id: str, faults: tuple[str, ...] = FAULTS
+) -> dict[str, StandIn]:
     """Push the stand-in of `task_id` and its broken variants to `registry` (a
     pipeline.registry.local state); {"": the good one, fault: its broken one}."""
     unknown = sorted(set(faults) - set(FAULTS))
@@ -294,23 +343,47 @@ def build_standins(registry, run_base: base.BaseRecord, work: Path, *, task_id: 
     work.mkdir(parents=True, exist_ok=True)
     entries, record = _entries(standin, task_id, work)
     layer = write_layer(entries, work, source_date_epoch=SOURCE_DATE_EPOCH)
-    layers = [*standin.new_layers(), NewLayer(layer.digest, layer.diff_id, layer.size,
-                                              "stand-in: /opt/arena (server, instance.json, workspace.tar), "
-                                              "user arena-agent")]
-    good = derive(None, layers, ConfigChanges(cmd=CMD, env=ENV, working_dir="/opt/arena",
-                                              exposed_ports=("8000/tcp",), labels=LABELS, user="root"),
-                  source_date_epoch=SOURCE_DATE_EPOCH, family=DOCKER)
+    layers = [
+        *standin.new_layers(),
+        NewLayer(
+            layer.digest,
+            layer.diff_id,
+            layer.size,
+            "stand-in: /opt/arena (server, instance.json, workspace.tar), user arena-agent",
+        ),
+    ]
+    good = derive(
+        None,
+        layers,
+        ConfigChanges(
+            cmd=CMD, env=ENV, working_dir="/opt/arena", exposed_ports=("8000/tcp",), labels=LABELS, user="root"
+        ),
+        source_date_epoch=SOURCE_DATE_EPOCH,
+        family=DOCKER,
+    )
     blobs = {l["digest"]: standin.blob(l["digest"]) for l in standin.layers}
     blobs[layer.digest] = layer.path
     writer = registry.client()
     out = {}
     for fault in ("", *faults):
-        image = good if not fault else derive(
-            BaseImage(parse_manifest(good.manifest_bytes, good.media_type), good.config_bytes), [],
-            ConfigChanges(env={"REPAIR_FAULT": fault}), source_date_epoch=SOURCE_DATE_EPOCH)
-        pushed = push_image(writer, REPOSITORY, image.manifest_bytes, image.media_type,
-                            {**blobs, image.manifest.config.digest: image.config_bytes},
-                            tag=f"{fault or 'ok'}-{task_id}")
+        image = (
+            good
+            if not fault
+            else derive(
+                BaseImage(parse_manifest(good.manifest_bytes, good.media_type), good.config_bytes),
+                [],
+                ConfigChanges(env={"REPAIR_FAULT": fault}),
+                source_date_epoch=SOURCE_DATE_EPOCH,
+            )
+        )
+        pushed = push_image(
+            writer,
+            REPOSITORY,
+            image.manifest_bytes,
+            image.media_type,
+            {**blobs, image.manifest.config.digest: image.config_bytes},
+            tag=f"{fault or 'ok'}-{task_id}",
+        )
         out[fault] = StandIn(pushed.reference, image.manifest.compressed_size, task_id, fault, record)
     return out
 

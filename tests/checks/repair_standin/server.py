@@ -58,19 +58,32 @@ if FAULT == "stale-verdict":
 
 ShellAction, ShellObservation = models.ShellAction, models.ShellObservation
 if FAULT == "different-schema":
+
     class ShellObservation(models.ShellObservation):
         """What a shell command printed."""
 
 
-def _run(argv: list[str], *, as_root: bool, timeout: float, stdin: bytes | None = None,
-         cwd: str = WORKSPACE) -> tuple[int, bytes]:
+def _run(
+    argv: list[str], *, as_root: bool, timeout: float, stdin: bytes | None = None, cwd: str = WORKSPACE
+) -> tuple[int, bytes]:
     """Run `argv` as UID/GID 2000 (or root), its own process group; 124 on timeout."""
-    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root" if as_root else AGENT_HOME,
-           "USER": "root" if as_root else "arena-agent"}
+    env = {
+        "PATH": PATH,
+        "LANG": "C.UTF-8",
+        "HOME": "/root" if as_root else AGENT_HOME,
+        "USER": "root" if as_root else "arena-agent",
+    }
     who: dict[str, Any] = {} if as_root else {"user": AGENT_UID, "group": AGENT_GID, "extra_groups": []}
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            start_new_session=True, **who)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        start_new_session=True,
+        **who,
+    )
     try:
         out, _ = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -83,8 +96,7 @@ def _run(argv: list[str], *, as_root: bool, timeout: float, stdin: bytes | None 
 def _tail(out: bytes) -> str:
     if len(out) <= TAIL_BYTES:
         return out.decode(errors="replace")
-    return (f"[output cut: the last {TAIL_BYTES} of {len(out)} bytes]\n"
-            + out[-TAIL_BYTES:].decode(errors="replace"))
+    return f"[output cut: the last {TAIL_BYTES} of {len(out)} bytes]\n" + out[-TAIL_BYTES:].decode(errors="replace")
 
 
 def _kill_agent_processes() -> None:
@@ -106,14 +118,14 @@ def _chown_agent(root: str) -> None:
 
 def _unpack(tar: str) -> None:
     os.makedirs(WORKSPACE, exist_ok=True)
-    subprocess.run(["tar", "-xf", os.path.join(ARENA, tar), "-C", WORKSPACE, "--no-same-owner"],
-                   check=True)
+    subprocess.run(["tar", "-xf", os.path.join(ARENA, tar), "-C", WORKSPACE, "--no-same-owner"], check=True)
 
 
 def _touched(patch: str) -> list[str]:
     """The paths a `git diff` patch touches."""
-    return [line.split(" b/", 1)[1] for line in patch.splitlines()
-            if line.startswith("diff --git a/") and " b/" in line]
+    return [
+        line.split(" b/", 1)[1] for line in patch.splitlines() if line.startswith("diff --git a/") and " b/" in line
+    ]
 
 
 class MimoStandIn(Environment):
@@ -140,10 +152,14 @@ class MimoStandIn(Environment):
         _chown_agent(WORKSPACE)
         self._terminal, self._steps, self._started = None, 0, True
         shown = "repo" if FAULT == "reset-wrong-id" else TASK_ID
-        return ShellObservation(task_id=shown, done=False, reward=0.0,
-                                output=f"{INSTANCE['problem_statement']}\n\nThe repository is {WORKSPACE}. "
-                                       "Run shell commands with operation \"shell\"; when done, send "
-                                       "operation \"finish\" to have it graded.")
+        return ShellObservation(
+            task_id=shown,
+            done=False,
+            reward=0.0,
+            output=f"{INSTANCE['problem_statement']}\n\nThe repository is {WORKSPACE}. "
+            'Run shell commands with operation "shell"; when done, send '
+            'operation "finish" to have it graded.',
+        )
 
     def step(self, action: Any, timeout_s=None, **kwargs) -> Any:
         if not self._started:
@@ -154,17 +170,22 @@ class MimoStandIn(Environment):
         if action.operation == "finish" or self._steps >= MAX_STEPS:
             self._terminal = self._grade()
             return self._terminal.model_copy()
-        code, out = _run(["/bin/bash", "-c", action.command], as_root=FAULT == "shell-root",
-                         timeout=SHELL_TIMEOUT_S)
-        return ShellObservation(task_id=TASK_ID, output=_tail(out), done=False, reward=0.0,
-                                exit_code=None if FAULT == "exit-code-null" else code)
+        code, out = _run(["/bin/bash", "-c", action.command], as_root=FAULT == "shell-root", timeout=SHELL_TIMEOUT_S)
+        return ShellObservation(
+            task_id=TASK_ID,
+            output=_tail(out),
+            done=False,
+            reward=0.0,
+            exit_code=None if FAULT == "exit-code-null" else code,
+        )
 
     def _grade(self) -> Any:
         self._gradings += 1
         code = self._verify()
         text = DONE_TEXT if FAULT != "regrades" else f"{DONE_TEXT[:-1]} (grading {self._gradings})."
-        return ShellObservation(task_id=TASK_ID, output=text, exit_code=code, done=True,
-                                reward=1.0 if code == 0 else 0.0)
+        return ShellObservation(
+            task_id=TASK_ID, output=text, exit_code=code, done=True, reward=1.0 if code == 0 else 0.0
+        )
 
     def _verify(self) -> int:
         """The grader: the touched files reset, the test patch applied, the tests run;
@@ -180,26 +201,33 @@ class MimoStandIn(Environment):
         self._restore(touched, as_root)
         try:
             if FAULT != "no-test-patch":
-                applied, out = _run(["git", "apply", "--whitespace=nowarn", "-"], as_root=as_root,
-                                    timeout=SHELL_TIMEOUT_S, stdin=patch.encode())
+                applied, out = _run(
+                    ["git", "apply", "--whitespace=nowarn", "-"],
+                    as_root=as_root,
+                    timeout=SHELL_TIMEOUT_S,
+                    stdin=patch.encode(),
+                )
                 if applied != 0:
                     return applied
-            code, _ = _run(["bash", "-c", INSTANCE["test_command"]], as_root=as_root,
-                           timeout=float(INSTANCE["verifier_timeout_sec"]))
+            code, _ = _run(
+                ["bash", "-c", INSTANCE["test_command"]],
+                as_root=as_root,
+                timeout=float(INSTANCE["verifier_timeout_sec"]),
+            )
             return code
         finally:
             self._restore(touched, as_root)
 
     @staticmethod
     def _restore(touched: list[str], as_root: bool) -> None:
-        tracked = [p for p in touched
-                   if _run(["git", "cat-file", "-e", f"HEAD:{p}"], as_root=as_root, timeout=30)[0] == 0]
+        tracked = [
+            p for p in touched if _run(["git", "cat-file", "-e", f"HEAD:{p}"], as_root=as_root, timeout=30)[0] == 0
+        ]
         added = [p for p in touched if p not in tracked]
         if tracked:
             _run(["git", "checkout", "-q", "HEAD", "--", *tracked], as_root=as_root, timeout=60)
         if added:
-            _run(["git", "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *added], as_root=as_root,
-                 timeout=60)
+            _run(["git", "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *added], as_root=as_root, timeout=60)
             _run(["rm", "-rf", "--", *added], as_root=as_root, timeout=60)
 
     @property
@@ -213,11 +241,19 @@ class MimoStandIn(Environment):
             _kill_agent_processes()
 
     def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(name="" if FAULT == "metadata-unnamed" else "mimo_software",
-                                   description=f"MiMo repair task {TASK_ID} (test stand-in)", version="0")
+        return EnvironmentMetadata(
+            name="" if FAULT == "metadata-unnamed" else "mimo_software",
+            description=f"MiMo repair task {TASK_ID} (test stand-in)",
+            version="0",
+        )
 
 
-app = create_app(MimoStandIn, ShellAction, ShellObservation, env_name="mimo_software",
-                 max_concurrent_envs=2 if FAULT == "two-sessions" else 1)
+app = create_app(
+    MimoStandIn,
+    ShellAction,
+    ShellObservation,
+    env_name="mimo_software",
+    max_concurrent_envs=2 if FAULT == "two-sessions" else 1,
+)
 if FAULT == "no-openapi":
     app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/openapi.json"]
