@@ -135,6 +135,7 @@ def tests(session: nox.Session) -> None:
     session.install("--no-deps", "--require-hashes", "-r", _group_lock("test"), "-r", _group_lock("lint"))
     # The linter and the type checker first: a finding fails the run in seconds, before the hour of tests.
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     _setup_host(session)
     # Without PYTHONDONTWRITEBYTECODE (CI's machines set it) for the same reason: pytest
@@ -287,12 +288,13 @@ for _name, _host_tools, _tags, _doc in (
 
 @nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy, as pyproject.toml configures them (the tests session runs them first too);
-    `nox -s lint -- --fix` applies the fixes ruff can make."""
+    """ruff (lint and format) and mypy, as pyproject.toml configures them (the tests session runs
+    them first too); `nox -s lint -- --fix` applies the fixes and the formatting ruff can make."""
     # mypy reads the libraries the code imports (pydantic's plugin among them): the pipeline's too.
     _install(session, "pipeline")
     session.install("--no-deps", "--require-hashes", "-r", _group_lock("lint"))
     session.run("ruff", "check", ".", *session.posargs)
+    session.run("ruff", "format", *(() if "--fix" in session.posargs else ("--check",)), ".")
     session.run("mypy")
 
 

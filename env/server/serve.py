@@ -225,8 +225,8 @@ def config(app: Any = APP, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
         app,
         host=host,
         port=port,
-        http=protocol,
-        backlog=BACKLOG,  # type: ignore[arg-type]
+        http=protocol,  # type: ignore[arg-type]
+        backlog=BACKLOG,
         timeout_keep_alive=KEEP_ALIVE_S,
         limit_concurrency=max_connections(),
         **options,

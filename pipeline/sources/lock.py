@@ -30,10 +30,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from pipeline import _proc
 from pipeline._io import sha256_bytes, sha256_file, write_atomic
 from pipeline.config import REPO_ROOT
 from pipeline.errors import ConfigError, DigestMismatch, ToolError
+from pipeline.imageref import SHA256_HEX
 from pipeline.progress import say
 
 LOCK_IN = REPO_ROOT / "locks" / "runtime.in"
@@ -45,7 +48,7 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)$")
 _LOCK_LINE = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)"
-    r" --hash=sha256:(?P<sha256>[0-9a-f]{64})$"
+    rf" --hash=sha256:(?P<sha256>{SHA256_HEX})$"
 )
 
 
@@ -106,7 +109,7 @@ class Pin:
     @property
     def key(self) -> str:
         """The normalised project name (PEP 503), used to match wheel file names."""
-        return normalize_name(self.name)
+        return canonicalize_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,6 @@ class InstalledSize:
         return f"{self.bytes / 1e6:.1f} MB in {self.files} files"
 
 
-def normalize_name(name: str) -> str:
-    """A project name normalised as PEP 503 says (`Foo_Bar.baz` -> `foo-bar-baz`)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def allowed_hashes(lock_text: str) -> dict[tuple[str, str], tuple[str, ...]]:
     """(normalised name, version) -> the wheel sha256s a pip hash-pinned lock allows.
 
@@ -155,8 +153,8 @@ def allowed_hashes(lock_text: str) -> dict[tuple[str, str], tuple[str, ...]]:
         line = line.split("#", 1)[0].strip() if not line.strip().startswith("--hash") else line
         m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)", line)
         if m:
-            hashes = tuple(sorted(re.findall(r"--hash[= ]sha256:([0-9a-f]{64})", line)))
-            out[(normalize_name(m.group(1)), m.group(2))] = hashes
+            hashes = tuple(sorted(re.findall(rf"--hash[= ]sha256:({SHA256_HEX})", line)))
+            out[(canonicalize_name(m.group(1)), m.group(2))] = hashes
     return out
 
 
@@ -358,7 +356,9 @@ def generate(
         req = Path(tmp) / "pins.txt"
         req.write_text("".join(f"{p.name}=={p.version}\n" for p in pins), encoding="utf-8")
         _pip_download(req, Path(tmp) / "dl", require_hashes=False, python=python)
-        by_key = {normalize_name(f.name.split("-", 1)[0]): f for f in sorted((Path(tmp) / "dl").glob("*.whl"))}
+        by_key: dict[str, Path] = {
+            canonicalize_name(f.name.split("-", 1)[0]): f for f in sorted((Path(tmp) / "dl").glob("*.whl"))
+        }
         locked, paths = [], []
         for pin in pins:
             wheel = by_key.get(pin.key)
@@ -377,8 +377,8 @@ def generate(
 def check_versions(lock: RuntimeLock, base: RuntimeLock) -> None:
     """`lock` pins the same distributions at the same versions as `base` (the 3.12 lock
     and the 3.11 one: both are made from runtime.in)."""
-    ours = {(normalize_name(w.name), w.version) for w in lock.wheels}
-    theirs = {(normalize_name(w.name), w.version) for w in base.wheels}
+    ours = {(canonicalize_name(w.name), w.version) for w in lock.wheels}
+    theirs = {(canonicalize_name(w.name), w.version) for w in base.wheels}
     if ours != theirs:
         raise ConfigError(
             f"{lock.path.name} and {base.path.name} pin different distributions",

@@ -273,7 +273,7 @@ class ContainerConfig:
     user: str = ""
 
     def env_map(self) -> dict[str, str]:
-        return dict(item.split("=", 1) if "=" in item else (item, "") for item in self.env)
+        return {name: value for name, _, value in (item.partition("=") for item in self.env)}
 
 
 @dataclass(frozen=True)

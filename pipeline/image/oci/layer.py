@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from pipeline.errors import ReleaseError
 
@@ -56,7 +56,7 @@ class Layer:
 class _HashingWriter(io.RawIOBase):
     """Pass-through writer that hashes (and counts) every byte written."""
 
-    def __init__(self, sink: BinaryIO | None) -> None:
+    def __init__(self, sink: io.BufferedIOBase | BinaryIO | None) -> None:
         self.sink = sink
         self.hash = hashlib.sha256()
         self.count = 0
@@ -67,7 +67,7 @@ class _HashingWriter(io.RawIOBase):
     def tell(self) -> int:
         return self.count
 
-    def write(self, data) -> int:  # type: ignore[override]
+    def write(self, data) -> int:
         mv = memoryview(data)
         self.hash.update(mv)
         self.count += len(mv)
@@ -113,7 +113,7 @@ def tree_entries(
     for rel, st, full in found:
         path = f"{prefix}/{rel}" if prefix else rel
         perm = stat.S_IMODE(st.st_mode)
-        base = dict(path=path, mode=perm, uid=st.st_uid, gid=st.st_gid, mtime=int(st.st_mtime))
+        base: dict[str, Any] = dict(path=path, mode=perm, uid=st.st_uid, gid=st.st_gid, mtime=int(st.st_mtime))
         if stat.S_ISDIR(st.st_mode):
             entry = FileEntry(type="dir", **base)
         elif stat.S_ISLNK(st.st_mode):
