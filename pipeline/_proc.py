@@ -57,7 +57,15 @@ def run(
         raise ToolError(f"cannot run {args[0]}: not found", hint="install it first") from exc
     except subprocess.TimeoutExpired as exc:
         raise ToolError(f"`{shlex.join(args)}` did not finish within {timeout} s") from exc
-    if check and proc.returncode != 0:
+    if check:
+        checked(proc)
+    return proc
+
+
+def checked(proc: subprocess.CompletedProcess[bytes]) -> subprocess.CompletedProcess[bytes]:
+    """`proc` if it exited 0; else the ToolError `run` raises, with its stderr's last lines."""
+    args = [str(a) for a in proc.args]
+    if proc.returncode != 0:
         err = (proc.stderr or b"").decode(errors="replace").strip().splitlines()
         tail = err[-1] if err else "(no output)"
         # The lines before the last often say why (mmdebstrap's last line is only

@@ -52,6 +52,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -188,7 +189,9 @@ def hopper_check(session: Session, case: Case, seed: int, rec: Recorder) -> None
         session.reset(case.id, seed=seed + 1)
         time.sleep(1.0)
         after = session.shell(
-            f"ls -A . /tmp /dev/shm; echo processes=$({cmd.count_processes(marker)}); "
+            # The hopper's PID changes faster than /proc can be listed: looked for 20 times.
+            f"ls -A . /tmp /dev/shm; for i in $(seq 20); do n=$({cmd.count_processes(marker)}); "
+            '[ "$n" -gt 0 ] && break; done; echo processes=$n; '
             "for i in $(seq 50); do sleep 0.01 & done; wait && echo forks-ok"
         )
         procs = re.search(r"processes=(\d+)", after.output)
@@ -221,7 +224,7 @@ import socket, sys
 ports = sorted({int(p) for p in sys.argv[1:]} | {
     int(line.split()[1].split(":")[1], 16)
     for table in ("/proc/1/net/tcp", "/proc/1/net/tcp6") for line in open(table).readlines()[1:]
-    if line.split()[3] == "0A"})  # every port the container listens on (its PID 1's tables)
+    if line.split()[3] == "0A"})  # and what its PID 1's tables list (the container's, where /proc is)
 for port in ports:
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         try:
@@ -246,10 +249,25 @@ print("INTERFACES", ",".join(sorted(l.split(":")[0].strip() for l in lines)))
 """
 
 
+def _listening(target: Target) -> set[int]:
+    """The TCP ports the server's network namespace listens on, read from outside (the agent
+    may see only its own /proc): /proc/<server's host PID>/net/tcp and tcp6."""
+    if not target.host_root:
+        return set()
+    found = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (Path(target.host_root).parent / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found |= {int(line.split()[1].rsplit(":", 1)[1], 16) for line in lines if line.split()[3] == "0A"}
+    return found
+
+
 def network_check(session: Session, target: Target, case: Case, seed: int, rec: Recorder, mode: str) -> None:
     """No TCP port of the server's or the container's is reached. With namespaces the agent
     sees only its own loopback; without (unprivileged), it can make no socket at all."""
-    ports = sorted({IMAGE_PORT, urlparse(target.url).port or IMAGE_PORT})
+    ports = sorted({IMAGE_PORT, urlparse(target.url).port or IMAGE_PORT, *_listening(target)})
     try:
         session.reset(case.id, seed=seed)
         out = session.shell(_script("net.py", NETWORK_PROBE, *map(str, ports)))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +49,8 @@ LABEL = "org.openenv-arena.release.owner"
 OWNER = "pipeline"
 SESSION_LABEL = "org.openenv-arena.release.session"
 RUN_LABEL = "org.openenv-arena.release.run"
+# Runs of a container whose engine-picked host port another process took first.
+PORT_ATTEMPTS = 3
 # While waiting for health: how often the engine is asked whether the container still runs.
 RUNNING_CHECK_S = 2.0
 
@@ -238,7 +241,7 @@ class ContainerRuntime:
             argv += ["--name", name]
         for key, value in sorted((env or {}).items()):
             argv += ["--env", f"{key}={value}"]
-        out = self._cli(*argv, image, *command)
+        out = self._run_published(argv, image, command, retry=host_port is None)
         cid = out.stdout.decode().strip().splitlines()[-1]
         mapped = self._cli("port", cid, f"{port}/tcp").stdout.decode().split()
         if not mapped:
@@ -254,6 +257,22 @@ class ContainerRuntime:
             )
         host, _, host_port = mapped[0].rpartition(":")
         return Container(id=cid, image=image, host=host or "127.0.0.1", port=int(host_port))
+
+    def _run_published(self, argv: list[str], image: str, command: Sequence[str], *, retry: bool):
+        """`run` the container; where the engine picked the host port (`retry`) and another
+        process bound it before the container started, remove what was created and let the
+        engine pick again, up to PORT_ATTEMPTS times."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            with tempfile.TemporaryDirectory(prefix="arena-cid-") as tmp:
+                cidfile = Path(tmp) / "cid"
+                out = self._cli(*argv, "--cidfile", str(cidfile), image, *command, check=False)
+                taken = b"address already in use" in (out.stderr or b"")
+                if out.returncode == 0 or not retry or not taken or attempt == PORT_ATTEMPTS:
+                    return _proc.checked(out)
+                if cidfile.exists():
+                    self.remove(cidfile.read_text().strip())
+            say(f"    the host port picked for {image} was taken meanwhile (address already in use): trying again")
+        raise AssertionError("not reached")
 
     def _run_host_network(
         self,
