@@ -538,8 +538,7 @@ def pid_counter_check(session: Session, target: Target, case: Case, seed: int, r
             session.reset(case.id, seed=seed)
             firsts.append(session.shell(PID_PROBE).output.strip())
             session.shell(f"for i in $(seq {forks}); do /bin/true; done")
-        status, body = http_get(target.url, "/metadata")  # the /proc of the episode handed out last
-        proc = body.get("proc") if status == 200 and isinstance(body, dict) else None
+        proc, _ = _metadata(target, "proc")  # the /proc of the episode handed out last
         independent = len(set(firsts)) == 1 and firsts[0].isdigit()
         if mode == NAMESPACES_MODE:
             ok, want = proc == "episode" and independent, {"proc": "episode", "first_pids": "all equal"}
@@ -591,10 +590,15 @@ def oom_order_check(session: Session, case: Case, seed: int, rec: Recorder) -> N
         rec.error("isolation-oom-order", exc)
 
 
+def _metadata(target: Target, key: str) -> tuple[Any, int]:
+    """`key` of the server's /metadata (None if it is not there), and the HTTP status."""
+    status, body = http_get(target.url, "/metadata")
+    return (body.get(key) if status == 200 and isinstance(body, dict) else None), status
+
+
 def isolation_mode(target: Target) -> str:
     """The mode the server reports at /metadata (`isolation`), or what it said instead."""
-    status, body = http_get(target.url, "/metadata")
-    mode = body.get("isolation") if status == 200 and isinstance(body, dict) else None
+    mode, status = _metadata(target, "isolation")
     return mode if isinstance(mode, str) else f"unreported (HTTP {status})"
 
 

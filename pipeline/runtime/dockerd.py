@@ -396,7 +396,7 @@ def stop_unused(root: Path | None = None) -> str | None:
     keep it: what a run killed while it used the engine left running. The line that says
     so, or None."""
     root = Path(root or default_root()).resolve()
-    state = _load_state(root) if _paths(root)["state"].exists() else None
+    state = _load_state(root)
     if state is None or state.kept or not _leave(root):
         return None
     return (

@@ -322,16 +322,15 @@ class ContainerRuntime:
             "{{json .HostConfig.SecurityOpt}}\t{{json .HostConfig.CapAdd}}\t{{json .HostConfig.Privileged}}"
             "\t{{json .HostConfig.UsernsMode}}\t{{json .HostConfig.NetworkMode}}"
         )
+        if self.engine == "podman":  # podman's inspect leaves `unmask=` out of SecurityOpt: its command has it
+            fmt += "\t{{json .Config.CreateCommand}}"
         out = self._cli("inspect", "--format", fmt, cid)
-        opts, caps, privileged, userns, network = (json.loads(x) for x in out.stdout.decode().strip().split("\t"))
+        opts, caps, privileged, userns, network, *made = (
+            json.loads(x) for x in out.stdout.decode().strip().split("\t")
+        )
         opts = list(opts or [])
-        if self.engine == "podman":  # podman's inspect leaves `unmask=` out of SecurityOpt
-            made = json.loads(self._cli("inspect", "--format", "{{json .Config.CreateCommand}}", cid).stdout or b"[]")
-            opts += [
-                value
-                for flag, value in zip(made or [], (made or [])[1:])
-                if flag == "--security-opt" and value not in opts
-            ]
+        argv = (made[0] if made else None) or []
+        opts += [value for flag, value in zip(argv, argv[1:]) if flag == "--security-opt" and value not in opts]
         seccomp = next((o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")), "default")
         return {
             "security_opt": opts,
